@@ -1,0 +1,333 @@
+"""``ai4dl``: train, detect, describe, plot and demo from the command line.
+
+Errors caused by input print one line (``ai4dl: error: ...``) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ai4dl.errors import Ai4dlError
+
+EXIT_INPUT = 2
+
+
+# ----------------------------------------------------------------------------- trace arguments
+def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise Ai4dlError(f"{flag} expects NAME=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def add_trace_args(p: argparse.ArgumentParser) -> None:
+    from ai4dl.io.loaders import FORMATS
+
+    p.add_argument("traces", help="trace file or folder (AI4DL CSV, long CSV, Parquet, "
+                                   "GCD_VMs tar, Alibaba GenAI folder)")
+    g = p.add_argument_group("reading traces")
+    g.add_argument("--format", default="auto", choices=FORMATS, help="trace format (default: "
+                   "detected from the path)")
+    g.add_argument("--step", type=float, help="resampling step in seconds (default 15; the "
+                   "Google trace keeps its 300 s, Alibaba 60 s)")
+    g.add_argument("--max-gap-steps", type=float, help="a gap longer than this many steps splits "
+                   "the execution (default 8)")
+    g.add_argument("--on-bad", choices=("error", "drop"), default="error",
+                   help="NaN/Inf/negative values: stop with an error (default) or drop the row")
+    g.add_argument("--features", help="comma-separated features to use, in order "
+                   "(e.g. cpu,memory)")
+    g.add_argument("--column", action="append", metavar="NAME=COLUMN",
+                   help="long CSV/Parquet: read NAME (execution, timestamp, group or a feature) "
+                        "from COLUMN; repeatable")
+    g.add_argument("--unit", action="append", metavar="FEATURE=UNIT",
+                   help="long CSV/Parquet: the unit FEATURE is given in (millicores, MiB, ms, "
+                        "...); repeatable")
+
+
+def load_from_args(args: argparse.Namespace):
+    from ai4dl.io.loaders import load_traces
+
+    kwargs: dict = {"on_bad": args.on_bad}
+    if args.step is not None:
+        kwargs["step"] = args.step
+    if args.max_gap_steps is not None:
+        kwargs["max_gap_steps"] = args.max_gap_steps
+    columns, units = _pairs(args.column, "--column"), _pairs(args.unit, "--unit")
+    if columns:
+        kwargs["columns"] = columns
+    if units:
+        kwargs["units"] = units
+    try:
+        traces = load_traces(args.traces, format=args.format, **kwargs)
+    except TypeError as err:  # an option the chosen format does not take
+        raise Ai4dlError(f"{args.traces}: option not valid for this format ({err})") from None
+    for w in getattr(traces, "warnings", []):
+        print(f"ai4dl: warning: {w}", file=sys.stderr)
+    if args.features:
+        traces = traces.select([f.strip() for f in args.features.split(",") if f.strip()])
+    return traces
+
+
+# ----------------------------------------------------------------------------- commands
+def _model_from_args(args: argparse.Namespace):
+    from ai4dl.model import PhaseModel
+
+    if args.phases == "auto":
+        n_phases: int | str = "auto"
+    else:
+        try:
+            n_phases = int(args.phases)
+        except ValueError:
+            raise Ai4dlError(f"--phases expects 'auto' or an integer, got {args.phases!r}") from None
+    try:
+        lo, hi = (int(v) for v in args.k_range.split("-"))
+    except ValueError:
+        raise Ai4dlError(f"--k-range expects LOW-HIGH, got {args.k_range!r}") from None
+    return PhaseModel(n_hidden=args.hidden, n_history=args.history, n_phases=n_phases,
+                      k_range=(lo, hi), k_rule=args.k_rule, epochs=args.epochs,
+                      device=args.device, random_state=args.seed)
+
+
+def fit_with_progress(model, traces, quiet: bool = False):
+    from tqdm import tqdm
+
+    bar = tqdm(total=model.epochs, desc="CRBM epochs", unit="epoch", disable=quiet or None,
+               file=sys.stderr, leave=False)
+
+    def on_epoch(epoch: int, train_err: float, val_err: float) -> None:
+        bar.update(1)
+        bar.set_postfix(train=f"{train_err:.4f}", val=f"{val_err:.4f}")
+
+    try:
+        model.fit(traces, on_epoch=on_epoch)
+    finally:
+        bar.close()
+    return model
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ai4dl.io.modelfile import save_model
+
+    traces = load_from_args(args)
+    _say(args, f"training on {traces.summary()}")
+    model = fit_with_progress(_model_from_args(args), traces, args.quiet)
+    path = save_model(model, args.output)
+    r = model.fit_report_
+    _say(args, f"wrote {path} ({path.stat().st_size / 1024:.1f} KiB): {model.n_phases_} phases, "
+         f"{r.crbm_epochs} epochs, reconstruction error {r.reconstruction_error:.4f}, "
+         f"silhouette {r.silhouette if r.silhouette is None else round(r.silhouette, 3)}, "
+         f"novelty {100 * r.novelty_rate:.2f}%, {model.fit_seconds_:.1f} s")
+    return 0
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from ai4dl.io.modelfile import load_model
+
+    model = load_model(args.model)
+    traces = load_from_args(args)
+    detections = model.detect(traces)
+    out = open(args.output, "w", newline="") if args.output else sys.stdout
+    try:
+        if args.json:
+            json.dump({"features": list(model.features_), "executions": [
+                {"name": e.name, "group": e.group, "start": float(e.times[0]),
+                 "step": e.step, "phase": d.phase.tolist(), "novel": d.novel.tolist()}
+                for e, d in zip(traces, detections)]}, out)
+            out.write("\n")
+        else:
+            w = csv.writer(out)
+            w.writerow(["execution", "timestamp", "phase", "distance", "novel"])
+            for e, d in zip(traces, detections):
+                for t, p, dist, nov in zip(e.times, d.phase, d.distance, d.novel):
+                    w.writerow([e.name, f"{t:.0f}", int(p), f"{dist:.4f}", int(nov)])
+    finally:
+        if args.output:
+            out.close()
+    labels = np.concatenate([d.phase for d in detections])
+    novel = np.concatenate([d.novel for d in detections])
+    shares = ", ".join(f"{j}: {100 * np.mean(labels == j):.1f}%" for j in range(model.n_phases_))
+    _say(args, f"{len(traces)} executions, {len(labels)} samples; phase shares {shares}; "
+         f"novel {100 * novel.mean():.2f}%")
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from ai4dl.io.modelfile import read_document
+    from ai4dl.model import PhaseModel
+    from ai4dl.report import describe
+
+    doc = read_document(args.model)
+    if args.json:
+        print(doc.model_dump_json(by_alias=True, exclude_none=True,
+                                  exclude={"crbm", "centroids", "scaler"}, indent=2))
+    else:
+        print(describe(PhaseModel.from_document(doc)), end="")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ai4dl.io.modelfile import load_model
+
+    model = load_model(args.model)
+    traces = load_from_args(args)
+    written = write_plots(model, traces, Path(args.output), args.execution, args.max_executions)
+    _say(args, "wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
+                max_executions: int = 3, title: str = "") -> list[Path]:
+    import matplotlib.pyplot as plt
+
+    from ai4dl import plots
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    by_name = {e.name: e for e in traces}
+    if names:
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise Ai4dlError(f"no execution named {missing[0]!r} (have e.g. "
+                             f"{', '.join(list(by_name)[:5])})")
+        chosen = [by_name[n] for n in names]
+    else:
+        # The longest executions show the most phases.
+        chosen = sorted(traces, key=len, reverse=True)[:max_executions]
+    labels = model.predict(traces)
+    chosen_labels = model.predict(chosen)
+    values = np.concatenate([e.select(model.features_).values for e in traces])
+    all_labels = np.concatenate(labels)
+    written = []
+
+    def save(fig, name: str) -> None:
+        path = outdir / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    for ex, lab in zip(chosen, chosen_labels):
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in ex.name)
+        save(plots.trace_figure(ex.select(model.features_), lab, model.n_phases_),
+             f"trace-{safe}.png")
+    save(plots.distributions_figure(model, values, all_labels), "distributions.png")
+    save(plots.graph_figure(model), "phase-graph.png")
+    save(plots.report_figure(model, [e.select(model.features_) for e in chosen[:2]],
+                             chosen_labels[:2], values, all_labels, title), "report.png")
+    return written
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from sklearn.metrics import adjusted_rand_score
+
+    from ai4dl import synthetic
+    from ai4dl.io.modelfile import save_model
+    from ai4dl.model import PhaseModel
+    from ai4dl.report import describe
+
+    start = time.perf_counter()
+    out = Path(args.output)
+    train, _ = synthetic.generate(args.executions, seed=args.seed)
+    test, truth = synthetic.generate(10, seed=args.seed + 1)
+    _say(args, f"embedded data: synthetic DL training jobs (download, preprocessing, epochs with "
+         f"validation and checkpoints), seed {args.seed}")
+    _say(args, f"train: {train.summary()}")
+    model = fit_with_progress(PhaseModel(random_state=args.seed), train, args.quiet)
+    save_model(model, out / "model.json")
+    pred = model.predict(test)
+    ari = adjusted_rand_score(np.concatenate(truth), np.concatenate(pred))
+    text = describe(model)
+    text += (f"\n## Held-out check\n\n10 new executions (seed {args.seed + 1}): adjusted Rand index "
+             f"against the generator's true phases = {ari:.3f} "
+             f"(true phases: {', '.join(f'{k} {v}' for k, v in synthetic.PHASE_NAMES.items())})\n")
+    (out / "describe.md").write_text(text)
+    print(text)
+    written = write_plots(model, test, out, max_executions=2,
+                          title="ai4dl demo: phases of synthetic DL training jobs")
+    _say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
+         + ", ".join(str(p) for p in written) + f" in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+def _say(args: argparse.Namespace, msg: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(f"ai4dl: {msg}", file=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ai4dl", description="Phase discovery for "
+                                     "deep-learning resource-usage traces (CRBM + k-means).")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summaries")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="fit a phase model on traces")
+    add_trace_args(p)
+    p.add_argument("-o", "--output", default="model.json", help="model file (default model.json)")
+    p.add_argument("--phases", default="auto", help="number of phases, or 'auto' (default)")
+    p.add_argument("--k-range", default="2-10", help="candidate k for auto (default 2-10)")
+    p.add_argument("--k-rule", default="silhouette", choices=("silhouette", "elbow"))
+    p.add_argument("--hidden", type=int, default=10, help="CRBM hidden units (default 10)")
+    p.add_argument("--history", type=int, default=3, help="CRBM history frames (default 3)")
+    p.add_argument("--epochs", type=int, default=60, help="maximum CRBM epochs (default 60)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("detect", help="phase per sample for traces, as CSV or JSON")
+    p.add_argument("model", help="model file written by 'ai4dl train'")
+    add_trace_args(p)
+    p.add_argument("-o", "--output", help="output file (default: standard output)")
+    p.add_argument("--json", action="store_true", help="JSON instead of CSV")
+    p.set_defaults(func=cmd_detect)
+
+    p = sub.add_parser("describe", help="phase table, prototypes, transition matrix, fit report")
+    p.add_argument("model")
+    p.add_argument("--json", action="store_true", help="the document's statistics as JSON")
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("plot", help="traces with phase bands, distributions, phase graph (PNG)")
+    p.add_argument("model")
+    add_trace_args(p)
+    p.add_argument("-o", "--output", default="plots", help="output folder (default plots)")
+    p.add_argument("--execution", action="append", help="execution to plot; repeatable "
+                   "(default: the longest ones)")
+    p.add_argument("--max-executions", type=int, default=3)
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("demo", help="train, detect, describe and plot on embedded synthetic data")
+    p.add_argument("-o", "--output", default="ai4dl-demo", help="output folder (default "
+                   "ai4dl-demo)")
+    p.add_argument("--executions", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except Ai4dlError as err:
+        print(f"ai4dl: error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("ai4dl: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Model documents on disk (JSON). The one place that reads or writes model files."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ai4dl.document import PhaseModelDocument
+from ai4dl.errors import ModelError
+from ai4dl.model import PhaseModel, validation_message
+
+
+def save_model(model: PhaseModel | PhaseModelDocument, path: str | os.PathLike) -> Path:
+    """Write atomically (temp file + rename), so an interrupted write never leaves half a model."""
+    doc = model.to_document() if isinstance(model, PhaseModel) else model
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = doc.model_dump_json(by_alias=True, exclude_none=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def read_document(path: str | os.PathLike) -> PhaseModelDocument:
+    try:
+        raw = Path(path).read_text()
+    except OSError as err:
+        raise ModelError(f"{path}: cannot read model: {err.strerror or err}") from None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ModelError(f"{path}: not a JSON model document (line {err.lineno}: {err.msg})") \
+            from None
+    try:
+        return PhaseModelDocument.model_validate(data)
+    except ValidationError as err:
+        raise ModelError(f"{path}: {validation_message(err)}") from None
+
+
+def load_model(path: str | os.PathLike) -> PhaseModel:
+    try:
+        return PhaseModel.from_document(read_document(path))
+    except ModelError as err:
+        msg = str(err)
+        raise ModelError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None

@@ -1,0 +1,146 @@
+"""Figures (matplotlib, Agg): a trace with coloured phase bands under each feature (as AI4DL's
+PrintTrace), per-phase distributions, and the phase graph. Functions return figures; saving is
+the caller's business."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, Patch  # noqa: E402
+
+from ai4dl.model import PhaseModel  # noqa: E402
+from ai4dl.phases import runs  # noqa: E402
+from ai4dl.traces import Execution  # noqa: E402
+
+_SCALE = {"bytes": (1024.0 ** 3, "GiB")}
+
+
+def phase_colour(j: int):
+    return plt.get_cmap("tab10")(j % 10)
+
+
+def _scaled(values: np.ndarray, unit: str) -> tuple[np.ndarray, str]:
+    div, name = _SCALE.get(unit, (1.0, unit))
+    return values / div, name
+
+
+def draw_trace(axes: Sequence, execution: Execution, phases: np.ndarray) -> None:
+    """One panel per feature: the series, with the background coloured by phase."""
+    t = (execution.times - execution.times[0]) / 60.0
+    step = (execution.step or 0) / 60.0
+    run_phase, run_length = runs(phases)
+    run_start = np.r_[0, np.cumsum(run_length)[:-1]]
+    for ax, f, u, col in zip(axes, execution.features, execution.units, execution.values.T):
+        y, unit = _scaled(col, u)
+        for p, s, n in zip(run_phase, run_start, run_length):
+            ax.axvspan(t[s], t[s + n - 1] + step, color=phase_colour(int(p)), alpha=0.35, lw=0)
+        ax.plot(t, y, color="black", lw=0.8)
+        ax.set_ylabel(f"{f}\n[{unit}]", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.margins(x=0)
+    axes[-1].set_xlabel("minutes since start", fontsize=8)
+    axes[0].set_title(f"{execution.name}: phases over time", fontsize=9)
+
+
+def trace_figure(execution: Execution, phases: np.ndarray, k: int):
+    n = len(execution.features)
+    fig, axes = plt.subplots(n, 1, figsize=(11, 1.6 * n + 0.8), sharex=True, squeeze=False)
+    draw_trace(axes[:, 0], execution, phases)
+    _legend(fig, k)
+    fig.tight_layout(rect=(0, 0, 0.9, 1))
+    return fig
+
+
+def _legend(fig, k: int) -> None:
+    fig.legend(handles=[Patch(color=phase_colour(j), alpha=0.5, label=f"phase {j}")
+                        for j in range(k)], loc="center right", fontsize=8, frameon=False)
+
+
+def draw_distributions(axes: Sequence, model: PhaseModel, values: np.ndarray,
+                       labels: np.ndarray) -> None:
+    """Box plot per feature of each phase's samples (original units)."""
+    k = model.n_phases_
+    for ax, j, (f, u) in zip(axes, range(len(model.features_)), zip(model.features_, model.units_)):
+        y, unit = _scaled(values[:, j], u)
+        data = [y[labels == p] if np.any(labels == p) else np.array([np.nan]) for p in range(k)]
+        bp = ax.boxplot(data, patch_artist=True, showfliers=False, widths=0.6)
+        for p, box in enumerate(bp["boxes"]):
+            box.set_facecolor(phase_colour(p))
+            box.set_alpha(0.6)
+        ax.set_xticks(range(1, k + 1), [str(p) for p in range(k)], fontsize=7)
+        ax.set_title(f"{f} [{unit}]", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].set_xlabel("phase", fontsize=8)
+
+
+def draw_phase_graph(ax, model: PhaseModel, min_probability: float = 0.005) -> None:
+    """Phases on a circle (size ∝ share); arrows for phase changes, width ∝ probability of
+    leaving i for j per step (self-loops left out: they are the dwell times)."""
+    k = model.n_phases_
+    ang = np.pi / 2 - 2 * np.pi * np.arange(k) / k
+    pos = np.c_[np.cos(ang), np.sin(ang)]
+    P = np.asarray(model.transitions_)
+    off = P - np.diag(np.diag(P))
+    scale = off.max() if off.max() > 0 else 1.0
+    for i in range(k):
+        for j in range(k):
+            if i != j and P[i, j] >= min_probability:
+                ax.add_patch(FancyArrowPatch(pos[i], pos[j], arrowstyle="-|>", mutation_scale=12,
+                                             lw=0.5 + 4 * P[i, j] / scale, color="0.35",
+                                             connectionstyle="arc3,rad=0.15", shrinkA=18,
+                                             shrinkB=18, alpha=0.8))
+    for j in range(k):
+        share = model.phase_stats_[j]["share"]
+        ax.scatter(*pos[j], s=300 + 2500 * share, color=phase_colour(j), alpha=0.8, zorder=3)
+        ax.annotate(f"{j}\n{100 * share:.0f}%", pos[j], ha="center", va="center", fontsize=8,
+                    zorder=4)
+    ax.set_xlim(-1.5, 1.5)
+    ax.set_ylim(-1.5, 1.5)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title("phase graph (arrow width ∝ P(i→j))", fontsize=9)
+
+
+def distributions_figure(model: PhaseModel, values: np.ndarray, labels: np.ndarray):
+    n = len(model.features_)
+    fig, axes = plt.subplots(1, n, figsize=(3.0 * n, 3.2), squeeze=False)
+    draw_distributions(axes[0], model, values, labels)
+    fig.tight_layout()
+    return fig
+
+
+def graph_figure(model: PhaseModel):
+    fig, ax = plt.subplots(figsize=(5, 5))
+    draw_phase_graph(ax, model)
+    fig.tight_layout()
+    return fig
+
+
+def report_figure(model: PhaseModel, executions: Sequence[Execution],
+                  phases: Sequence[np.ndarray], all_values: np.ndarray, all_labels: np.ndarray,
+                  title: str = ""):
+    """One page: example traces with phase bands, per-phase distributions, the phase graph."""
+    nf = len(model.features_)
+    ne = len(executions)
+    fig = plt.figure(figsize=(13, 1.5 * nf * ne + 4.2))
+    outer = fig.add_gridspec(ne + 1, 1, height_ratios=[1.5 * nf] * ne + [4.0], hspace=0.35)
+    for i, (ex, lab) in enumerate(zip(executions, phases)):
+        sub = outer[i].subgridspec(nf, 1, hspace=0.08)
+        axes = [fig.add_subplot(sub[j]) for j in range(nf)]
+        for a in axes[:-1]:
+            a.tick_params(labelbottom=False)
+        draw_trace(axes, ex, lab)
+    bottom = outer[ne].subgridspec(1, nf + 2, wspace=0.45)
+    draw_distributions([fig.add_subplot(bottom[j]) for j in range(nf)], model, all_values,
+                       all_labels)
+    draw_phase_graph(fig.add_subplot(bottom[nf:]), model)
+    _legend(fig, model.n_phases_)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.subplots_adjust(left=0.07, right=0.9, top=0.95 if title else 0.97, bottom=0.05)
+    return fig

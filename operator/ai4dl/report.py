@@ -1,0 +1,94 @@
+"""Human-readable descriptions of a fitted model: phase table, prototypes, transitions, fit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ai4dl.model import PhaseModel
+
+_BINARY = (("TiB", 1024.0 ** 4), ("GiB", 1024.0 ** 3), ("MiB", 1024.0 ** 2), ("KiB", 1024.0))
+
+
+def fmt_value(v: float, unit: str) -> str:
+    """A value in its unit, scaled for reading (bytes in binary units, cores to 2 decimals)."""
+    if unit == "bytes":
+        for name, size in _BINARY:
+            if abs(v) >= size:
+                return f"{v / size:.2f} {name}"
+        return f"{v:.0f} B"
+    if unit == "cores":
+        return f"{v:.2f}"
+    if unit in ("percent",):
+        return f"{v:.1f}%"
+    return f"{v:.3g}"
+
+
+def fmt_seconds(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.0f} s"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+                     + [line(r) for r in rows])
+
+
+def describe(model: PhaseModel) -> str:
+    """Markdown: phases (mean ± std and p95 per feature, share, dwell), prototypes,
+    transition matrix and the fit report."""
+    step = model.step_seconds_
+    feats = list(zip(model.features_, model.units_))
+    header = ["phase", "share", "samples"] + [f"{f} mean±std (p95)" for f, _ in feats] + \
+        ["dwell mean", "dwell p90", "runs"]
+    rows = []
+    for s in model.phase_stats_:
+        cells = [str(s["phase"]), f"{100 * s['share']:.1f}%", str(s["samples"])]
+        for j, (_, u) in enumerate(feats):
+            cells.append(f"{fmt_value(s['mean'][j], u)} ± {fmt_value(s['std'][j], u)} "
+                         f"({fmt_value(s['p95'][j], u)})")
+        d = s["dwell"]
+        cells += [fmt_seconds(d["mean"] * step), fmt_seconds(d["p90"] * step), str(d["runs"])]
+        rows.append(cells)
+    out = [f"# Phase model: {model.n_phases_} phases over "
+           f"{', '.join(f'{f} [{u}]' for f, u in feats)} at {step:g} s", "", "## Phases", "",
+           _table(header, rows), ""]
+
+    out += ["## Prototypes (most common phase sequences; cycles collapsed)", ""]
+    cum = 0.0
+    prow = []
+    for p in model.prototypes_:
+        cum += p["share"]
+        prow.append([" → ".join(map(str, p["sequence"])), str(p["executions"]),
+                     f"{100 * p['share']:.1f}%", f"{100 * cum:.1f}%"])
+    out += [_table(["sequence", "executions", "share", "cumulative"], prow), ""]
+
+    k = model.n_phases_
+    P = np.asarray(model.transitions_)
+    out += ["## Transition matrix (per step; row = from, column = to)", "",
+            _table(["from \\ to"] + [str(j) for j in range(k)],
+                   [[str(i)] + [f"{P[i, j]:.3f}" for j in range(k)] for i in range(k)]), ""]
+
+    r = model.fit_report_
+    if r is not None:
+        out += ["## Fit", "",
+                f"- {r.n_executions} executions, {r.n_samples} samples, seed {r.seed}, "
+                f"device {r.device}",
+                f"- CRBM: {model.crbm_.n_hidden} hidden units, history {model.crbm_.n_history} "
+                f"steps, {r.crbm_epochs} epochs (best {r.crbm_best_epoch}), reconstruction error "
+                f"{r.reconstruction_error:.4f} (validation {r.validation_error:.4f})",
+                f"- silhouette {r.silhouette:.3f}" if r.silhouette is not None else "- silhouette n/a",
+                f"- novelty rate on training data {100 * r.novelty_rate:.2f}% "
+                f"(threshold: per-phase distance quantile)"]
+        ks = r.k_selection
+        if ks is not None:
+            out += [f"- k chosen by {ks.rule}: {ks.chosen_k} (elbow on WCSS: {ks.elbow_k}, "
+                    f"best silhouette: {ks.silhouette_k})", "",
+                    _table(["k", "WCSS", "silhouette"],
+                           [[str(kk), f"{w:.5f}", f"{s:.3f}"]
+                            for kk, w, s in zip(ks.ks, ks.wcss, ks.silhouette)])]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,89 @@
+"""A seeded generator of DL-training-like executions with ground-truth phases.
+
+It is the embedded data set of the demo and the known answer of the phase-recovery tests.
+Each execution: data download -> preprocessing -> epochs of training, each followed by
+validation, with a checkpoint write every few epochs -> a final evaluation tail. Levels,
+durations and noise vary per execution, as they would across users' jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ai4dl.traces import Execution, TraceSet
+
+GiB = 1024.0 ** 3
+
+FEATURES = ("cpu", "memory", "gpu_util", "gpu_memory")
+UNITS = ("cores", "bytes", "percent", "bytes")
+
+# Ground-truth phase id -> (name, typical level per feature, relative noise).
+PHASES: dict[int, tuple[str, tuple[float, float, float, float]]] = {
+    0: ("download", (0.3, 0.6 * GiB, 0.0, 0.0)),
+    1: ("preprocess", (3.5, 3.0 * GiB, 0.0, 0.0)),
+    2: ("train", (1.6, 6.0 * GiB, 92.0, 20.0 * GiB)),
+    3: ("validate", (0.8, 6.5 * GiB, 40.0, 12.0 * GiB)),
+    4: ("checkpoint", (1.0, 10.5 * GiB, 2.0, 20.0 * GiB)),
+}
+PHASE_NAMES = {k: v[0] for k, v in PHASES.items()}
+
+
+@dataclass
+class SyntheticConfig:
+    step: float = 15.0
+    epochs: tuple[int, int] = (3, 8)
+    download: tuple[int, int] = (10, 40)        # samples
+    preprocess: tuple[int, int] = (20, 80)
+    epoch: tuple[int, int] = (40, 120)
+    validation: tuple[int, int] = (8, 20)
+    checkpoint: tuple[int, int] = (5, 10)
+    checkpoint_every: tuple[int, int] = (1, 3)  # epochs
+    level_jitter: float = 0.10                  # per-execution scale of every level
+    noise: float = 0.06                         # per-sample relative noise
+    n_features: int = 4
+
+
+def _segment(phase: int, n: int, scale: np.ndarray, rng: np.random.Generator,
+             noise: float) -> np.ndarray:
+    level = np.array(PHASES[phase][1]) * scale
+    x = level * (1.0 + noise * rng.standard_normal((n, 4)))
+    # Absolute noise floor so idle features are not exactly constant (real exporters jitter).
+    x += np.array([0.02, 0.02 * GiB, 0.5, 0.01 * GiB]) * np.abs(rng.standard_normal((n, 4)))
+    if phase == 1:
+        # Preprocessing builds its dataset in memory: a ramp, not a plateau.
+        x[:, 1] *= np.linspace(0.6, 1.1, n)
+    x[:, 2] = np.minimum(x[:, 2], 100.0)  # utilisation is a percentage
+    return np.maximum(x, 0.0)
+
+
+def generate_execution(rng: np.random.Generator, cfg: SyntheticConfig, name: str,
+                       start: float = 1.7e9) -> tuple[Execution, np.ndarray]:
+    """One execution and its per-sample ground-truth phase ids."""
+    scale = 1.0 + cfg.level_jitter * rng.uniform(-1, 1, size=4)
+    r = lambda lo_hi: int(rng.integers(lo_hi[0], lo_hi[1] + 1))  # noqa: E731
+    plan: list[tuple[int, int]] = [(0, r(cfg.download)), (1, r(cfg.preprocess))]
+    every = r(cfg.checkpoint_every)
+    n_epochs = r(cfg.epochs)
+    for e in range(1, n_epochs + 1):
+        plan += [(2, r(cfg.epoch)), (3, r(cfg.validation))]
+        if e % every == 0 or e == n_epochs:
+            plan.append((4, r(cfg.checkpoint)))
+    plan.append((3, r(cfg.validation)))  # the evaluation tail behaves like validation
+    values = np.concatenate([_segment(p, n, scale, rng, cfg.noise) for p, n in plan])
+    labels = np.concatenate([np.full(n, p) for p, n in plan])
+    times = start + cfg.step * np.arange(len(values))
+    k = cfg.n_features
+    ex = Execution(name, times, values[:, :k].astype(np.float32), FEATURES[:k], UNITS[:k],
+                   group=name, step=cfg.step)
+    return ex, labels
+
+
+def generate(n_executions: int = 40, seed: int = 0,
+             config: SyntheticConfig | None = None) -> tuple[TraceSet, list[np.ndarray]]:
+    """``n_executions`` synthetic executions and their ground-truth phase labels."""
+    cfg = config or SyntheticConfig()
+    rng = np.random.default_rng(seed)
+    pairs = [generate_execution(rng, cfg, f"job-{i:04d}") for i in range(n_executions)]
+    return TraceSet([p[0] for p in pairs], source="synthetic"), [p[1] for p in pairs]

@@ -1,0 +1,43 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The folder of real trace files (``$AI4DL_DATA``, default ``<repo>/../shared/data``)."""
+    path = Path(os.environ.get("AI4DL_DATA", REPO_ROOT.parent / "shared" / "data"))
+    if not path.is_dir():
+        pytest.skip(f"real trace data not found at {path} (set AI4DL_DATA to its folder)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def synthetic_train():
+    """Synthetic DL-like executions with ground-truth phases (training side)."""
+    from ai4dl import synthetic
+
+    return synthetic.generate(24, seed=11)
+
+
+@pytest.fixture(scope="session")
+def synthetic_test():
+    from ai4dl import synthetic
+
+    return synthetic.generate(8, seed=12)
+
+
+@pytest.fixture(scope="session")
+def fitted_model(synthetic_train):
+    """One PhaseModel fitted once per session (k chosen automatically)."""
+    from ai4dl.model import PhaseModel
+
+    traces, _ = synthetic_train
+    return PhaseModel(random_state=3, epochs=40).fit(traces)
