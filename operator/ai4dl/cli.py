@@ -121,9 +121,10 @@ def fit_with_progress(model, traces, quiet: bool = False):
 def cmd_train(args: argparse.Namespace) -> int:
     from ai4dl.io.modelfile import save_model
 
+    model = _model_from_args(args)  # flags first: a typo should not wait for the data to load
     traces = load_from_args(args)
     _say(args, f"training on {traces.summary()}")
-    model = fit_with_progress(_model_from_args(args), traces, args.quiet)
+    model = fit_with_progress(model, traces, args.quiet)
     path = save_model(model, args.output)
     r = model.fit_report_
     _say(args, f"wrote {path} ({path.stat().st_size / 1024:.1f} KiB): {model.n_phases_} phases, "

@@ -107,16 +107,40 @@ def encode(params: CRBMParams, x: np.ndarray, n_context: int = 0) -> np.ndarray:
     return sigmoid(X @ params.stacked_hidden_weights() + params.b_hidden)
 
 
+def stacked_design_matrix(xs: Sequence[np.ndarray], n_history: int,
+                          n_context: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Design rows of many executions at once, without a Python loop per execution.
+
+    Returns the stacked rows and, per execution, how many rows it contributed. The history of a
+    row is clamped at its own execution's first row, never reaching into the previous one.
+    """
+    lengths = np.array([len(x) for x in xs], dtype=np.int64)
+    ctx = np.zeros(len(xs), np.int64) if n_context is None else np.asarray(n_context, np.int64)
+    keep = np.maximum(lengths - ctx, 0)
+    allx = np.concatenate([np.asarray(x, np.float32) for x in xs]) if len(xs) > 1 \
+        else np.asarray(xs[0], np.float32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    first = np.repeat(offsets, keep)
+    rank = np.arange(int(keep.sum())) - np.repeat(np.cumsum(keep) - keep, keep)
+    rows = np.repeat(offsets + ctx, keep) + rank
+    idx = np.maximum(rows[:, None] - np.arange(n_history + 1)[None, :], first[:, None])
+    return allx[idx].reshape(len(rows), -1), keep
+
+
+def encode_stacked(params: CRBMParams, xs: Sequence[np.ndarray],
+                   n_context: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of many executions, stacked, with ONE matrix product; and rows per execution."""
+    X, keep = stacked_design_matrix(xs, params.n_history, n_context)
+    return sigmoid(X @ params.stacked_hidden_weights() + params.b_hidden), keep
+
+
 def encode_many(params: CRBMParams, xs: Sequence[np.ndarray],
                 n_context: Sequence[int] | None = None) -> list[np.ndarray]:
-    """Codes for many executions with ONE matrix product (the operator's batch path)."""
-    if not xs:
+    """Codes for many executions (the operator's batch path), split per execution."""
+    if not len(xs):
         return []
-    n_context = n_context or [0] * len(xs)
-    X = np.concatenate([design_matrix(x, params.n_history, c) for x, c in zip(xs, n_context)])
-    codes = sigmoid(X @ params.stacked_hidden_weights() + params.b_hidden)
-    bounds = np.cumsum([max(len(x) - c, 0) for x, c in zip(xs, n_context)])[:-1]
-    return np.split(codes, bounds)
+    codes, keep = encode_stacked(params, xs, n_context)
+    return np.split(codes, np.cumsum(keep)[:-1])
 
 
 def reconstruct(params: CRBMParams, x: np.ndarray) -> np.ndarray:

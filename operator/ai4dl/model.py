@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from ai4dl import phases as ph
-from ai4dl.crbm import CRBMParams, encode_many, reconstruction_error
+from ai4dl.crbm import CRBMParams, encode_many, encode_stacked, reconstruction_error
 from ai4dl.document import (SCHEMA_VERSION, CRBMWeights, Feature, FitReport, KSelectionReport,
                             PhaseModelDocument, PhaseStats, Prototype, Scaler, to_list)
 from ai4dl.errors import Ai4dlError, ModelError
@@ -142,6 +142,7 @@ class PhaseModel:
         inv = (1.0 / self.scale_).astype(np.float32)
         return [(np.asarray(x, np.float32) - mean) * inv for x in xs]
 
+
     def _arrays(self, X: Inputs) -> tuple[list[np.ndarray], bool]:
         """Model-ordered feature matrices, and whether a single execution was given."""
         self._check_fitted()
@@ -162,20 +163,31 @@ class PhaseModel:
         ``n_context`` leading samples of each execution are used only as history (the operator
         passes the samples before its window), so they get no code.
         """
+        codes, keep, single = self._codes(X, n_context)
+        return codes if single else np.split(codes, np.cumsum(keep)[:-1])
+
+    def _codes(self, X: Inputs, n_context: int | Sequence[int]):
         xs, single = self._arrays(X)
         ctx = [n_context] * len(xs) if isinstance(n_context, int) else list(n_context)
-        codes = encode_many(self.crbm_, self._standardise(xs), ctx)
-        return codes[0] if single else codes
+        if not xs:
+            return np.empty((0, self.crbm_.n_hidden), np.float32), np.empty(0, int), single
+        codes, keep = encode_stacked(self.crbm_, self._standardise(xs), ctx)
+        return codes, keep, single
 
     def detect(self, X: Inputs, n_context: int | Sequence[int] = 0):
-        """Phase, centroid distance and novelty flag per sample (:class:`Detection`)."""
-        codes = self.transform(X, n_context)
-        single = not isinstance(codes, list)
-        out = []
-        for c in ([codes] if single else codes):
-            lab, dist = ph.nearest_centroid(c, self.centroids_)
-            out.append(Detection(lab, dist, dist > self.novelty_threshold_[lab]))
-        return out[0] if single else out
+        """Phase, centroid distance and novelty flag per sample (:class:`Detection`).
+
+        All executions are encoded and assigned together (one product for the codes, one for
+        the distances): the operator calls this once per window for all of a model's pods.
+        """
+        codes, keep, single = self._codes(X, n_context)
+        lab, dist = ph.nearest_centroid(codes, self.centroids_)
+        novel = dist > self.novelty_threshold_[lab]
+        if single:
+            return Detection(lab, dist, novel)
+        cuts = np.cumsum(keep)[:-1]
+        return [Detection(*parts) for parts in zip(np.split(lab, cuts), np.split(dist, cuts),
+                                                     np.split(novel, cuts))]
 
     def predict(self, X: Inputs, n_context: int | Sequence[int] = 0):
         """Phase id per sample."""
