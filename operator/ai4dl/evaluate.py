@@ -1,0 +1,323 @@
+"""The replay evaluator: executions through policies, window by window, scored as
+../shared/docs/evaluation.md defines (allocation ÷ oracle at matched fulfilment).
+
+Each policy sees only what it could have seen (``Policy.allocate`` row w uses samples before
+window w); the shared safety layer wraps every policy but the oracle (the yardstick). Pure core:
+no I/O, no plotting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ai4dl.policy.policies import Policy
+from ai4dl.policy.safety import SafetyConfig, apply_safety_sequence
+from ai4dl.traces import Execution
+
+TARGETS = (0.95, 0.97)
+GiB = 1024.0 ** 3
+
+
+def resource_unit_scale(unit: str) -> tuple[float, str]:
+    """Divisor and name for reporting resource-time (bytes -> GiB-hours)."""
+    return (GiB, "GiB-h") if unit == "bytes" else (1.0, f"{unit}-h" if unit != "cores"
+                                                     else "core-h")
+
+
+@dataclass
+class Replay:
+    """Allocations of one policy for every execution: per execution (n_windows, R)."""
+    policy: str
+    allocations: list[np.ndarray]
+
+
+@dataclass
+class ReplayInput:
+    """What the evaluator replays: per execution the usage of the managed resources, the
+    phases (if a model was given), the initial request and the step."""
+    names: list[str]
+    usage: list[np.ndarray]
+    phases: list[np.ndarray | None]
+    initial: list[np.ndarray]
+    step: float
+    resources: tuple[str, ...]
+    units: tuple[str, ...]
+
+
+def initial_request(ex: Execution, usage: np.ndarray, resources: Sequence[str]) -> np.ndarray:
+    """The pod's request before any resize: the trace's own request/limit where it has one
+    (AI4DL: cpu.num.cores, mem.limit), else the execution's peak (a generous stand-in for a
+    hand-set request)."""
+    meta = {"cpu": ex.meta.get("cpu_limit_cores"), "memory": ex.meta.get("memory_limit_bytes")}
+    peak = usage.max(0)
+    return np.array([meta.get(r) or peak[j] for j, r in enumerate(resources)], np.float64)
+
+
+def prepare(executions: Sequence[Execution], resources: Sequence[str], model=None,
+            initial: str = "peak") -> ReplayInput:
+    """Usage matrices, phases (one batched detection for all executions) and initial requests."""
+    if initial not in ("peak", "trace"):
+        raise ValueError("initial must be 'peak' or 'trace'")
+    usage = [e.select(resources).values.astype(np.float64) for e in executions]
+    phases: list = [None] * len(executions)
+    if model is not None:
+        phases = model.predict(list(executions))
+    init = [u.max(0) if initial == "peak" else initial_request(e, u, resources)
+            for e, u in zip(executions, usage)]
+    ex0 = executions[0]
+    return ReplayInput([e.name for e in executions], usage, phases, init,
+                       float(ex0.step or 0.0), tuple(resources),
+                       tuple(ex0.select(resources).units))
+
+
+def replay(data: ReplayInput, policy: Policy, window: int,
+           safety: SafetyConfig | None = None) -> Replay:
+    """Allocation per window for every execution: the policy's rows, then the safety layer
+    applied to all executions at once (padded windows carry NaN and are ignored)."""
+    raw = []
+    for u, p, init in zip(data.usage, data.phases, data.initial):
+        n_windows = -(-len(u) // window)
+        rows = policy.allocate(u, p, window, init, data.step)[:n_windows]
+        raw.append(rows)
+    if policy.name == "oracle" or safety is None:
+        return Replay(policy.name, raw)
+    W = max(len(r) for r in raw)
+    R = len(data.resources)
+    stacked = np.full((W, len(raw), R), np.nan)
+    ws = np.full((W, len(raw)), np.nan)
+    mem = safety.memory_index
+    for i, (r, u) in enumerate(zip(raw, data.usage)):
+        stacked[: len(r), i] = r
+        if mem is not None and mem < R:
+            # the latest working set at the start of window w: the last sample before it
+            last = u[window - 1:: window, mem][: len(r) - 1]
+            ws[1: 1 + len(last), i] = last
+    final = apply_safety_sequence(stacked, np.array(data.initial), safety,
+                                  ws if mem is not None and mem < R else None)
+    return Replay(policy.name, [final[: len(r), i] for i, r in enumerate(raw)])
+
+
+# ----------------------------------------------------------------------------- scoring
+@dataclass
+class ResourceScore:
+    """One policy, one resource, aggregated over the scored samples."""
+    allocation: float            # resource-time (unit-hours, GiB-hours for bytes)
+    usage: float
+    vs_oracle: float             # allocation ÷ oracle allocation
+    vs_static_peak: float        # allocation ÷ the execution's peak held for its whole life
+    fulfilment: float            # share of samples with usage <= allocation
+    fulfilment_10: float         # ... with usage <= 1.1 × allocation
+    under_samples: int
+    worst_shortfall: float       # max(usage - allocation), in the resource's unit
+    worst_shortfall_rel: float   # max((usage - allocation) / allocation)
+    oom_windows: int             # windows whose max usage exceeds the allocation
+    resizes: int                 # windows whose allocation differs from the previous one
+    margin_at: dict = field(default_factory=dict)      # target -> margin reaching it
+    vs_oracle_at: dict = field(default_factory=dict)   # target -> allocation ÷ oracle there
+
+
+def _per_sample(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
+    return np.repeat(alloc_windows, window, axis=0)[:n]
+
+
+def _scored_mask(n: int, window: int, include_cold_start: bool) -> np.ndarray:
+    mask = np.ones(n, bool)
+    if not include_cold_start:
+        mask[:window] = False
+    return mask
+
+
+def matched_margin(usage: np.ndarray, alloc: np.ndarray, target: float) -> float:
+    """Smallest m with share(usage <= alloc × (1 + m)) >= target — exact (an order statistic
+    of usage ÷ allocation), the limit the bisection of evaluation.md converges to."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(alloc > 0, usage / alloc, np.where(usage > 0, np.inf, 0.0))
+    if len(ratio) == 0:
+        return float("nan")
+    need = int(np.ceil(target * len(ratio) - 1e-9))
+    need = min(max(need, 1), len(ratio))
+    return float(np.partition(ratio, need - 1)[need - 1] - 1.0)
+
+
+def score(data: ReplayInput, replays: dict[str, Replay], window: int,
+          include_cold_start: bool = False, targets: Sequence[float] = TARGETS,
+          only: Sequence[int] | None = None) -> dict[str, list[ResourceScore]]:
+    """Scores per policy and resource over the executions ``only`` (default: all)."""
+    idx = range(len(data.usage)) if only is None else only
+    hours = data.step / 3600.0
+    scales = [resource_unit_scale(u)[0] for u in data.units]
+    U, M, peak, wins = [], [], [], []
+    for i in idx:
+        u = data.usage[i]
+        m = _scored_mask(len(u), window, include_cold_start)
+        U.append(u[m])
+        M.append(m)
+        peak.append(np.repeat(u.max(0)[None], m.sum(), 0))
+        wins.append(i)
+    usage = np.concatenate(U) if U else np.empty((0, len(scales)))
+    static_peak = np.concatenate(peak) if peak else usage
+    allocs = {}
+    for name, rep in replays.items():
+        allocs[name] = np.concatenate([_per_sample(rep.allocations[i], len(data.usage[i]),
+                                                   window)[m] for i, m in zip(wins, M)]) \
+            if wins else usage
+    oracle = allocs.get("oracle")
+    window_max = {i: np.maximum.reduceat(data.usage[i], np.arange(0, len(data.usage[i]), window),
+                                         axis=0) for i in wins}
+    out: dict[str, list[ResourceScore]] = {}
+    for name, A in allocs.items():
+        rows = []
+        for j, scale in enumerate(scales):
+            a, u = A[:, j], usage[:, j]
+            alloc_t = float(a.sum() * hours / scale)
+            oracle_t = float(oracle[:, j].sum() * hours / scale) if oracle is not None else np.nan
+            short = u - a
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.where(a > 0, short / a, np.where(short > 0, np.inf, 0.0))
+            oom = resizes = 0
+            first = 0 if include_cold_start else 1
+            for i in wins:
+                rw = replays[name].allocations[i][:, j]
+                oom += int(np.count_nonzero(window_max[i][first:, j] > rw[first:]))
+                resizes += int(np.count_nonzero(np.diff(rw[first:]) != 0))
+            s = ResourceScore(
+                allocation=alloc_t, usage=float(u.sum() * hours / scale),
+                vs_oracle=alloc_t / oracle_t if oracle_t else np.nan,
+                vs_static_peak=float(a.sum() / static_peak[:, j].sum()) if len(a) else np.nan,
+                fulfilment=float(np.mean(u <= a)) if len(a) else np.nan,
+                fulfilment_10=float(np.mean(u <= 1.1 * a)) if len(a) else np.nan,
+                under_samples=int(np.count_nonzero(u > a)),
+                worst_shortfall=float(max(short.max(), 0.0)) / scale if len(a) else 0.0,
+                worst_shortfall_rel=float(max(rel.max(), 0.0)) if len(a) else 0.0,
+                oom_windows=oom, resizes=resizes)
+            for t in targets:
+                mm = matched_margin(u, a, t)
+                s.margin_at[t] = mm
+                s.vs_oracle_at[t] = (alloc_t * (1 + mm) / oracle_t
+                                     if oracle_t and np.isfinite(mm) else np.inf)
+            rows.append(s)
+        out[name] = rows
+    return out
+
+
+# ----------------------------------------------------------------------------- the whole run
+POLICIES = ("static", "adaptive-max", "adaptive-stat", "phase", "phase-proactive", "vpa",
+            "oracle")
+NATIVE_UNIT = {"cpu": ("cores", 1.0), "memory": ("bytes", GiB)}
+
+
+@dataclass
+class EvaluationConfig:
+    resources: tuple[str, ...] = ("cpu", "memory")
+    window: int = 40                       # samples: 10 min at 15 s
+    test_fraction: float = 0.3
+    seed: int = 0
+    policies: tuple[str, ...] = POLICIES
+    statistic: str = "mean+kstd"
+    k: float = 2.0
+    margin: float = 0.0
+    reader: str = "last"
+    proactive_mode: str = "worst-likely"
+    proactive_threshold: float = 0.2
+    vpa_prewarm: bool = True
+    include_cold_start: bool = False
+    initial: str = "peak"
+    safety: SafetyConfig | None = None
+    targets: tuple[float, ...] = TARGETS
+
+
+@dataclass
+class EvaluationResult:
+    config: EvaluationConfig
+    data: ReplayInput                       # the held-out executions
+    replays: dict[str, Replay]
+    scores: dict[str, list[ResourceScore]]  # aggregate over held-out executions
+    per_execution: list[dict[str, list[ResourceScore]]]
+    n_train: int
+    model: object | None
+
+
+def vpa_scale(resource: str, unit: str, usage: np.ndarray) -> tuple[float, bool]:
+    """Factor into VPA's native unit, and whether the unit already is native."""
+    native, typical = NATIVE_UNIT.get(resource, ("", 1.0))
+    if unit == native:
+        return 1.0, True
+    positive = usage[usage > 0]
+    return (typical / float(np.median(positive)) if len(positive) else 1.0), False
+
+
+def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None) -> list[Policy]:
+    """The named policies, parameterised from the config and the fitted model."""
+    from ai4dl.policy import policies as P
+
+    out: list[Policy] = []
+    for name in cfg.policies:
+        if name == "static":
+            out.append(P.Static())
+        elif name == "adaptive-max":
+            out.append(P.AdaptiveMax())
+        elif name == "adaptive-stat":
+            out.append(P.AdaptiveStat(k=cfg.k))
+        elif name == "oracle":
+            out.append(P.Oracle())
+        elif name in ("phase", "phase-proactive"):
+            if model is None:
+                raise ValueError(f"policy {name!r} needs a phase model")
+            idx = [model.features_.index(r) for r in cfg.resources]
+            levels = P.phase_levels(model.phase_stats_, idx, cfg.statistic, cfg.k)
+            if name == "phase":
+                out.append(P.PhasePolicy(levels, cfg.margin, cfg.reader))
+            else:
+                dwell = np.array([s["dwell"]["p90"] for s in model.phase_stats_])
+                out.append(P.PhaseProactive(levels, np.asarray(model.transitions_), dwell,
+                                            cfg.margin, cfg.proactive_mode,
+                                            cfg.proactive_threshold))
+        elif name == "vpa":
+            units = train.units if train is not None else ("",) * len(cfg.resources)
+            pooled = (np.concatenate(train.usage) if train is not None and train.usage
+                      else np.ones((1, len(cfg.resources))))
+            scales = [vpa_scale(r, u, pooled[:, j]) for j, (r, u) in
+                      enumerate(zip(cfg.resources, units))]
+            out.append(P.VpaPolicy(resources=tuple(cfg.resources),
+                                   scale=tuple(s for s, _ in scales),
+                                   native_units=all(n for _, n in scales),
+                                   prewarm=train.usage if (cfg.vpa_prewarm and train) else None))
+        else:
+            raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    return out
+
+
+def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict | None = None,
+                   on_stage=None) -> EvaluationResult:
+    """Split by execution group (seeded), fit the phase model on the train side only (unless
+    one is given), replay the test side through every policy and score it."""
+    from ai4dl.model import PhaseModel
+
+    say = on_stage or (lambda msg: None)
+    needs_model = any(p in ("phase", "phase-proactive") for p in cfg.policies)
+    if cfg.test_fraction > 0:
+        train, test = traces.split_by_group(cfg.test_fraction, cfg.seed)
+    else:
+        train, test = traces, traces
+    if needs_model and model is None:
+        say(f"fitting the phase model on {len(train)} train executions")
+        model = PhaseModel(random_state=cfg.seed, **(model_params or {})).fit(train)
+    say(f"replaying {len(test)} held-out executions")
+    data = prepare(list(test), cfg.resources, model if needs_model else None, cfg.initial)
+    train_data = prepare(list(train), cfg.resources, None, cfg.initial) \
+        if "vpa" in cfg.policies else None
+    policies = build_policies(cfg, model, train_data)
+    if "oracle" not in cfg.policies:
+        from ai4dl.policy.policies import Oracle
+        policies.append(Oracle())
+    replays = {}
+    for p in policies:
+        say(f"policy {p.name}")
+        replays[p.name] = replay(data, p, cfg.window, cfg.safety)
+    scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets)
+    per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i])
+                for i in range(len(data.usage))]
+    return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model)
