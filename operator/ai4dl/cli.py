@@ -229,6 +229,19 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
     return written
 
 
+def cmd_synthetic(args: argparse.Namespace) -> int:
+    from ai4dl import synthetic
+    from ai4dl.io.writers import write_long_csv
+
+    if args.executions < 1:
+        raise Ai4dlError("--executions must be at least 1")
+    cfg = synthetic.SyntheticConfig(n_features=4 if args.gpu else 2)
+    traces, _ = synthetic.generate(args.executions, seed=args.seed, config=cfg)
+    path = write_long_csv(traces, args.output)
+    _say(args, f"wrote {path}: {traces.summary()}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from sklearn.metrics import adjusted_rand_score
 
@@ -261,10 +274,213 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- evaluate
+def _policies_arg(text: str | None) -> tuple[str, ...]:
+    from ai4dl.evaluate import POLICIES
+
+    if text is None:
+        return tuple(POLICIES)
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise Ai4dlError("--policies expects a comma-separated list of policies")
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise Ai4dlError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    return tuple(names)
+
+
+def _evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
+    """EvaluationConfig keywords (all but resources and safety) and the model's fit options,
+    checked before any data is read."""
+    import math
+
+    if args.window < 1:
+        raise Ai4dlError(f"--window must be at least 1 sample, got {args.window}")
+    if not 0.0 <= args.test_fraction < 1.0:
+        raise Ai4dlError(f"--test-fraction must be in [0, 1), got {args.test_fraction:g}")
+    if not math.isfinite(args.k):
+        raise Ai4dlError(f"--k must be a finite number, got {args.k}")
+    if not (math.isfinite(args.margin) and args.margin > -1.0):
+        raise Ai4dlError(f"--margin must be a number above -1, got {args.margin}")
+    if not 0.0 < args.proactive_threshold <= 1.0:
+        raise Ai4dlError(f"--proactive-threshold must be in (0, 1], got "
+                         f"{args.proactive_threshold:g}")
+    if args.plot_executions < 0:
+        raise Ai4dlError(f"--plot-executions must be 0 or more, got {args.plot_executions}")
+    kw = dict(window=args.window, test_fraction=args.test_fraction, seed=args.seed,
+              policies=_policies_arg(args.policies), statistic=args.statistic, k=args.k,
+              margin=args.margin, reader=args.reader, proactive_mode=args.proactive_mode,
+              proactive_threshold=args.proactive_threshold, vpa_prewarm=not args.no_vpa_prewarm,
+              include_cold_start=args.include_cold_start, initial=args.initial)
+    if getattr(args, "phase_scope", None) is not None:
+        kw["phase_scope"] = args.phase_scope
+    params: dict = {}
+    if args.phases is not None:
+        if args.phases == "auto":
+            params["n_phases"] = "auto"
+        else:
+            try:
+                params["n_phases"] = int(args.phases)
+            except ValueError:
+                raise Ai4dlError(f"--phases expects 'auto' or an integer, got "
+                                 f"{args.phases!r}") from None
+            if params["n_phases"] < 1:
+                raise Ai4dlError(f"--phases must be at least 1, got {args.phases}")
+    for flag, key in (("epochs", "epochs"), ("hidden", "n_hidden"), ("history", "n_history")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value < 1:
+                raise Ai4dlError(f"--{flag} must be at least 1, got {value}")
+            params[key] = value
+    return kw, params
+
+
+def _evaluation_resources(args: argparse.Namespace, traces) -> tuple[str, ...]:
+    have = tuple(traces.features)
+    if args.resources is None:
+        chosen = tuple(r for r in ("cpu", "memory") if r in have)
+        if not chosen:
+            raise Ai4dlError(f"the traces have no cpu or memory feature (they have "
+                             f"{', '.join(have)}); name the resources with --resources")
+        return chosen
+    chosen = tuple(dict.fromkeys(r.strip() for r in args.resources.split(",") if r.strip()))
+    if not chosen:
+        raise Ai4dlError("--resources expects a comma-separated list of features")
+    for r in chosen:
+        if r not in have:
+            raise Ai4dlError(f"--resources: the traces have no feature {r!r} (they have "
+                             f"{', '.join(have)})")
+    return chosen
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ai4dl import evaluation_report as report
+    from ai4dl.evaluate import EvaluationConfig, run_evaluation
+    from ai4dl.policy.safety import SafetyConfig
+
+    kw, model_params = _evaluation_flags(args)
+    phase_policies = [p for p in kw["policies"] if p in ("phase", "phase-proactive")]
+    model = None
+    if args.model:
+        from ai4dl.io.modelfile import load_model
+
+        model = load_model(args.model)
+        if model_params:
+            print("ai4dl: warning: --model given: the fit options (--phases, --epochs, "
+                  "--hidden, --history) are ignored", file=sys.stderr)
+            model_params = {}
+        if not phase_policies:
+            print("ai4dl: warning: --model given but no phase policy is evaluated: the model "
+                  "is not used", file=sys.stderr)
+    traces = load_from_args(args)
+    resources = _evaluation_resources(args, traces)
+    if model is not None and phase_policies:
+        missing = [f for f in (*resources, *model.features_) if f not in model.features_
+                   or f not in traces.features]
+        if missing:
+            raise Ai4dlError(f"{args.model}: the model (features {', '.join(model.features_)}) "
+                             f"does not fit these traces and resources (feature "
+                             f"{missing[0]!r} missing)")
+    safety = None
+    if args.safety == "operator":
+        safety = SafetyConfig.operator_defaults(
+            len(resources), resources.index("memory") if "memory" in resources else None)
+    cfg = EvaluationConfig(resources=resources, safety=safety, **kw)
+    _say(args, f"evaluating {', '.join(cfg.policies)} on {traces.summary()}")
+    result = run_evaluation(traces, cfg, model=model, model_params=model_params or None,
+                            on_stage=lambda msg: _say(args, msg))
+    ctx = report.make_context(traces, result, str(args.traces), args.model)
+    sweep = None
+    if args.sweep:
+        sweep = report.run_sweep(result, on_stage=lambda msg: _say(args, msg))
+        if not sweep:
+            print("ai4dl: warning: --sweep: none of phase, phase-proactive, adaptive-stat is "
+                  "evaluated: nothing to sweep", file=sys.stderr)
+    text = report.render_markdown(result, ctx)
+    sys.stdout.write(text)
+    written: list[Path] = []
+    if args.markdown:
+        path = Path(args.markdown)
+        path.write_text(text)
+        written.append(path)
+    if args.json:
+        doc = report.to_json(result, ctx, sweep, model_params)
+        path = Path(args.json)
+        path.write_text(json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n")
+        written.append(path)
+    if args.plots:
+        from ai4dl.evaluation_plots import write_evaluation_plots
+
+        _say(args, "plotting")
+        written += write_evaluation_plots(result, args.plots, args.plot_executions, sweep)
+    if written:
+        _say(args, "wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 def _say(args: argparse.Namespace, msg: str) -> None:
     if not getattr(args, "quiet", False):
         print(f"ai4dl: {msg}", file=sys.stderr)
+
+
+def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
+    from dataclasses import fields
+
+    from ai4dl.evaluate import POLICIES, EvaluationConfig
+    from ai4dl.policy.policies import PHASE_READERS, STATISTICS
+
+    add_trace_args(p)
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--window", type=int, default=40, help="samples per re-scheduling window "
+                   "(default 40 = 10 min at 15 s)")
+    g.add_argument("--resources", help="comma-separated managed resources (default: cpu and "
+                   "memory, those the traces have)")
+    g.add_argument("--policies", help=f"comma-separated policies (default all: "
+                   f"{','.join(POLICIES)})")
+    g.add_argument("--test-fraction", type=float, default=0.3, help="share of execution groups "
+                   "held out for scoring (default 0.3; 0 = no split, fit and score on all)")
+    g.add_argument("--seed", type=int, default=0, help="split and model seed (default 0)")
+    g.add_argument("--include-cold-start", action="store_true", help="score each execution's "
+                   "first window too (default: excluded)")
+    g.add_argument("--initial", choices=("peak", "trace"), default="peak", help="request before "
+                   "the first resize: the execution's peak (default) or the trace's own request")
+    g.add_argument("--safety", choices=("none", "operator"), default="none", help="safety layer "
+                   "on every policy but the oracle: none (default) or the operator's defaults")
+    g = p.add_argument_group("policy parameters")
+    g.add_argument("--statistic", choices=STATISTICS, default="mean+kstd",
+                   help="phase level statistic (default mean+kstd)")
+    g.add_argument("--k", type=float, default=2.0, help="k of mean + k·std, for the phase "
+                   "policies and adaptive-stat (default 2)")
+    g.add_argument("--margin", type=float, default=0.0, help="relative head-room of the phase "
+                   "policies (default 0)")
+    g.add_argument("--reader", choices=PHASE_READERS, default="last", help="how the phase "
+                   "policy reads the previous window's phases (default last)")
+    if "phase_scope" in {f.name for f in fields(EvaluationConfig)}:
+        g.add_argument("--phase-scope", choices=("model", "execution"), default=None,
+                       help="phase levels from the model (default) or from this execution's "
+                            "own samples so far")
+    g.add_argument("--proactive-mode", choices=("worst-likely", "expected"),
+                   default="worst-likely", help="phase-proactive forecast (default worst-likely)")
+    g.add_argument("--proactive-threshold", type=float, default=0.2, help="worst-likely: "
+                   "phases visited with at least this probability count (default 0.2)")
+    g.add_argument("--no-vpa-prewarm", action="store_true", help="VPA starts empty instead of "
+                   "with the training executions' history")
+    g = p.add_argument_group("phase model")
+    g.add_argument("--model", help="a fitted model file to use (no fit)")
+    g.add_argument("--phases", help="number of phases or 'auto' (default auto)")
+    g.add_argument("--epochs", type=int, help="maximum CRBM epochs (default 60)")
+    g.add_argument("--hidden", type=int, help="CRBM hidden units (default 10)")
+    g.add_argument("--history", type=int, help="CRBM history frames (default 3)")
+    g = p.add_argument_group("output")
+    g.add_argument("--json", metavar="FILE", help="write the full results (with per-execution "
+                   "scores) as JSON")
+    g.add_argument("--markdown", metavar="FILE", help="write the printed report as markdown")
+    g.add_argument("--plots", metavar="DIR", help="write figures (PNG) into DIR")
+    g.add_argument("--plot-executions", type=int, default=2, help="executions to plot, the "
+                   "longest held-out ones (default 2)")
+    g.add_argument("--sweep", action="store_true", help="also sweep k and margin of the phase "
+                   "policies and k of adaptive-stat (trade-off figure, JSON 'sweep')")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -313,6 +529,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executions", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("synthetic", help="write synthetic DL training jobs (the demo's data) as "
+                       "a long CSV")
+    p.add_argument("-o", "--output", default="synthetic.csv")
+    p.add_argument("--executions", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpu", action="store_true", help="also gpu_util and gpu_memory")
+    p.set_defaults(func=cmd_synthetic)
+
+    p = sub.add_parser("evaluate", help="replay traces through provisioning policies and score "
+                       "them (allocation ÷ oracle at matched fulfilment)")
+    _add_evaluate_args(p)
+    p.set_defaults(func=cmd_evaluate)
     return parser
 
 

@@ -45,6 +45,8 @@ class ReplayInput:
     step: float
     resources: tuple[str, ...]
     units: tuple[str, ...]
+    groups: list[str] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
 
 
 def initial_request(ex: Execution, usage: np.ndarray, resources: Sequence[str]) -> np.ndarray:
@@ -70,18 +72,34 @@ def prepare(executions: Sequence[Execution], resources: Sequence[str], model=Non
     ex0 = executions[0]
     return ReplayInput([e.name for e in executions], usage, phases, init,
                        float(ex0.step or 0.0), tuple(resources),
-                       tuple(ex0.select(resources).units))
+                       tuple(ex0.select(resources).units), [e.group for e in executions],
+                       [float(e.times[0]) if len(e) else 0.0 for e in executions])
 
 
 def replay(data: ReplayInput, policy: Policy, window: int,
-           safety: SafetyConfig | None = None) -> Replay:
+           safety: SafetyConfig | None = None, workload_state: bool = True) -> Replay:
     """Allocation per window for every execution: the policy's rows, then the safety layer
-    applied to all executions at once (padded windows carry NaN and are ignored)."""
-    raw = []
-    for u, p, init in zip(data.usage, data.phases, data.initial):
+    applied to all executions at once (padded windows carry NaN and are ignored).
+
+    A policy that learns per workload (VPA) sees the executions of one group in start-time
+    order, carrying its state from one to the next (``workload_state``)."""
+    raw: list = [None] * len(data.usage)
+    stateful = getattr(policy, "uses_workload_state", False)
+    order = sorted(range(len(data.usage)),
+                   key=lambda i: (data.groups[i] if data.groups else "",
+                                  data.starts[i] if data.starts else 0.0))
+    states: dict = {}
+    for i in order:
+        u, p, init = data.usage[i], data.phases[i], data.initial[i]
         n_windows = -(-len(u) // window)
-        rows = policy.allocate(u, p, window, init, data.step)[:n_windows]
-        raw.append(rows)
+        if stateful:
+            state = (states.setdefault(data.groups[i], policy.new_state()) if workload_state
+                     else None)
+            rows = policy.allocate(u, p, window, init, data.step, state=state,
+                                   t0=data.starts[i] if data.starts else 0.0)
+        else:
+            rows = policy.allocate(u, p, window, init, data.step)
+        raw[i] = rows[:n_windows]
     if policy.name == "oracle" or safety is None:
         return Replay(policy.name, raw)
     W = max(len(r) for r in raw)
@@ -220,9 +238,10 @@ class EvaluationConfig:
     k: float = 2.0
     margin: float = 0.0
     reader: str = "last"
+    phase_scope: str = "model"             # or "execution": see PhasePolicy
     proactive_mode: str = "worst-likely"
     proactive_threshold: float = 0.2
-    vpa_prewarm: bool = True
+    vpa_prewarm: bool = True               # VPA carries each workload's (group's) history
     include_cold_start: bool = False
     initial: str = "peak"
     safety: SafetyConfig | None = None
@@ -269,12 +288,12 @@ def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None) -> l
             idx = [model.features_.index(r) for r in cfg.resources]
             levels = P.phase_levels(model.phase_stats_, idx, cfg.statistic, cfg.k)
             if name == "phase":
-                out.append(P.PhasePolicy(levels, cfg.margin, cfg.reader))
+                out.append(P.PhasePolicy(levels, cfg.margin, cfg.reader, cfg.phase_scope, cfg.k))
             else:
                 dwell = np.array([s["dwell"]["p90"] for s in model.phase_stats_])
                 out.append(P.PhaseProactive(levels, np.asarray(model.transitions_), dwell,
                                             cfg.margin, cfg.proactive_mode,
-                                            cfg.proactive_threshold))
+                                            cfg.proactive_threshold, cfg.phase_scope, cfg.k))
         elif name == "vpa":
             units = train.units if train is not None else ("",) * len(cfg.resources)
             pooled = (np.concatenate(train.usage) if train is not None and train.usage
@@ -283,8 +302,7 @@ def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None) -> l
                       enumerate(zip(cfg.resources, units))]
             out.append(P.VpaPolicy(resources=tuple(cfg.resources),
                                    scale=tuple(s for s, _ in scales),
-                                   native_units=all(n for _, n in scales),
-                                   prewarm=train.usage if (cfg.vpa_prewarm and train) else None))
+                                   native_units=all(n for _, n in scales)))
         else:
             raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
     return out
@@ -316,7 +334,7 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     replays = {}
     for p in policies:
         say(f"policy {p.name}")
-        replays[p.name] = replay(data, p, cfg.window, cfg.safety)
+        replays[p.name] = replay(data, p, cfg.window, cfg.safety, cfg.vpa_prewarm)
     scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets)
     per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i])
                 for i in range(len(data.usage))]

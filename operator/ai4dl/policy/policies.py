@@ -16,7 +16,6 @@ and applies the last row, the window about to start. Everything here is pure num
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -118,30 +117,70 @@ def phase_levels(phase_stats: Sequence[dict], feature_index: Sequence[int], stat
 def read_phase(prev: np.ndarray, levels: np.ndarray, reader: str) -> np.ndarray:
     """Level (rows, R) implied by each previous window's phases (rows, W), per ``reader``:
     ``last`` the phase of the last sample; ``majority`` the most frequent phase; ``max`` the
-    most demanding phase seen (per resource)."""
+    most demanding phase seen (per resource). ``levels`` is (k, R), or (rows, k, R) when each
+    window has its own table (execution-scoped statistics)."""
+    m = len(prev)
+    L = levels if levels.ndim == 3 else np.broadcast_to(levels, (m, *levels.shape))
+    rows = np.arange(m)
     if reader == "last":
-        return levels[prev[:, -1]]
+        return L[rows, prev[:, -1]]
     if reader == "majority":
-        k = len(levels)
+        k = L.shape[1]
         counts = (prev[:, :, None] == np.arange(k)[None, None, :]).sum(1)
-        return levels[counts.argmax(1)]
+        return L[rows, counts.argmax(1)]
     if reader == "max":
-        return levels[prev].max(1)
+        return L[rows[:, None], prev].max(1)
     raise ValueError(f"phase reader must be one of {', '.join(PHASE_READERS)}, not {reader!r}")
+
+
+def execution_levels(usage: np.ndarray, phases: np.ndarray, window: int, k_phases: int,
+                     k: float, fallback: np.ndarray, min_samples: int) -> np.ndarray:
+    """(rows, k_phases, R): at the start of each window w >= 1, mean + k·σ of this execution's
+    own samples of each phase seen so far; the model's level where a phase has fewer than
+    ``min_samples`` samples yet. Running sums make it one pass over the execution."""
+    m = len(phases) // window
+    onehot = (phases[: m * window, None] == np.arange(k_phases)[None, :]).astype(np.float64)
+    u = usage[: m * window]
+    ends = np.arange(window, m * window + 1, window) - 1
+    count = np.cumsum(onehot, 0)[ends]                                    # (m, kp)
+    s1 = np.cumsum(onehot[:, :, None] * u[:, None, :], 0)[ends]           # (m, kp, R)
+    s2 = np.cumsum(onehot[:, :, None] * (u ** 2)[:, None, :], 0)[ends]
+    c = np.maximum(count, 1)[:, :, None]
+    mean = s1 / c
+    std = np.sqrt(np.maximum(s2 / c - mean ** 2, 0.0))
+    local = mean + k * std
+    return np.where((count >= min_samples)[:, :, None], local, fallback[None])
 
 
 @dataclass(frozen=True)
 class PhasePolicy:
-    """The current phase's statistic (default mean + 2σ) times (1 + margin)."""
+    """The current phase's statistic (default mean + 2σ) times (1 + margin).
+
+    ``scope="model"`` takes the statistic from the model (all training executions);
+    ``scope="execution"`` from this execution's own samples of that phase so far (mean + k·σ),
+    falling back to the model's until ``min_samples`` have been seen. The second keeps the
+    phase structure but adapts to each job's own scale (jobs differ in size far more than
+    their phases differ in shape).
+    """
     levels: np.ndarray               # (n_phases, R), see phase_levels
     margin: float = 0.0
     reader: str = "last"
+    scope: str = "model"
+    k: float = 2.0
+    min_samples: int = 10
     name: str = "phase"
     needs_phases: bool = True
 
     def allocate(self, usage, phases, window, initial, step):
-        prev = _windows(np.asarray(phases), window)
-        return _with_cold_start(initial, read_phase(prev, self.levels, self.reader)
+        phases = np.asarray(phases)
+        prev = _windows(phases, window)
+        levels = np.asarray(self.levels)
+        if self.scope == "execution":
+            levels = execution_levels(np.asarray(usage, np.float64), phases, window,
+                                      len(levels), self.k, levels, self.min_samples)
+        elif self.scope != "model":
+            raise ValueError(f"scope must be 'model' or 'execution', not {self.scope!r}")
+        return _with_cold_start(initial, read_phase(prev, levels, self.reader)
                                 * (1.0 + self.margin))
 
 
@@ -180,6 +219,9 @@ class PhaseProactive:
     margin: float = 0.0
     mode: str = "worst-likely"
     threshold: float = 0.2
+    scope: str = "model"             # as PhasePolicy: levels from the model or this execution
+    k: float = 2.0
+    min_samples: int = 10
     name: str = "phase-proactive"
     needs_phases: bool = True
 
@@ -215,13 +257,18 @@ class PhaseProactive:
         late = elapsed > np.asarray(self.dwell_p90)[current]
         probs = np.where(late[:, None], overdue[current], normal[current])   # (m, k)
         L = np.asarray(self.levels)
+        if self.scope == "execution":
+            L = execution_levels(np.asarray(usage, np.float64), phases, window, len(L), self.k,
+                                 L, self.min_samples)
+        else:
+            L = np.broadcast_to(L, (m, *L.shape))
         if self.mode == "worst-likely":
             ok = probs >= self.threshold
             ok[np.arange(m), current] |= ~late
             ok[np.arange(m), probs.argmax(1)] = True   # never an empty forecast
-            rows = np.where(ok[:, :, None], L[None], -np.inf).max(1)
+            rows = np.where(ok[:, :, None], L, -np.inf).max(1)
         else:
-            rows = probs @ L
+            rows = np.einsum("mk,mkr->mr", probs, L)
         return _with_cold_start(initial, rows * (1.0 + self.margin))
 
 
@@ -238,32 +285,33 @@ def _run_length_at(labels: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- VPA
 @dataclass
 class VpaPolicy:
-    """The VPA recommender's target (faithful re-implementation in ai4dl.policy.vpa), fed the
-    execution's samples window by window; optionally pre-warmed with the training executions
-    of the same workload (VPA aggregates per workload, so past pods inform new ones).
+    """The VPA recommender's target (the faithful re-implementation in ai4dl.policy.vpa), fed
+    the execution's samples window by window.
 
-    ``scale`` maps each resource to VPA's native unit (cores, bytes) — for traces in percent,
-    a factor putting values in the histograms' range; the pod minimums (25 millicores,
-    250 MiB) only apply when the units are native (``native_units``). Memory usage above the
-    target within a window counts as an OOM for the next recommendation (the OOM bump).
+    VPA aggregates per workload, so a pod starts from what earlier pods of the same workload
+    taught it: pass the workload's recommender ``state`` (from :meth:`new_state`) to carry it
+    across executions (the evaluator does, per execution group, in start-time order). With no
+    state, every execution starts cold.
+
+    ``scale`` maps each resource to VPA's native unit (cores, bytes) — for traces in percent or
+    fractions, a factor putting values in the histograms' range; the pod minimums (25
+    millicores, 250 MiB) only apply when the units are native (``native_units``). Memory usage
+    above the target within a window counts as an OOM for later recommendations (the OOM
+    bump), as the kubelet's OOM kill would tell VPA.
     """
     resources: tuple[str, ...] = ("cpu", "memory")
     scale: tuple[float, ...] = (1.0, 1.0)
     native_units: bool = True
-    prewarm: list | None = None      # list of usage arrays (n_i, R) in the same units
     name: str = "vpa"
     needs_phases: bool = False
+    uses_workload_state: bool = True
 
-    def __post_init__(self):
+    def new_state(self):
         from ai4dl.policy.vpa import VpaConfig, VpaRecommender
 
         cfg = VpaConfig() if self.native_units else VpaConfig(pod_min_cpu_millicores=0.0,
                                                               pod_min_memory_mb=0.0)
-        self._base = VpaRecommender(cfg)
-        self._clock = 0.0
-        for u in self.prewarm or []:
-            self._feed(self._base, np.asarray(u, np.float64), self._clock, 15.0)
-            self._clock += 15.0 * len(u)
+        return VpaRecommender(cfg)
 
     def _feed(self, rec, usage: np.ndarray, t0: float, step: float) -> None:
         times = t0 + step * np.arange(len(usage))
@@ -278,10 +326,9 @@ class VpaPolicy:
             elif r == "memory":
                 rec.add_memory_samples(times, col)
 
-    def allocate(self, usage, phases, window, initial, step):
+    def allocate(self, usage, phases, window, initial, step, state=None, t0: float = 0.0):
         usage = np.asarray(usage, np.float64)
-        rec = copy.deepcopy(self._base)
-        t0 = self._clock + 3600.0
+        rec = state if state is not None else self.new_state()
         rows = n_rows(len(usage), window)
         out = np.empty((rows, usage.shape[1]))
         mem = self.resources.index("memory") if "memory" in self.resources else None

@@ -1,0 +1,232 @@
+"""Figures of an :class:`~ai4dl.evaluate.EvaluationResult` (matplotlib, Agg): usage and every
+policy's allocation for chosen executions, the k/margin trade-off with its Pareto frontier,
+and allocation ÷ oracle at matched fulfilment per policy. Figure functions return figures;
+:func:`write_evaluation_plots` saves them as PNG."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from ai4dl.evaluate import EvaluationResult  # noqa: E402
+from ai4dl.evaluation_report import (pareto_front, policy_order, primary_target,  # noqa: E402
+                                     target_label)
+
+DPI = 110
+_COLOURS = {"static": "tab:brown", "adaptive-max": "tab:orange", "adaptive-stat": "tab:green",
+            "phase": "tab:blue", "phase-proactive": "tab:purple", "vpa": "tab:red",
+            "oracle": "0.35"}
+_MARGIN_MARKERS = ("o", "s", "^", "D", "v", "P")
+_DISPLAY = {"bytes": (1024.0 ** 3, "GiB"), "percent": (1.0, "%")}
+
+
+def policy_colour(name: str):
+    if name in _COLOURS:
+        return _COLOURS[name]
+    return plt.get_cmap("tab10")((hash(name) % 7) + 3)
+
+
+def _display(unit: str) -> tuple[float, str]:
+    return _DISPLAY.get(unit, (1.0, unit))
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+# ----------------------------------------------------------------------------- executions
+def execution_figure(result: EvaluationResult, i: int):
+    """One panel per resource: usage (black) and each policy's allocation as a step line
+    (oracle dashed), hours since the start on x; the legend gives each policy's
+    allocation ÷ oracle on this execution."""
+    data, cfg = result.data, result.config
+    u = data.usage[i]
+    n, W, step = len(u), cfg.window, data.step
+    hours = step / 3600.0
+    t = np.arange(n) * hours
+    n_win = -(-n // W)
+    edges = np.minimum(np.arange(n_win + 1) * W, n) * hours
+    R = len(data.resources)
+    fig, axes = plt.subplots(R, 1, figsize=(11.5, 2.5 * R + 0.9), sharex=True, squeeze=False)
+    names = policy_order(list(result.replays))
+    per = result.per_execution[i] if i < len(result.per_execution) else {}
+    for j, ax in enumerate(axes[:, 0]):
+        div, unit = _display(data.units[j])
+        if not cfg.include_cold_start and n_win > 1:
+            ax.axvspan(0, edges[1], color="0.85", alpha=0.6, lw=0,
+                       label="cold start (not scored)")
+        ax.plot(t, u[:, j] / div, color="black", lw=0.8, label="usage", zorder=5)
+        for name in names:
+            alloc = result.replays[name].allocations[i][:n_win, j] / div
+            s = per[name][j] if name in per else None
+            tag = (f" (×{s.vs_oracle:.2f} oracle)"
+                   if s is not None and name != "oracle" and math.isfinite(s.vs_oracle) else "")
+            ax.stairs(alloc, edges, color=policy_colour(name), lw=1.6 if name == "oracle" else 1.2,
+                      ls="--" if name == "oracle" else "-", label=name + tag,
+                      zorder=6 if name == "oracle" else 4, baseline=None)
+        ax.set_ylabel(f"{data.resources[j]} [{unit}]", fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.margins(x=0)
+        ax.grid(alpha=0.25, lw=0.5)
+        ax.tick_params(labelsize=8)
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7.5, frameon=False)
+    axes[-1, 0].set_xlabel("hours since the execution started", fontsize=9)
+    axes[0, 0].set_title(f"{data.names[i]}: usage and allocation per policy "
+                         f"(window {W} samples = {W * step / 60:g} min; legend: allocation ÷ "
+                         f"oracle on this execution)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def chosen_executions(result: EvaluationResult, n: int) -> list[int]:
+    """The ``n`` longest held-out executions (most windows to look at)."""
+    lengths = [len(u) for u in result.data.usage]
+    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))[: max(n, 0)]
+
+
+# ----------------------------------------------------------------------------- trade-off
+def sweep_figure(result: EvaluationResult, sweep: Sequence[dict]):
+    """Allocation ÷ oracle against raw fulfilment per resource: the swept policies (colour
+    per policy, marker per margin, a line through the k values), the run's policies as
+    stars, the oracle, and the Pareto frontier of everything but the oracle."""
+    data = result.data
+    R = len(data.resources)
+    fig, axes = plt.subplots(1, R, figsize=(6.4 * R, 5.4), squeeze=False)
+    margins = sorted({p["margin"] for p in sweep})
+    marker = {m: _MARGIN_MARKERS[i % len(_MARGIN_MARKERS)] for i, m in enumerate(margins)}
+    families = list(dict.fromkeys(p["policy"] for p in sweep))
+    for j, ax in enumerate(axes[0]):
+        xs, ys, labels = [], [], []
+        for fam in families:
+            for m in margins:
+                pts = sorted((p for p in sweep if p["policy"] == fam and p["margin"] == m),
+                             key=lambda p: p["k"])
+                if not pts:
+                    continue
+                x = [100 * p["scores"][j].fulfilment for p in pts]
+                y = [p["scores"][j].vs_oracle for p in pts]
+                ax.plot(x, y, color=policy_colour(fam), lw=0.8, alpha=0.6)
+                ax.scatter(x, y, color=policy_colour(fam), marker=marker[m], s=28, zorder=3,
+                           edgecolor="white", linewidth=0.4)
+                for p, xi, yi in zip(pts, x, y):
+                    xs.append(xi)
+                    ys.append(yi)
+                    labels.append(f"{fam} k={p['k']:g} m={p['margin']:g}")
+                if m == margins[0]:
+                    for p, xi, yi in ((pts[0], x[0], y[0]), (pts[-1], x[-1], y[-1])):
+                        if len(pts) > 1:
+                            ax.annotate(f"k={p['k']:g}", (xi, yi), textcoords="offset points",
+                                        xytext=(4, -9), fontsize=6.5, color=policy_colour(fam))
+        for name in policy_order(list(result.scores)):
+            s = result.scores[name][j]
+            if name == "oracle":
+                ax.scatter([100 * s.fulfilment], [s.vs_oracle], marker="X", s=90, color="black",
+                           zorder=6)
+                continue
+            ax.scatter([100 * s.fulfilment], [s.vs_oracle], marker="*", s=170,
+                       color=policy_colour(name), edgecolor="black", linewidth=0.6, zorder=5)
+            xs.append(100 * s.fulfilment)
+            ys.append(s.vs_oracle)
+            labels.append(name)
+        front = pareto_front(xs, ys)
+        if front:
+            fx = [xs[i] for i in front]
+            fy = [ys[i] for i in front]
+            # between two frontier points, the cheaper way to the higher fulfilment is the
+            # next point: the attainable boundary steps up first, then runs right
+            ax.step(fx, fy, where="pre", color="black", ls=":", lw=1.2, zorder=2)
+            ax.scatter(fx, fy, s=110, facecolor="none", edgecolor="black", lw=1.0, zorder=4)
+        for t in result.config.targets:
+            ax.axvline(100 * t, color="0.6", lw=0.7, ls="--")
+            ax.text(100 * t, 0.01, f"{target_label(t)} ", rotation=90, va="bottom",
+                    ha="right", fontsize=7, color="0.45", transform=ax.get_xaxis_transform())
+        ax.axhline(1.0, color="0.6", lw=0.7)
+        ax.set_xlabel("fulfilment: samples with usage ≤ allocation [%]", fontsize=9)
+        ax.set_ylabel("allocation ÷ oracle allocation", fontsize=9)
+        ax.set_title(f"{data.resources[j]}: cost vs fulfilment (lower right is better)",
+                     fontsize=10)
+        ax.grid(alpha=0.25, lw=0.5)
+        ax.tick_params(labelsize=8)
+    handles = [Line2D([], [], color=policy_colour(f), marker="o", lw=0.8,
+                      label=f"{f} (k swept)") for f in families]
+    handles += [Line2D([], [], color="0.4", marker=marker[m], lw=0, label=f"margin {m:g}")
+                for m in margins]
+    handles += [Line2D([], [], color=policy_colour(n), marker="*", markersize=11, lw=0,
+                       markeredgecolor="black", label=f"{n} (as run)")
+                for n in policy_order(list(result.scores)) if n != "oracle"]
+    handles += [Line2D([], [], color="black", marker="X", lw=0, label="oracle"),
+                Line2D([], [], color="black", ls=":", marker="o", markerfacecolor="none",
+                       label="Pareto frontier")]
+    fig.legend(handles=handles, loc="center right", fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.83, 1))
+    return fig
+
+
+# ----------------------------------------------------------------------------- bars
+def matched_bars_figure(result: EvaluationResult, target: float | None = None):
+    """Allocation ÷ oracle at matched fulfilment, one group of bars per policy (one bar per
+    resource); a target no margin reaches is a hatched bar marked "unreachable"."""
+    t = primary_target(result) if target is None else target
+    data = result.data
+    names = policy_order(list(result.scores))
+    R = len(data.resources)
+    vals = np.array([[result.scores[n][j].vs_oracle_at.get(t, math.nan) for j in range(R)]
+                     for n in names], float)
+    finite = vals[np.isfinite(vals)]
+    top = (finite.max() if len(finite) else 1.0) * 1.15
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(names) + 2), 4.4))
+    width = 0.8 / max(R, 1)
+    x = np.arange(len(names))
+    shades = plt.get_cmap("tab20c")
+    for j in range(R):
+        pos = x - 0.4 + width * (j + 0.5)
+        v = vals[:, j]
+        ok = np.isfinite(v)
+        ax.bar(pos[ok], v[ok], width * 0.92, color=shades(4 * j), edgecolor="black",
+               linewidth=0.5, label=data.resources[j])
+        ax.bar(pos[~ok], np.full((~ok).sum(), top * 0.95), width * 0.92, color="white",
+               edgecolor=shades(4 * j), hatch="//", linewidth=0.8)
+        for p, val in zip(pos, v):
+            txt = f"{val:.3f}" if np.isfinite(val) else "unreachable"
+            y = val if np.isfinite(val) else top * 0.95
+            ax.text(p, y, txt, ha="center", va="bottom", fontsize=7,
+                    rotation=90 if not np.isfinite(val) or R > 2 else 0)
+    ax.axhline(1.0, color="black", lw=0.8, ls="--", label="oracle allocation (raw)")
+    ax.set_xticks(x, names, fontsize=8)
+    ax.set_ylim(0, top * 1.08)
+    ax.set_ylabel(f"allocation ÷ oracle at {target_label(t)} fulfilment", fontsize=9)
+    ax.set_title(f"Allocation needed for {target_label(t)} fulfilment (own margin per "
+                 "policy), ÷ oracle — lower is better", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(axis="y", alpha=0.25, lw=0.5)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- saving
+def write_evaluation_plots(result: EvaluationResult, outdir: str | Path, n_executions: int = 2,
+                           sweep: Sequence[dict] | None = None) -> list[Path]:
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def save(fig, name: str) -> None:
+        path = outdir / name
+        fig.savefig(path, dpi=DPI)
+        plt.close(fig)
+        written.append(path)
+
+    for i in chosen_executions(result, n_executions):
+        save(execution_figure(result, i), f"allocation-{_safe(result.data.names[i])}.png")
+    if sweep:
+        save(sweep_figure(result, sweep), "tradeoff.png")
+    save(matched_bars_figure(result), "matched-fulfilment.png")
+    return written

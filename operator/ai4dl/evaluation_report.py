@@ -1,0 +1,396 @@
+"""Reporting an :class:`~ai4dl.evaluate.EvaluationResult`: the markdown table, the savings
+matrix, the JSON document, and the k/margin trade-off sweep behind the trade-off figure.
+
+Read against ../shared/docs/evaluation.md: every policy is reported as allocation ÷ oracle,
+raw and at matched fulfilment (95 %, 97 %), next to its raw fulfilment and allocation ÷ static
+peak. A target no margin reaches is "unreachable" (never a number). Pure functions: no I/O,
+no plotting; the JSON document is strict (no NaN/Infinity: ``null`` or a string instead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ai4dl.evaluate import (POLICIES, EvaluationResult, ResourceScore, build_policies,
+                            replay, resource_unit_scale, score)
+
+UNREACHABLE = "unreachable"
+SWEEP_K = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+SWEEP_MARGIN = (0.0, 0.05, 0.1)
+SWEEP_FAMILIES = ("phase", "phase-proactive", "adaptive-stat")
+
+
+# ----------------------------------------------------------------------------- context
+@dataclass
+class RunContext:
+    """What the result alone does not say: where the data came from and how it was split."""
+    source: str
+    n_train: int
+    train_groups: int
+    n_test: int
+    test_groups: int
+    split: bool                      # False: no split, everything is both fitted and scored
+    model_source: str | None = None  # model file, "fitted on the train executions", or None
+    n_phases: int | None = None
+
+
+def make_context(traces, result: EvaluationResult, source: str,
+                 model_path: str | None = None) -> RunContext:
+    """Counts of the split run_evaluation made (the same seeded split, redone)."""
+    cfg = result.config
+    if cfg.test_fraction > 0:
+        train, test = traces.split_by_group(cfg.test_fraction, cfg.seed)
+    else:
+        train = test = traces
+    uses_phases = any(p in ("phase", "phase-proactive") for p in cfg.policies)
+    model = result.model if uses_phases else None
+    n_phases = getattr(model, "n_phases_", None) if model is not None else None
+    if model is None:
+        origin = None
+    elif model_path:
+        origin = f"from {model_path}"
+    else:
+        origin = "fitted on the train executions" if cfg.test_fraction > 0 else \
+            "fitted on all executions"
+    return RunContext(source, len(train), len(train.groups()), len(test), len(test.groups()),
+                      cfg.test_fraction > 0, origin, n_phases)
+
+
+# ----------------------------------------------------------------------------- formatting
+def policy_order(names: Sequence[str]) -> list[str]:
+    """POLICIES order, unknown names after them, the oracle last."""
+    rank = {p: i for i, p in enumerate(POLICIES)}
+    out = sorted(names, key=lambda n: (n == "oracle", rank.get(n, len(rank)), n))
+    return out
+
+
+def _finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float, np.floating, np.integer)) \
+        and math.isfinite(float(x))
+
+
+def fmt_ratio(x: float, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if math.isinf(x):
+        return UNREACHABLE
+    return f"{x:.{digits}f}"
+
+
+def fmt_pct(x: float, signed: bool = False, digits: int = 1) -> str:
+    if x is None or math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return UNREACHABLE
+    return f"{100 * x:{'+' if signed else ''}.{digits}f} %"
+
+
+def fmt_amount(x: float) -> str:
+    if not _finite(x):
+        return "n/a"
+    a = abs(x)
+    if a >= 100:
+        return f"{x:,.0f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def shortfall_unit(unit: str) -> str:
+    """The unit ResourceScore.worst_shortfall is expressed in (bytes are scored in GiB)."""
+    return resource_unit_scale(unit)[1][:-2] if unit == "bytes" else unit
+
+
+def target_key(t: float) -> str:
+    return f"{t:g}"
+
+
+def target_label(t: float) -> str:
+    return f"{100 * t:g} %"
+
+
+def _is_memory(resource: str) -> bool:
+    return "memory" in resource or resource == "mem"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]],
+                   right: Sequence[int] = ()) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def cell(c, i):
+        return str(c).rjust(widths[i]) if i in right else str(c).ljust(widths[i])
+
+    def line(r):
+        return "| " + " | ".join(cell(c, i) for i, c in enumerate(r)) + " |"
+
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if i in right else "-" * (w + 2)
+                         for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(header), sep, *(line(r) for r in rows)])
+
+
+def primary_target(result: EvaluationResult) -> float:
+    targets = tuple(result.config.targets)
+    return 0.95 if 0.95 in targets else targets[0]
+
+
+# ----------------------------------------------------------------------------- the text
+def header_line(result: EvaluationResult, ctx: RunContext) -> str:
+    cfg = result.config
+    step = result.data.step
+    minutes = cfg.window * step / 60.0
+    if ctx.split:
+        split = (f"{ctx.n_test} test executions ({ctx.test_groups} groups) held out from "
+                 f"{ctx.n_train} train executions ({ctx.train_groups} groups) "
+                 f"[split by group, test fraction {cfg.test_fraction:g}, seed {cfg.seed}]")
+    else:
+        split = (f"no train/test split: all {ctx.n_test} executions ({ctx.test_groups} groups) "
+                 f"scored")
+    cold = ("cold start (first window of each execution) included" if cfg.include_cold_start
+            else "cold start (first window of each execution) excluded")
+    parts = [f"Data: {ctx.source}", split,
+             f"window {cfg.window} samples = {minutes:g} min at {step:g} s", cold,
+             f"initial request: {cfg.initial}",
+             "safety: " + ("none" if cfg.safety is None else "operator defaults")]
+    if ctx.model_source:
+        parts.append(f"phase model: {ctx.n_phases} phases, {ctx.model_source}")
+    return "; ".join(parts) + "."
+
+
+def score_rows(result: EvaluationResult, scores: dict | None = None) -> list[list[str]]:
+    scores = result.scores if scores is None else scores
+    data, cfg = result.data, result.config
+    t0 = primary_target(result)
+    rows = []
+    for name in policy_order(list(scores)):
+        for j, (res, unit) in enumerate(zip(data.resources, data.units)):
+            s: ResourceScore = scores[name][j]
+            alloc_unit = resource_unit_scale(unit)[1]
+            row = [name, res, fmt_ratio(s.vs_oracle),
+                   f"{fmt_pct(s.fulfilment)} / {fmt_pct(s.fulfilment_10)}",
+                   fmt_pct(s.margin_at.get(t0, math.nan), signed=True)]
+            row += [fmt_ratio(s.vs_oracle_at.get(t, math.nan)) for t in cfg.targets]
+            row += [fmt_ratio(s.vs_static_peak),
+                    f"{fmt_amount(s.allocation)} {alloc_unit}",
+                    f"{s.under_samples:,}",
+                    f"{fmt_amount(s.worst_shortfall)} {shortfall_unit(unit)}",
+                    f"{s.oom_windows:,}" if _is_memory(res) else "-",
+                    f"{s.resizes:,}"]
+            rows.append(row)
+    return rows
+
+
+def score_header(result: EvaluationResult) -> list[str]:
+    t0 = primary_target(result)
+    return (["policy", "resource", "alloc ÷ oracle", "fulfilment (0 % / 10 % tol.)",
+             f"margin for {target_label(t0)}"]
+            + [f"alloc ÷ oracle at {target_label(t)}" for t in result.config.targets]
+            + ["alloc ÷ static peak", "allocation", "under-prov. samples", "worst shortfall",
+               "OOM windows", "resizes"])
+
+
+def score_table(result: EvaluationResult) -> str:
+    header = score_header(result)
+    right = set(range(2, len(header)))
+    return markdown_table(header, score_rows(result), right)
+
+
+def savings_matrix(result: EvaluationResult, target: float | None = None
+                   ) -> dict[str, dict[str, dict[str, float]]]:
+    """resource -> a -> b -> 1 - a/b, where a, b are the allocations (÷ oracle) each policy
+    needs to reach ``target`` fulfilment: the share of b's allocation that a saves. inf when
+    either cannot reach the target; the diagonal is left out."""
+    t = primary_target(result) if target is None else target
+    names = policy_order(list(result.scores))
+    out: dict = {}
+    for j, res in enumerate(result.data.resources):
+        m: dict = {}
+        for a in names:
+            row = {}
+            va = result.scores[a][j].vs_oracle_at.get(t, math.nan)
+            for b in names:
+                if a == b:
+                    continue
+                vb = result.scores[b][j].vs_oracle_at.get(t, math.nan)
+                if math.isinf(va) or math.isinf(vb):
+                    row[b] = math.inf
+                elif math.isnan(va) or math.isnan(vb) or vb <= 0:
+                    row[b] = math.nan
+                else:
+                    row[b] = 1.0 - va / vb
+            m[a] = row
+        out[res] = m
+    return out
+
+
+def savings_tables(result: EvaluationResult, target: float | None = None) -> str:
+    t = primary_target(result) if target is None else target
+    matrix = savings_matrix(result, t)
+    names = policy_order(list(result.scores))
+    parts = [f"Savings at {target_label(t)} matched fulfilment: 1 − a ÷ b, the share of the "
+             f"column policy b's allocation that the row policy a saves when both get the "
+             f"margin that reaches {target_label(t)} (negative: a needs more)."]
+    for res, m in matrix.items():
+        rows = [[a] + ["—" if a == b else fmt_pct(m[a][b], signed=True) for b in names]
+                for a in names]
+        parts.append(f"{res}:\n\n" + markdown_table([r"policy \ vs", *names], rows,
+                                                    set(range(1, len(names) + 1))))
+    return "\n\n".join(parts)
+
+
+def render_markdown(result: EvaluationResult, ctx: RunContext) -> str:
+    """The whole printed report: one context line, the score table, the savings matrices."""
+    return "\n\n".join([header_line(result, ctx), score_table(result),
+                        savings_tables(result)]) + "\n"
+
+
+# ----------------------------------------------------------------------------- JSON
+def _num(x, inf: str | None = None):
+    """A JSON-safe number: NaN -> None; ±inf -> ``inf`` string (or "inf"/"-inf")."""
+    if x is None:
+        return None
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    x = float(x)
+    if math.isnan(x):
+        return None
+    if math.isinf(x):
+        return inf if inf is not None else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def _plain(obj):
+    """Dataclasses, tuples, numpy values -> JSON-safe Python (no NaN/inf)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_plain(v) for v in obj.tolist()]
+    if isinstance(obj, (float, int, np.floating, np.integer, np.bool_)):
+        return _num(obj)
+    return obj
+
+
+def score_dict(s: ResourceScore) -> dict:
+    """Every ResourceScore field; target maps keyed "0.95"; unreachable targets as strings."""
+    out = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if f.name in ("margin_at", "vs_oracle_at"):
+            out[f.name] = {target_key(t): _num(x, UNREACHABLE) for t, x in v.items()}
+        else:
+            out[f.name] = _num(v)
+    return out
+
+
+def _scores_dict(scores: dict, resources: Sequence[str]) -> dict:
+    return {p: {r: score_dict(s) for r, s in zip(resources, scores[p])}
+            for p in policy_order(list(scores))}
+
+
+def counts(result: EvaluationResult, ctx: RunContext) -> dict:
+    cfg, data = result.config, result.data
+    first = 0 if cfg.include_cold_start else cfg.window
+    return {"train_executions": ctx.n_train, "train_groups": ctx.train_groups,
+            "test_executions": ctx.n_test, "test_groups": ctx.test_groups,
+            "split": ctx.split,
+            "samples": int(sum(len(u) for u in data.usage)),
+            "scored_samples": int(sum(max(len(u) - first, 0) for u in data.usage)),
+            "step_seconds": _num(data.step),
+            "window_samples": cfg.window,
+            "window_minutes": _num(cfg.window * data.step / 60.0)}
+
+
+def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None = None,
+            model_params: dict | None = None) -> dict:
+    """The full result as a JSON-safe dict (``json.dumps(..., allow_nan=False)`` works)."""
+    data = result.data
+    t0 = primary_target(result)
+    units = {r: {"unit": u, "allocation_unit": resource_unit_scale(u)[1],
+                 "shortfall_unit": shortfall_unit(u)} for r, u in zip(data.resources, data.units)}
+    savings = {res: {a: {b: _num(v, UNREACHABLE) for b, v in row.items()}
+                     for a, row in m.items()}
+               for res, m in savings_matrix(result, t0).items()}
+    doc = {
+        "data": ctx.source,
+        "config": _plain(result.config),
+        "model": None if ctx.model_source is None else {
+            "source": ctx.model_source, "n_phases": ctx.n_phases,
+            "features": list(getattr(result.model, "features_", ()) or ()),
+            "params": _plain(model_params or {})},
+        "counts": counts(result, ctx),
+        "resources": list(data.resources),
+        "units": units,
+        "policies": policy_order(list(result.scores)),
+        "scores": _scores_dict(result.scores, data.resources),
+        "savings": {"target": target_key(t0), "definition": "1 - a/b at matched fulfilment "
+                    "(row a vs column b)", "matrix": savings},
+        "per_execution": [{"name": name, "scores": _scores_dict(sc, data.resources)}
+                          for name, sc in zip(data.names, result.per_execution)],
+    }
+    if sweep is not None:
+        doc["sweep"] = [{"policy": p["policy"], "k": p["k"], "margin": p["margin"],
+                         "scores": {r: score_dict(s) for r, s in zip(data.resources,
+                                                                     p["scores"])}}
+                        for p in sweep]
+    return doc
+
+
+# ----------------------------------------------------------------------------- the sweep
+def run_sweep(result: EvaluationResult, ks: Sequence[float] = SWEEP_K,
+              margins: Sequence[float] = SWEEP_MARGIN,
+              on_stage: Callable[[str], None] | None = None) -> list[dict]:
+    """Re-replay the tunable policies over k × margin on the same prepared data with the same
+    fitted model (no refit): the phase policies (if evaluated) for every k and margin,
+    adaptive-stat (if evaluated) for every k. Each point: {"policy", "k", "margin", "scores"
+    (one ResourceScore per resource, against the run's oracle)}. When the phase statistic is
+    not mean+kσ, k does not move the phase policies, which are then swept over margin only."""
+    say = on_stage or (lambda msg: None)
+    cfg, data = result.config, result.data
+    oracle = result.replays.get("oracle")
+    if oracle is None:
+        raise ValueError("the sweep needs the run's oracle replay")
+    families = [p for p in SWEEP_FAMILIES if p in cfg.policies]
+    if result.model is None:
+        families = [p for p in families if p == "adaptive-stat"]
+    grid: list[tuple[str, float, float]] = []
+    for fam in families:
+        if fam == "adaptive-stat":
+            grid += [(fam, float(k), 0.0) for k in ks]
+        else:
+            fam_ks = ks if cfg.statistic == "mean+kstd" else (cfg.k,)
+            grid += [(fam, float(k), float(m)) for k in fam_ks for m in margins]
+    points = []
+    say(f"sweep: {len(grid)} replays ({', '.join(families) or 'nothing to sweep'})")
+    for fam, k, m in grid:
+        c = dataclasses.replace(cfg, policies=(fam,), k=k, margin=m)
+        pol = build_policies(c, result.model, None)[0]
+        rep = replay(data, pol, cfg.window, cfg.safety)
+        sc = score(data, {fam: rep, "oracle": oracle}, cfg.window, cfg.include_cold_start,
+                   cfg.targets)
+        points.append({"policy": fam, "k": k, "margin": m, "scores": sc[fam]})
+    return points
+
+
+def pareto_front(fulfilment: Sequence[float], cost: Sequence[float]) -> list[int]:
+    """Indices of the points no other point beats (fulfilment at least as high and cost at
+    most as low, one of them strictly), ordered by cost."""
+    f = np.asarray(fulfilment, float)
+    c = np.asarray(cost, float)
+    ok = np.isfinite(f) & np.isfinite(c)
+    order = sorted(np.flatnonzero(ok), key=lambda i: (c[i], -f[i]))
+    front, best = [], -np.inf
+    for i in order:
+        if f[i] > best:
+            front.append(int(i))
+            best = f[i]
+    return front

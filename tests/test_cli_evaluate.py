@@ -1,0 +1,214 @@
+"""``ai4dl evaluate``: the printed table, the strict JSON, the figures, the calibration on the
+Google trace (../shared/docs/evaluation.md) and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import pytest
+
+from ai4dl.cli import main
+from ai4dl.evaluate import POLICIES
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _strict_json(text: str):
+    return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+
+
+def _score_rows(text: str) -> list[list[str]]:
+    """Cells of the score table (the first markdown table of the report)."""
+    rows, started = [], False
+    for line in text.splitlines():
+        if line.startswith("|"):
+            started = True
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif started:
+            break
+    header, _sep, *body = rows
+    assert header[:3] == ["policy", "resource", "alloc ÷ oracle"]
+    return [dict(zip(header, r)) for r in body]
+
+
+@pytest.fixture(scope="module")
+def long_csv(tmp_path_factory):
+    from ai4dl import synthetic
+
+    traces, _ = synthetic.generate(12, seed=21)
+    path = tmp_path_factory.mktemp("evaluate") / "jobs.csv"
+    with open(path, "w") as fh:
+        fh.write("execution,timestamp,cpu,memory\n")
+        for e in traces:
+            cpu, mem = e.features.index("cpu"), e.features.index("memory")
+            for t, row in zip(e.times, e.values):
+                fh.write(f"{e.name},{t:.0f},{row[cpu]:.6g},{row[mem]:.6g}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def full_run(long_csv, tmp_path_factory):
+    """Every policy, a small fitted model, all outputs and the sweep: run once."""
+    out = tmp_path_factory.mktemp("evaluate-out")
+    argv = ["evaluate", str(long_csv), "--epochs", "5", "--phases", "4", "--window", "20",
+            "--plots", str(out / "plots"), "--json", str(out / "result.json"),
+            "--markdown", str(out / "result.md"), "--sweep"]
+    rc, stdout, stderr = _run(argv)
+    return rc, stdout, stderr, out
+
+
+def test_table_has_a_row_per_policy_and_resource(full_run):
+    rc, stdout, stderr, out = full_run
+    assert rc == 0, stderr
+    first = stdout.splitlines()[0]
+    assert first.startswith("Data: ") and "window 20 samples = 5 min at 15 s" in first
+    assert "cold start" in first and "excluded" in first and "train executions" in first
+    rows = _score_rows(stdout)
+    assert [(r["policy"], r["resource"]) for r in rows] == \
+        [(p, res) for p in POLICIES for res in ("cpu", "memory")]  # POLICIES order, oracle last
+    for r in rows:
+        if r["policy"] == "oracle":
+            assert r["alloc ÷ oracle"] == "1.000"
+            assert r["fulfilment (0 % / 10 % tol.)"] == "100.0 % / 100.0 %"
+        if r["resource"] == "cpu":
+            assert r["OOM windows"] == "-"
+        else:
+            assert r["OOM windows"].replace(",", "").isdigit()
+        assert r["allocation"].endswith("core-h" if r["resource"] == "cpu" else "GiB-h")
+        assert r["worst shortfall"].endswith("cores" if r["resource"] == "cpu" else "GiB")
+    assert "Savings at 95 % matched fulfilment" in stdout and r"policy \ vs" in stdout
+    assert (out / "result.md").read_text() == stdout
+    # progress on stderr, stage by stage
+    assert "fitting the phase model" in stderr and "policy phase-proactive" in stderr
+    assert "sweep: 49 replays" in stderr
+
+
+def test_json_is_strict_and_complete(full_run):
+    rc, _, _, out = full_run
+    assert rc == 0
+    doc = _strict_json((out / "result.json").read_text())
+    assert doc["config"]["window"] == 20 and doc["config"]["safety"] is None
+    assert doc["config"]["policies"] == list(POLICIES)
+    assert doc["model"]["n_phases"] == 4 and doc["model"]["params"] == {"n_phases": 4,
+                                                                        "epochs": 5}
+    c = doc["counts"]
+    assert c["train_executions"] + c["test_executions"] == 12 and c["split"] is True
+    assert doc["policies"] == list(POLICIES)
+    for res in ("cpu", "memory"):
+        oracle = doc["scores"]["oracle"][res]
+        assert oracle["vs_oracle"] == pytest.approx(1.0) and oracle["fulfilment"] == 1.0
+        for p in POLICIES:
+            s = doc["scores"][p][res]
+            assert set(s["margin_at"]) == set(s["vs_oracle_at"]) == {"0.95", "0.97"}
+            assert {"allocation", "fulfilment_10", "under_samples", "worst_shortfall",
+                    "oom_windows", "resizes", "vs_static_peak"} <= set(s)
+        m = doc["savings"]["matrix"][res]
+        assert set(m) == set(POLICIES) and "static" not in m["static"]
+        a, b = (doc["scores"][p][res]["vs_oracle_at"]["0.95"] for p in ("phase", "static"))
+        if isinstance(a, float) and isinstance(b, float):
+            assert m["phase"]["static"] == pytest.approx(1 - a / b)
+    assert len(doc["per_execution"]) == c["test_executions"]
+    ex = doc["per_execution"][0]
+    assert ex["name"].startswith("job-") and set(ex["scores"]) == set(POLICIES)
+    assert len(doc["sweep"]) == 2 * 7 * 3 + 7   # phase policies k x margin, adaptive-stat k
+    assert {p["policy"] for p in doc["sweep"]} == {"phase", "phase-proactive", "adaptive-stat"}
+
+
+def test_plots_are_written(full_run):
+    rc, _, _, out = full_run
+    assert rc == 0
+    plots = out / "plots"
+    names = sorted(p.name for p in plots.glob("*.png"))
+    assert "tradeoff.png" in names and "matched-fulfilment.png" in names
+    assert len([n for n in names if n.startswith("allocation-")]) == 2   # --plot-executions 2
+    for p in plots.glob("*.png"):
+        data = p.read_bytes()
+        assert data[:8] == PNG and len(data) > 20_000, p.name
+
+
+def test_quiet_and_no_model_needed(long_csv):
+    rc, stdout, stderr = _run(["-q", "evaluate", str(long_csv), "--policies",
+                               "oracle,adaptive-max", "--window", "20", "--test-fraction", "0"])
+    assert rc == 0 and stderr == ""
+    rows = _score_rows(stdout)
+    assert [r["policy"] for r in rows] == ["adaptive-max"] * 2 + ["oracle"] * 2
+    assert "no train/test split: all 12 executions" in stdout.splitlines()[0]
+    assert "phase model" not in stdout.splitlines()[0]
+
+
+def test_unreachable_targets_are_words_not_numbers(long_csv):
+    """A target no margin reaches prints 'unreachable' and stays valid JSON."""
+    from ai4dl import evaluation_report as report
+    from ai4dl.evaluate import EvaluationConfig, run_evaluation
+    from ai4dl.io.loaders import load_traces
+
+    traces = load_traces(long_csv)
+    result = run_evaluation(traces, EvaluationConfig(window=20, test_fraction=0,
+                                                     policies=("adaptive-max", "oracle")))
+    s = result.scores["adaptive-max"][0]
+    s.vs_oracle_at[0.95] = math.inf
+    s.margin_at[0.95] = math.inf
+    s.vs_static_peak = math.nan
+    ctx = report.make_context(traces, result, str(long_csv))
+    text = report.render_markdown(result, ctx)
+    row = _score_rows(text)[0]
+    assert row["alloc ÷ oracle at 95 %"] == "unreachable"
+    assert row["margin for 95 %"] == "unreachable"
+    assert row["alloc ÷ static peak"] == "n/a"
+    doc = _strict_json(json.dumps(report.to_json(result, ctx), allow_nan=False))
+    cpu = doc["scores"]["adaptive-max"]["cpu"]
+    assert cpu["vs_oracle_at"]["0.95"] == "unreachable" and cpu["vs_static_peak"] is None
+    assert doc["savings"]["matrix"]["cpu"]["adaptive-max"]["oracle"] == "unreachable"
+
+
+def test_pareto_front():
+    from ai4dl.evaluation_report import pareto_front
+
+    fulfil = [0.80, 0.90, 0.85, 0.99, 0.95, float("nan")]
+    cost = [0.90, 1.00, 1.10, 1.30, 1.40, 0.50]
+    # (0.85, 1.10) is beaten by (0.90, 1.00); (0.95, 1.40) by (0.99, 1.30); NaN is left out
+    assert pareto_front(fulfil, cost) == [0, 1, 3]
+
+
+def test_calibration_on_gcd(shared_data):
+    """The reactive baseline on the Google trace matches ../shared/docs/evaluation.md."""
+    tar = shared_data / "gcd_vms" / "GCD_VMs.tar.gz"
+    if not tar.exists():
+        pytest.skip(f"{tar} not found")
+    rc, stdout, stderr = _run(["-q", "evaluate", str(tar), "--policies",
+                               "adaptive-max,adaptive-stat,static,oracle", "--window", "12",
+                               "--test-fraction", "0"])
+    assert rc == 0, stderr
+    rows = {(r["policy"], r["resource"]): r for r in _score_rows(stdout)}
+    assert [p for p, _ in rows][::2] == ["static", "adaptive-max", "adaptive-stat", "oracle"]
+    at95 = "alloc ÷ oracle at 95 %"
+    assert (rows["adaptive-max", "cpu"][at95], rows["adaptive-max", "memory"][at95]) == \
+        ("1.053", "1.008")
+    assert (rows["adaptive-max", "cpu"]["alloc ÷ oracle at 97 %"],
+            rows["adaptive-max", "memory"]["alloc ÷ oracle at 97 %"]) == ("1.091", "1.015")
+    assert rows["adaptive-max", "cpu"]["margin for 95 %"] == "+5.3 %"
+    assert rows["static", "cpu"]["alloc ÷ oracle"] == "1.330"
+    assert rows["static", "memory"]["alloc ÷ oracle"] == "1.130"
+    assert "window 12 samples = 60 min at 300 s" in stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--policies", "adaptive-max,nope"], "unknown policy 'nope'"),
+    (["--window", "0"], "--window"),
+    (["--resources", "cpu,gpu"], "no feature 'gpu'"),
+])
+def test_bad_input_is_one_line_and_exit_2(long_csv, flags, words):
+    rc, stdout, stderr = _run(["evaluate", str(long_csv), *flags])
+    assert rc == 2 and stdout == ""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ai4dl: error: ") and words in lines[0]
