@@ -157,7 +157,14 @@ def matched_margin(usage: np.ndarray, alloc: np.ndarray, target: float) -> float
         return float("nan")
     need = int(np.ceil(target * len(ratio) - 1e-9))
     need = min(max(need, 1), len(ratio))
-    return float(np.partition(ratio, need - 1)[need - 1] - 1.0)
+    k = int(np.argpartition(ratio, need - 1)[need - 1])
+    m = float(ratio[k] - 1.0)
+    if np.isfinite(m) and alloc[k] > 0:
+        # alloc × (1 + (usage/alloc - 1)) can round just below usage: step m up until the
+        # deciding sample is covered, so the margin returned really reaches the target.
+        while alloc[k] * (1.0 + m) < usage[k]:
+            m = float(np.nextafter(m, np.inf))
+    return m
 
 
 def score(data: ReplayInput, replays: dict[str, Replay], window: int,
@@ -200,7 +207,8 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
             for i in wins:
                 rw = replays[name].allocations[i][:, j]
                 oom += int(np.count_nonzero(window_max[i][first:, j] > rw[first:]))
-                resizes += int(np.count_nonzero(np.diff(rw[first:]) != 0))
+                # the change from the cold start's request at window 1 is a resize too
+                resizes += int(np.count_nonzero(np.diff(rw) != 0))
             s = ResourceScore(
                 allocation=alloc_t, usage=float(u.sum() * hours / scale),
                 vs_oracle=alloc_t / oracle_t if oracle_t else np.nan,

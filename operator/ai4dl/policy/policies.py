@@ -237,13 +237,16 @@ class PhaseProactive:
             overdue = np.maximum(overdue, overdue_start)  # the first step itself is a visit
             return normal, overdue
         if self.mode == "expected":
-            def occupancy(start):
-                acc, cur = np.zeros((k, k)), start
+            def occupancy(cur):
+                # cur: the phase distribution of the window's first sample
+                acc = np.zeros((k, k))
                 for _ in range(window):
-                    cur = cur @ P
                     acc += cur
+                    cur = cur @ P
                 return acc / window
-            return occupancy(np.eye(k)), occupancy(overdue_start)
+            # From phase i the first sample of the window is one step on (e_i P); an overdue
+            # phase's first sample is where it leaves to (the leaving row itself).
+            return occupancy(P.copy()), occupancy(overdue_start)
         raise ValueError(f"mode must be 'worst-likely' or 'expected', not {self.mode!r}")
 
     def allocate(self, usage, phases, window, initial, step):

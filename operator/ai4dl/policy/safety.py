@@ -3,8 +3,8 @@ VPA's recommendation post-processors). Each rule is a pure function over arrays 
 (pods, resources), so the operator applies it to all pods of a PhaseModel at once and the
 evaluator to all executions of a replay at once.
 
-Order: limit the change per window -> hold decreases during the cool-down after an increase ->
-skip changes below the threshold -> cover the latest memory working set -> clamp to floor and
+Order: skip changes below the threshold -> limit the change per window -> hold decreases during
+the cool-down after an increase -> cover the latest memory working set -> clamp to floor and
 ceiling. The last two run last because they are the guarantees: memory is never set below the
 latest working set × (1 + margin) (unless the ceiling forbids it), and the result is always
 within [floor, ceiling].
@@ -106,9 +106,11 @@ def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
     proposal = np.asarray(proposal, np.float64)
     cur = state.current
     p = np.where(np.isfinite(proposal), proposal, cur)
+    # Whether a change is worth making is judged on the policy's own proposal: judged after
+    # the per-window limit, a large change cut into small steps would never be made.
+    p = skip_small_changes(p, cur, config.min_change)
     p = limit_change(p, cur, config.max_increase, config.max_decrease)
     p = cool_down(p, cur, state.since_increase, config.cooldown_windows)
-    p = skip_small_changes(p, cur, config.min_change)
     p = cover_working_set(p, working_set, config.memory_margin, config.memory_index)
     p = clamp(p, config.floor, config.ceiling)
     since = np.where(p > cur, 0, state.since_increase + 1)
