@@ -256,9 +256,10 @@ class PhaseModel:
 def validation_message(err: ValidationError) -> str:
     """One line naming the first invalid field of a model document."""
     e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"]) or "document"
+    msg = e["msg"].removeprefix("Value error, ")
+    loc = ".".join(str(p) for p in e["loc"])
     more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"invalid phase model: {loc}: {e['msg']}{more}"
+    return f"invalid phase model: {loc + ': ' if loc else ''}{msg}{more}"
 
 
 def _train(m: PhaseModel, Z: list[np.ndarray], on_epoch):

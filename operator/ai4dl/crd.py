@@ -1,0 +1,261 @@
+"""The ``PhaseModel`` custom resource (group ai4dl.io, version v1alpha1): pydantic models are the
+one source of its schema; ``crds/phasemodels.ai4dl.io.yaml`` is generated from them
+(``python -m ai4dl.crd > crds/phasemodels.ai4dl.io.yaml``) and a test fails when they drift.
+
+What the OpenAPI schema cannot check (array shapes that must agree with each other) is checked
+by :meth:`PhaseModelSpec.validated_model`, which the operator calls before using a model; a
+failure sets the ``Degraded`` condition and nothing is resized.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import sys
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ai4dl.document import PhaseModelDocument
+
+GROUP = "ai4dl.io"
+VERSION = "v1alpha1"
+KIND = "PhaseModel"
+PLURAL = "phasemodels"
+SINGULAR = "phasemodel"
+SHORT_NAMES = ["pm"]
+
+# Pods opt in with this label (so the operator's watch is filtered by the API server) and name
+# their PhaseModel with the annotation.
+OPT_IN_LABEL = "ai4dl.io/managed"
+MODEL_ANNOTATION = "ai4dl.io/phasemodel"
+
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class LabelSelectorRequirement(_Base):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+
+class LabelSelector(_Base):
+    """Which opted-in pods this PhaseModel serves (a standard Kubernetes label selector)."""
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list,
+                                                              alias="matchExpressions")
+
+
+class FeatureSource(_Base):
+    """One model feature and the PromQL that yields it per (namespace, pod, container).
+    ``{selector}`` in the query stands for the label matchers the operator fills in."""
+    name: str = Field(min_length=1)
+    query: str = Field(min_length=1, description="PromQL template; {selector} = pod matchers")
+    unit: str = "unknown"
+
+
+def default_features() -> list[FeatureSource]:
+    return [
+        FeatureSource(name="cpu", unit="cores",
+                      query="sum by (namespace, pod, container) "
+                            "(rate(container_cpu_usage_seconds_total{{{selector}}}[1m]))"),
+        FeatureSource(name="memory", unit="bytes",
+                      query="sum by (namespace, pod, container) "
+                            "(container_memory_working_set_bytes{{{selector}}})"),
+    ]
+
+
+class ResourceBounds(_Base):
+    floor: str | None = Field(None, pattern=QUANTITY_PATTERN, description="e.g. 100m, 256Mi")
+    ceiling: str | None = Field(None, pattern=QUANTITY_PATTERN)
+
+
+class Policy(_Base):
+    """How requests are set. The same policy functions the evaluator measures."""
+    mode: Literal["Off", "Recommend", "InPlace"] = "Recommend"
+    kind: Literal["phase", "phase-proactive"] = "phase"
+    statistic: Literal["mean+kstd", "p50", "p90", "p95", "p99", "max"] = "mean+kstd"
+    k: float = Field(2.0, ge=0, le=10)
+    margin: float = Field(0.0, ge=0, le=0.10, description="tolerance margin, 0-10 %")
+    reader: Literal["last", "majority", "max"] = "last"
+    scope: Literal["model", "execution"] = "model"
+    resources: dict[Literal["cpu", "memory"], ResourceBounds] = Field(default_factory=dict)
+    max_increase: float | None = Field(None, ge=0, alias="maxIncrease")
+    max_decrease: float | None = Field(0.5, ge=0, le=1, alias="maxDecrease")
+    cooldown_windows: int = Field(1, ge=0, alias="cooldownWindows")
+    memory_margin: float = Field(0.1, ge=0, le=1, alias="memoryMargin")
+    min_change: float = Field(0.1, ge=0, le=1, alias="minChange")
+    containers: list[str] = Field(default_factory=list,
+                                  description="containers to manage; empty = all")
+
+
+class PhaseModelSpec(_Base):
+    selector: LabelSelector = Field(default_factory=LabelSelector)
+    features: list[FeatureSource] = Field(default_factory=default_features, min_length=1)
+    step_seconds: int = Field(15, ge=1, le=3600, alias="stepSeconds")
+    window_seconds: int = Field(600, ge=1, le=86400, alias="windowSeconds")
+    policy: Policy = Field(default_factory=Policy)
+    model: dict[str, Any] | None = Field(
+        None, description="the fitted model document (ai4dl.io/phase-model/v1), written by the "
+                          "trainer or `ai4dl train`")
+
+    def validated_model(self) -> PhaseModelDocument:
+        """The model document, checked in full (shapes included); ValueError with one line."""
+        from ai4dl.model import validation_message
+
+        if self.model is None:
+            raise ValueError("spec.model is empty: train a model first")
+        try:
+            doc = PhaseModelDocument.model_validate(self.model)
+        except ValidationError as err:
+            raise ValueError(validation_message(err).replace("invalid phase model: ",
+                                                             "spec.model: ")) from None
+        names = [f.name for f in doc.features]
+        wanted = [f.name for f in self.features]
+        if names != wanted:
+            raise ValueError(f"spec.model has features {names}, spec.features are {wanted}")
+        return doc
+
+
+class Condition(_Base):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = Field(None, alias="lastTransitionTime")
+
+
+class PhaseModelStatus(_Base):
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+    pods_tracked: int = Field(0, alias="podsTracked")
+    pods_per_phase: dict[str, int] = Field(default_factory=dict, alias="podsPerPhase")
+    phase_summary: str = Field("", alias="phaseSummary",
+                               description="pods per phase, e.g. '0:3 2:5'")
+    last_window_time: str | None = Field(None, alias="lastWindowTime")
+    last_error: str | None = Field(None, alias="lastError")
+
+
+class PhaseModelResource(_Base):
+    api_version: Literal["ai4dl.io/v1alpha1"] = Field("ai4dl.io/v1alpha1", alias="apiVersion")
+    kind: Literal["PhaseModel"] = "PhaseModel"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: PhaseModelSpec
+    status: PhaseModelStatus | None = None
+
+
+# ----------------------------------------------------------------------------- CRD generation
+_DROP = {"title", "discriminator", "$defs"}
+
+
+def _structural(schema: dict, defs: dict) -> dict:
+    """pydantic JSON Schema -> Kubernetes structural OpenAPI v3: $refs inlined, Optional as
+    nullable, const as a one-value enum, titles dropped."""
+    if "$ref" in schema:
+        target = defs[schema["$ref"].split("/")[-1]]
+        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return _structural(merged, defs)
+    if "anyOf" in schema:
+        options = [o for o in schema["anyOf"] if o.get("type") != "null"]
+        nullable = len(options) < len(schema["anyOf"])
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        if len(options) == 1:
+            out = _structural({**options[0], **rest}, defs)
+            if nullable:
+                out["nullable"] = True
+            return out
+        raise ValueError(f"cannot express anyOf {schema['anyOf']} structurally")
+    out: dict = {}
+    for key, value in schema.items():
+        if key in _DROP:
+            continue
+        if key == "const":
+            out["enum"] = [value]
+        elif key == "properties":
+            out["properties"] = {k: _structural(v, defs) for k, v in value.items()}
+        elif key == "items":
+            out["items"] = _structural(value, defs)
+        elif key == "additionalProperties":
+            out["additionalProperties"] = (_structural(value, defs) if isinstance(value, dict)
+                                           else value)
+        elif key == "propertyNames":
+            continue  # not supported by the API server; keys are checked by pydantic
+        else:
+            out[key] = value
+    if out.get("type") == "object" and "properties" not in out and \
+            "additionalProperties" not in out:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if "additionalProperties" in out and out["additionalProperties"] is False:
+        del out["additionalProperties"]
+    return out
+
+
+def openapi_schema(model: type[BaseModel]) -> dict:
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    return _structural(schema, schema.get("$defs", {}))
+
+
+def crd_manifest() -> dict:
+    spec_schema = openapi_schema(PhaseModelSpec)
+    # The model document is validated in full by its own JSON schema too: malformed documents
+    # (wrong types, missing fields) are refused by the API server itself.
+    spec_schema["properties"]["model"] = {**openapi_schema(PhaseModelDocument), "nullable": True}
+    # Object defaults, so the API server fills in nested defaults (policy.mode, the features'
+    # queries) even when a user leaves the whole object out.
+    props = spec_schema["properties"]
+    props["policy"]["default"] = {}
+    props["selector"]["default"] = {}
+    props["features"]["default"] = [f.model_dump(by_alias=True) for f in default_features()]
+    status_schema = openapi_schema(PhaseModelStatus)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR,
+                      "shortNames": SHORT_NAMES, "listKind": f"{KIND}List"},
+            "versions": [{
+                "name": VERSION, "served": True, "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Phases", "type": "string", "jsonPath": ".status.phaseSummary"},
+                    {"name": "Pods", "type": "integer", "jsonPath": ".status.podsTracked"},
+                    {"name": "Mode", "type": "string", "jsonPath": ".spec.policy.mode"},
+                    {"name": "Ready", "type": "string",
+                     "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec_schema,
+                        "status": status_schema,
+                    },
+                    "required": ["spec"],
+                }},
+            }],
+        },
+    }
+
+
+HEADER = ("# Generated from the pydantic models in operator/ai4dl/crd.py — do not edit.\n"
+          "# Regenerate: .venv/bin/python -m ai4dl.crd > crds/phasemodels.ai4dl.io.yaml\n")
+
+
+def crd_yaml() -> str:
+    import yaml
+
+    return HEADER + yaml.safe_dump(copy.deepcopy(crd_manifest()), sort_keys=False, width=100)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(crd_yaml())
