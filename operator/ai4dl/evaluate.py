@@ -293,15 +293,9 @@ def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None) -> l
         elif name in ("phase", "phase-proactive"):
             if model is None:
                 raise ValueError(f"policy {name!r} needs a phase model")
-            idx = [model.features_.index(r) for r in cfg.resources]
-            levels = P.phase_levels(model.phase_stats_, idx, cfg.statistic, cfg.k)
-            if name == "phase":
-                out.append(P.PhasePolicy(levels, cfg.margin, cfg.reader, cfg.phase_scope, cfg.k))
-            else:
-                dwell = np.array([s["dwell"]["p90"] for s in model.phase_stats_])
-                out.append(P.PhaseProactive(levels, np.asarray(model.transitions_), dwell,
-                                            cfg.margin, cfg.proactive_mode,
-                                            cfg.proactive_threshold, cfg.phase_scope, cfg.k))
+            out.append(P.make_phase_policy(model, cfg.resources, name, cfg.statistic, cfg.k,
+                                           cfg.margin, cfg.reader, cfg.phase_scope,
+                                           cfg.proactive_mode, cfg.proactive_threshold))
         elif name == "vpa":
             units = train.units if train is not None else ("",) * len(cfg.resources)
             pooled = (np.concatenate(train.usage) if train is not None and train.usage

@@ -285,6 +285,27 @@ def _run_length_at(labels: np.ndarray) -> np.ndarray:
     return np.arange(n) - start_idx + 1
 
 
+def make_phase_policy(model, resources: Sequence[str], kind: str = "phase",
+                      statistic: str = "mean+kstd", k: float = 2.0, margin: float = 0.0,
+                      reader: str = "last", scope: str = "model",
+                      proactive_mode: str = "worst-likely", threshold: float = 0.2):
+    """A phase policy for ``resources`` from a fitted PhaseModel: the one constructor the
+    evaluator and the operator share."""
+    missing = [r for r in resources if r not in model.features_]
+    if missing:
+        raise ValueError(f"the model has no feature {missing[0]!r} (it has "
+                         f"{', '.join(model.features_)})")
+    idx = [model.features_.index(r) for r in resources]
+    levels = phase_levels(model.phase_stats_, idx, statistic, k)
+    if kind == "phase":
+        return PhasePolicy(levels, margin, reader, scope, k)
+    if kind == "phase-proactive":
+        dwell = np.array([s["dwell"]["p90"] for s in model.phase_stats_])
+        return PhaseProactive(levels, np.asarray(model.transitions_), dwell, margin,
+                              proactive_mode, threshold, scope, k)
+    raise ValueError(f"unknown phase policy kind {kind!r}")
+
+
 # ----------------------------------------------------------------------------- VPA
 @dataclass
 class VpaPolicy:

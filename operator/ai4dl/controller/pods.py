@@ -1,0 +1,105 @@
+"""What the operator needs to know about an opted-in pod, read from its API object (pure)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ai4dl.controller.quantity import parse_quantity
+from ai4dl.crd import MODEL_ANNOTATION
+
+RESOURCES = ("cpu", "memory")
+
+# Annotations the operator owns on pods (its only state besides Prometheus).
+A_PHASE = "ai4dl.io/phase"
+A_PHASE_SINCE = "ai4dl.io/phase-since"
+A_RECOMMENDATION = "ai4dl.io/recommendation"
+A_LAST_APPLIED = "ai4dl.io/last-applied"
+A_STATE = "ai4dl.io/state"
+
+
+@dataclass
+class Container:
+    name: str
+    requests: dict[str, float]
+    limits: dict[str, float]
+
+
+@dataclass
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    phasemodel: str
+    containers: list[Container]
+    annotations: dict[str, str] = field(default_factory=dict)
+    running: bool = False
+    deleting: bool = False
+    resize_pending: str | None = None       # reason of PodResizePending (Deferred/Infeasible)
+    resize_in_progress: bool = False
+    resize_error: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    @property
+    def qos(self) -> str:
+        return qos_class(self.containers)
+
+    def state(self) -> dict:
+        """The operator's state annotation (window handled last, last increases), or {}."""
+        try:
+            data = json.loads(self.annotations.get(A_STATE, "{}"))
+            return data if isinstance(data, dict) else {}
+        except json.JSONDecodeError:
+            return {}
+
+
+def _resources(section: dict | None) -> dict[str, float]:
+    out = {}
+    for r in RESOURCES:
+        v = (section or {}).get(r)
+        if v is not None:
+            out[r] = parse_quantity(v)
+    return out
+
+
+def qos_class(containers: list[Container]) -> str:
+    """Kubernetes' QoS class from the containers' cpu/memory requests and limits."""
+    if all(not c.requests and not c.limits for c in containers):
+        return "BestEffort"
+    for c in containers:
+        for r in RESOURCES:
+            lim = c.limits.get(r)
+            req = c.requests.get(r, lim)   # a limit alone defaults the request to it
+            if lim is None or req != lim:
+                return "Burstable"
+    return "Guaranteed"
+
+
+def pod_info(obj: dict[str, Any]) -> PodInfo:
+    """From a pod object (dict as the API returns it)."""
+    meta = obj.get("metadata", {}) or {}
+    spec = obj.get("spec", {}) or {}
+    status = obj.get("status", {}) or {}
+    annotations = dict(meta.get("annotations") or {})
+    containers = [Container(c["name"], _resources((c.get("resources") or {}).get("requests")),
+                            _resources((c.get("resources") or {}).get("limits")))
+                  for c in spec.get("containers", [])]
+    pending = in_progress = error = None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodResizePending" and cond.get("status") == "True":
+            pending = cond.get("reason") or "Pending"
+        elif cond.get("type") == "PodResizeInProgress" and cond.get("status") == "True":
+            in_progress = True
+            if cond.get("reason") == "Error":
+                error = cond.get("message") or "resize error"
+    return PodInfo(
+        namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+        uid=meta.get("uid", ""), phasemodel=annotations.get(MODEL_ANNOTATION, ""),
+        containers=containers, annotations=annotations,
+        running=status.get("phase") == "Running",
+        deleting=bool(meta.get("deletionTimestamp")),
+        resize_pending=pending, resize_in_progress=bool(in_progress), resize_error=error)
