@@ -34,6 +34,7 @@ class PodInfo:
     phasemodel: str
     containers: list[Container]
     annotations: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
     running: bool = False
     deleting: bool = False
     resize_pending: str | None = None       # reason of PodResizePending (Deferred/Infeasible)
@@ -99,7 +100,7 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
     return PodInfo(
         namespace=meta.get("namespace", ""), name=meta.get("name", ""),
         uid=meta.get("uid", ""), phasemodel=annotations.get(MODEL_ANNOTATION, ""),
-        containers=containers, annotations=annotations,
+        containers=containers, annotations=annotations, labels=dict(meta.get("labels") or {}),
         running=status.get("phase") == "Running",
         deleting=bool(meta.get("deletionTimestamp")),
         resize_pending=pending, resize_in_progress=bool(in_progress), resize_error=error)

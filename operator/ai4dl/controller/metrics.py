@@ -1,0 +1,47 @@
+"""The operator's own Prometheus metrics (served on /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry()
+
+POD_PHASE = Gauge("ai4dl_pod_phase", "Current phase of a managed container",
+                  ["namespace", "pod", "container", "phasemodel"], registry=REGISTRY)
+RECOMMENDATION = Gauge("ai4dl_recommendation", "Recommended request (cores, bytes)",
+                       ["namespace", "pod", "container", "resource", "phasemodel"],
+                       registry=REGISTRY)
+RESIZES = Counter("ai4dl_resizes_total", "In-place resizes patched",
+                  ["namespace", "phasemodel"], registry=REGISTRY)
+SKIPPED_WINDOWS = Counter("ai4dl_skipped_windows_total",
+                          "Windows (or pods within one) skipped, by reason",
+                          ["namespace", "phasemodel", "reason"], registry=REGISTRY)
+ERRORS = Counter("ai4dl_errors_total", "Errors, by kind", ["namespace", "phasemodel", "kind"],
+                 registry=REGISTRY)
+WINDOW_SECONDS = Histogram("ai4dl_window_duration_seconds",
+                           "Time to process one window of one PhaseModel",
+                           ["namespace", "phasemodel"], registry=REGISTRY,
+                           buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel",
+                     ["namespace", "phasemodel"], registry=REGISTRY)
+NOVEL_SHARE = Gauge("ai4dl_novel_share", "Share of containers whose last window was novel",
+                    ["namespace", "phasemodel"], registry=REGISTRY)
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    start_http_server(port, addr=addr, registry=REGISTRY)
+
+
+def forget_pod(namespace: str, pod: str, container: str, phasemodel: str,
+               resources=("cpu", "memory")) -> None:
+    """Drop a vanished pod's series, so /metrics does not grow with every pod ever seen."""
+    for fn, labels in ((POD_PHASE, (namespace, pod, container, phasemodel)),):
+        try:
+            fn.remove(*labels)
+        except KeyError:
+            pass
+    for r in resources:
+        try:
+            RECOMMENDATION.remove(namespace, pod, container, r, phasemodel)
+        except KeyError:
+            pass

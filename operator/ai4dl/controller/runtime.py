@@ -1,0 +1,258 @@
+"""One window of one PhaseModel, end to end: read (Prometheus, the pod index), plan (pure),
+write (pods/resize, annotations, Events, the PhaseModel's status). The kopf daemon calls
+:meth:`WindowRunner.run` once per window; nothing here keeps state between windows that a
+restart could lose (the pods' annotations and Prometheus are the state).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from pydantic import ValidationError
+
+from ai4dl.controller import metrics as m
+from ai4dl.controller.plan import WindowPlan, plan_window, window_samples
+from ai4dl.controller.pods import PodInfo
+from ai4dl.crd import GROUP, PLURAL, VERSION, LabelSelector, PhaseModelSpec
+from ai4dl.errors import Ai4dlError
+from ai4dl.model import PhaseModel
+
+log = logging.getLogger("ai4dl.operator")
+
+
+def now_iso(t: float | None = None) -> str:
+    return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.timezone.utc) \
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def window_start(now: float, window_seconds: int) -> float:
+    """Windows are aligned to multiples of their length (so a restarted operator computes the
+    same window id and does not handle a window twice)."""
+    return float(int(now // window_seconds) * window_seconds)
+
+
+def selector_matches(selector: LabelSelector, labels: dict[str, str]) -> bool:
+    for k, v in selector.match_labels.items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.match_expressions:
+        has = e.key in labels
+        if e.operator == "In" and (not has or labels[e.key] not in e.values):
+            return False
+        if e.operator == "NotIn" and has and labels[e.key] in e.values:
+            return False
+        if e.operator == "Exists" and not has:
+            return False
+        if e.operator == "DoesNotExist" and has:
+            return False
+    return True
+
+
+@dataclass
+class WindowReport:
+    window_start: float
+    pods: int = 0
+    resized: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    degraded_reason: str | None = None
+    seconds: float = 0.0
+    plan: WindowPlan | None = None
+
+
+class ModelCache:
+    """Fitted models by document hash: rebuilt only when the document changes."""
+
+    def __init__(self):
+        self._cache: dict[str, PhaseModel] = {}
+
+    def get(self, spec: PhaseModelSpec) -> PhaseModel:
+        doc = spec.validated_model()            # ValueError with one line when malformed
+        key = hashlib.sha256(json.dumps(spec.model, sort_keys=True).encode()).hexdigest()
+        if key not in self._cache:
+            self._cache.clear()
+            self._cache[key] = PhaseModel.from_document(doc)
+        return self._cache[key]
+
+
+class WindowRunner:
+    """The I/O around :func:`plan_window` for one PhaseModel."""
+
+    def __init__(self, core_api, custom_api, source, namespace: str, name: str):
+        self.core, self.custom, self.source = core_api, custom_api, source
+        self.namespace, self.name = namespace, name
+        self.models = ModelCache()
+
+    # ------------------------------------------------------------------ one window
+    def run(self, body: dict, pods: Sequence[PodInfo], now: float | None = None) -> WindowReport:
+        started = time.perf_counter()
+        now = time.time() if now is None else now
+        labels = (self.namespace, self.name)
+        try:
+            spec = PhaseModelSpec.model_validate(body.get("spec") or {})
+        except ValidationError as err:
+            e = err.errors()[0]
+            return self._degraded(body, WindowReport(now), "InvalidSpec",
+                                  f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        start = window_start(now, spec.window_seconds)
+        report = WindowReport(start)
+        if spec.policy.mode == "Off":
+            self._status(body, report, ready=True, reason="Off", message="mode Off: not acting")
+            return report
+        try:
+            model = self.models.get(spec)
+        except (ValueError, Ai4dlError) as err:
+            return self._degraded(body, report, "InvalidModel", str(err))
+
+        mine = [p for p in pods if p.running and not p.deleting and p.phasemodel == self.name
+                and selector_matches(spec.selector, p.labels)]
+        report.pods = len(mine)
+        m.PODS_TRACKED.labels(*labels).set(len(mine))
+        refs = [(p.namespace, p.name, c.name) for p in mine for c in p.containers
+                if not spec.policy.containers or c.name in spec.policy.containers]
+        W = window_samples(spec)
+        n_context = model.crbm_.n_history
+        samples = {}
+        if refs:
+            from ai4dl.sources.prometheus import FeatureQuery, PrometheusQueryError
+
+            step = spec.step_seconds
+            # grid: n_context history samples, then the W samples of the window that just ended
+            end = start
+            begin = start - (W + n_context - 1) * step
+            try:
+                got = self.source.fetch([FeatureQuery(f.name, f.query) for f in spec.features],
+                                        refs, begin, end, step)
+            except PrometheusQueryError as err:
+                m.ERRORS.labels(*labels, "promql").inc()
+                return self._degraded(body, report, "QueryError", str(err), skip=True)
+            except Ai4dlError as err:   # PrometheusUnavailable: no data, no resize
+                m.ERRORS.labels(*labels, "prometheus").inc()
+                return self._degraded(body, report, "PrometheusUnavailable", str(err), skip=True)
+            samples = {tuple(ref): got[ref].values for ref in got}
+        try:
+            plan = plan_window(spec, model, mine, samples, n_context, start, now_iso(now))
+        except ValueError as err:
+            return self._degraded(body, report, "InvalidModel", str(err))
+        report.plan = plan
+        self._apply(plan, spec, report)
+        report.seconds = time.perf_counter() - started
+        m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)
+        self._status(body, report, ready=True, reason="WindowProcessed",
+                     message=f"{report.pods} pods, {report.resized} resized",
+                     per_phase=plan.pods_per_phase())
+        return report
+
+    # ------------------------------------------------------------------ writes
+    def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        labels = (self.namespace, self.name)
+        novel = total = 0
+        for p in plan.pods:
+            reason = p.skipped or ("resized" if p.resize else "planned")
+            if p.skipped:
+                report.skipped[p.skipped] = report.skipped.get(p.skipped, 0) + 1
+                m.SKIPPED_WINDOWS.labels(*labels, p.skipped).inc()
+            for c in p.containers:
+                if c.phase is not None:
+                    total += 1
+                    novel += c.novel
+                    m.POD_PHASE.labels(p.pod.namespace, p.pod.name, c.name, self.name).set(c.phase)
+                    for r, v in c.target.items():
+                        m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
+                                                self.name).set(v)
+            try:
+                if p.resize is not None:
+                    self.core.patch_namespaced_pod_resize(p.pod.name, p.pod.namespace, p.resize)
+                    report.resized += 1
+                    m.RESIZES.labels(*labels).inc()
+                if p.annotations:
+                    self.core.patch_namespaced_pod(
+                        p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}})
+                for etype, ereason, msg in p.events:
+                    self._event(p.pod, etype, ereason, msg)
+            except ApiException as err:
+                if err.status == 404:       # the pod vanished mid-window: nothing to do
+                    m.SKIPPED_WINDOWS.labels(*labels, "pod-gone").inc()
+                    continue
+                m.ERRORS.labels(*labels, f"api-{err.status}").inc()
+                msg = _api_message(err)
+                log.warning("%s/%s: %s failed: %s", p.pod.namespace, p.pod.name, reason, msg)
+                self._event(p.pod, "Warning", "ResizeFailed", msg)
+                report.error = f"{p.pod.namespace}/{p.pod.name}: {msg}"
+        m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
+
+    def _event(self, pod: PodInfo, etype: str, reason: str, message: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        ts = now_iso()
+        body = {
+            "metadata": {"generateName": f"{pod.name}.ai4dl.", "namespace": pod.namespace},
+            "involvedObject": {"kind": "Pod", "namespace": pod.namespace, "name": pod.name,
+                               "uid": pod.uid, "apiVersion": "v1"},
+            "type": etype, "reason": reason, "message": message[:1000],
+            "source": {"component": "ai4dl-operator"}, "firstTimestamp": ts,
+            "lastTimestamp": ts, "count": 1, "reportingComponent": "ai4dl-operator",
+        }
+        try:
+            self.core.create_namespaced_event(pod.namespace, body)
+        except ApiException as err:     # an Event is best effort, never a reason to stop
+            log.info("event for %s/%s not recorded: %s", pod.namespace, pod.name,
+                     _api_message(err))
+
+    def _degraded(self, body: dict, report: WindowReport, reason: str, message: str,
+                  skip: bool = False) -> WindowReport:
+        report.degraded_reason, report.error = reason, message
+        if skip:
+            m.SKIPPED_WINDOWS.labels(self.namespace, self.name, reason).inc()
+        log.warning("PhaseModel %s/%s degraded (%s): %s", self.namespace, self.name, reason,
+                    message)
+        self._status(body, report, ready=False, reason=reason, message=message)
+        return report
+
+    def _status(self, body: dict, report: WindowReport, ready: bool, reason: str, message: str,
+                per_phase: dict[str, int] | None = None) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
+        now = now_iso()
+
+        def cond(ctype: str, status: str, r: str, msg: str) -> dict:
+            prev = old.get(ctype, {})
+            changed = prev.get("status") != status
+            return {"type": ctype, "status": status, "reason": r, "message": msg[:1000],
+                    "lastTransitionTime": now if changed else prev.get("lastTransitionTime", now)}
+
+        status = {
+            "conditions": [cond("Ready", "True" if ready else "False", reason, message),
+                           cond("Degraded", "False" if ready else "True", reason,
+                                "" if ready else message)],
+            "observedGeneration": (body.get("metadata") or {}).get("generation"),
+            "lastWindowTime": now_iso(report.window_start) if report.window_start else None,
+            "lastError": None if ready else message,
+        }
+        if ready and per_phase is not None:
+            status["podsTracked"] = report.pods
+            status["podsPerPhase"] = per_phase
+            status["phaseSummary"] = " ".join(f"{k}:{v}" for k, v in per_phase.items())
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": status})
+        except ApiException as err:
+            if err.status != 404:
+                log.warning("status of %s/%s not written: %s", self.namespace, self.name,
+                            _api_message(err))
+
+
+def _api_message(err) -> str:
+    try:
+        return json.loads(err.body).get("message") or f"HTTP {err.status}"
+    except (TypeError, ValueError, AttributeError):
+        return f"HTTP {err.status}: {err.reason}"
