@@ -41,3 +41,7 @@ def fitted_model(synthetic_train):
 
     traces, _ = synthetic_train
     return PhaseModel(random_state=3, epochs=40).fit(traces)
+
+
+# Kubernetes e2e fixtures (kube_cluster, k8s_namespace, fake_kubelet): tests/e2e_fixtures_k8s.py
+pytest_plugins = ["e2e_fixtures_k8s", "e2e_fixtures_prom"]

@@ -175,6 +175,10 @@ def _structural(schema: dict, defs: dict) -> dict:
             continue
         if key == "const":
             out["enum"] = [value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            # JSON Schema 2020 (pydantic) gives the bound; OpenAPI v3.0 wants a flag + bound
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
         elif key == "properties":
             out["properties"] = {k: _structural(v, defs) for k, v in value.items()}
         elif key == "items":

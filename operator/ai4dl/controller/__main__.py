@@ -49,7 +49,7 @@ def main(argv=None) -> int:
         metrics.serve(args.metrics_port)
     asyncio.run(kopf.operator(
         standalone=not args.peering, peering_name=args.peering or None,
-        namespaces=args.namespace or None, clusterwide=not args.namespace,
+        namespaces=args.namespace, clusterwide=not args.namespace,
         liveness_endpoint=args.liveness or None))
     return 0
 

@@ -1,0 +1,1 @@
+"""End-to-end test tooling (a local Kubernetes control plane, scenario drivers)."""

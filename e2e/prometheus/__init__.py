@@ -1,0 +1,1 @@
+"""Test and demo helpers around a real Prometheus: install.sh, TraceExporter, PrometheusServer."""

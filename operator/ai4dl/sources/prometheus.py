@@ -1,0 +1,538 @@
+"""Pod resource usage from Prometheus: one range query per window for all pods and features.
+
+:class:`PrometheusSource` asks Prometheus's HTTP API (``/api/v1/query_range``) for the
+features of many pods at once and returns them on a regular time grid::
+
+    src = PrometheusSource("http://prometheus:9090")
+    pods = [PodRef("team-a", "train-0", "main"), PodRef("team-a", "train-1", "main")]
+    samples = src.fetch(["cpu", "memory"], pods, start=now - 900, end=now, step=15)
+    s = samples[pods[0]]
+    s.times           # (n,) unix seconds: start, start + step, ... <= end
+    s.values          # (n, 2) float64, NaN where Prometheus has no sample
+    s.missing_fraction, s.newest_age
+
+**One query.** Each feature is a PromQL template (:class:`FeatureQuery`) in which
+``{selector}`` stands for the label matchers and ``{rate_window}`` for the ``rate()`` window.
+All features are put into ONE expression, each tagged with a label::
+
+    label_replace(<cpu expr>, "ai4dl_feature", "cpu", "", "")
+      or label_replace(<memory expr>, "ai4dl_feature", "memory", "", "")
+
+and the pods are selected with ``namespace=~"ns1|ns2", pod=~"a|b|...", container=~"..."``
+(names regex-escaped). The query goes as a POST form (2,000 pod names make ~100 kB, too long
+for a URL). Series Prometheus returns for pods not asked for (the regexes select the cross
+product of namespaces, pods and containers) are dropped. A window longer than ``max_points``
+grid points (Prometheus refuses more than 11,000 points per series) is split into consecutive
+queries, one per chunk.
+
+**Failures.** Connection errors, timeouts, HTTP 5xx / 408 / 429 are retried with exponential
+backoff (``backoff``, ``2 * backoff``, ...); when the retries are spent
+:class:`PrometheusUnavailable` says so in one line (URL and reason). A query Prometheus rejects
+(HTTP 400 / 422: PromQL syntax, too many samples...) raises :class:`PrometheusQueryError` with
+Prometheus's own message, without retrying. No exception of the HTTP library escapes.
+
+Why plain ``requests`` rather than ``prometheus-api-client``: that client's ``POST`` mode
+still puts the query in the URL's query string (``params=``), not in the form body, so a
+2,000-pod selector would make a ~100 kB URL; it also rounds start/end to whole seconds, retries
+through urllib3 with its own policy and reports errors as a generic exception carrying the raw
+body. What we need from it is one HTTP call, so we make that call ourselves.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
+import requests
+
+from ai4dl.errors import Ai4dlError
+from ai4dl.traces import CANONICAL_UNITS, Execution
+
+__all__ = ["DEFAULT_QUERIES", "DEFAULT_RATE_WINDOW", "MAX_POINTS", "FeatureQuery", "PodRef",
+           "PodSeries", "PodSamples", "PrometheusSource", "PrometheusUnavailable",
+           "PrometheusQueryError", "default_feature_queries"]
+
+MAX_POINTS = 11000  # Prometheus's limit of points per series in one range query
+DEFAULT_RATE_WINDOW = "1m"
+FEATURE_LABEL = "ai4dl_feature"
+
+# Templates: ``{selector}`` -> label matchers, ``{rate_window}`` -> a PromQL duration; literal
+# braces are doubled (str.format). Every expression must keep the labels namespace, pod and
+# container and give at most one series per container.
+DEFAULT_QUERIES: dict[str, str] = {
+    "cpu": "sum by (namespace, pod, container) "
+           "(rate(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}]))",
+    "memory": "sum by (namespace, pod, container) "
+              "(container_memory_working_set_bytes{{{selector}}})",
+    # Percent 0-100: a container with several GPUs gets their mean.
+    "gpu_util": "avg by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{{{selector}}})",
+    # DCGM reports MiB; the canonical unit is bytes.
+    "gpu_memory": "sum by (namespace, pod, container) (DCGM_FI_DEV_FB_USED{{{selector}}}) * 1048576",
+}
+
+
+class PrometheusUnavailable(Ai4dlError):
+    """Prometheus could not be reached or did not answer (after the retries). One line."""
+
+    def __init__(self, url: str, reason: str, attempts: int = 1):
+        self.url, self.reason, self.attempts = url, reason, attempts
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        super().__init__(f"Prometheus at {url} unavailable{tries}: {reason}")
+
+
+class PrometheusQueryError(Ai4dlError):
+    """Prometheus rejected the query (HTTP 400/422); carries Prometheus's message. One line."""
+
+    def __init__(self, url: str | None, error: str, error_type: str = "", status: int = 0):
+        self.url, self.error, self.error_type, self.status = url, error, error_type, status
+        kind = f" ({error_type})" if error_type else ""
+        if url is None:  # refused before sending
+            super().__init__(f"bad PromQL template: {error}")
+        else:
+            super().__init__(f"Prometheus at {url} rejected the query{kind}: {error}")
+
+
+@dataclass(frozen=True)
+class FeatureQuery:
+    """A feature's name and its PromQL template (``{selector}``, ``{rate_window}``)."""
+
+    name: str
+    promql: str
+
+    def render(self, selector: str, rate_window: str = DEFAULT_RATE_WINDOW) -> str:
+        try:
+            return self.promql.format(selector=selector, rate_window=rate_window)
+        except (KeyError, IndexError, ValueError) as e:
+            raise PrometheusQueryError(None, f"feature {self.name!r}: {self.promql!r}: "
+                                       f"{type(e).__name__}: {e}") from None
+
+
+def default_feature_queries(names: Iterable[str] = ("cpu", "memory")) -> list[FeatureQuery]:
+    """The default queries (cAdvisor / DCGM metric names) for canonical feature ``names``."""
+    out = []
+    for n in names:
+        if n not in DEFAULT_QUERIES:
+            raise ValueError(f"no default query for feature {n!r} "
+                             f"(known: {', '.join(DEFAULT_QUERIES)})")
+        out.append(FeatureQuery(n, DEFAULT_QUERIES[n]))
+    return out
+
+
+class PodRef(NamedTuple):
+    """One container of one pod (the cAdvisor labels namespace, pod, container).
+
+    A named tuple: equal to, and hashing like, the plain tuple ``(namespace, pod, container)``.
+    """
+
+    namespace: str
+    pod: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.container}"
+
+
+@dataclass(frozen=True, eq=False)
+class PodSeries:
+    """One pod's samples: ``values[i, j]`` is feature ``features[j]`` at ``times[i]``."""
+
+    pod: PodRef
+    times: np.ndarray            # (n,) unix seconds, regular
+    values: np.ndarray           # (n, F) float64, NaN = no sample
+    features: tuple[str, ...]
+    step: float
+    end: float                   # the window's requested end
+
+    @property
+    def missing_fraction(self) -> float:
+        """Fraction of (time, feature) cells with no sample (1.0: Prometheus has nothing)."""
+        return float(np.isnan(self.values).mean()) if self.values.size else 1.0
+
+    @property
+    def missing_by_feature(self) -> dict[str, float]:
+        if not len(self.times):
+            return {f: 1.0 for f in self.features}
+        frac = np.isnan(self.values).mean(axis=0)
+        return {f: float(x) for f, x in zip(self.features, frac)}
+
+    @property
+    def newest_time(self) -> float | None:
+        """Grid time of the newest point where any feature has a value (None: none has)."""
+        have = np.flatnonzero(~np.isnan(self.values).all(axis=1)) if self.values.size else []
+        return float(self.times[have[-1]]) if len(have) else None
+
+    @property
+    def newest_age(self) -> float:
+        """Seconds from the window's end back to the newest sample (``inf`` if none).
+
+        Measured on the grid (resolution: ``step``). Prometheus fills a grid point from a sample
+        up to its lookback (5 min by default) old unless the series was marked stale (a failed
+        scrape, or the series vanishing from the exporter, marks it at once).
+        """
+        t = self.newest_time
+        return math.inf if t is None else max(0.0, self.end - t)
+
+    def is_stale(self, max_age: float) -> bool:
+        return self.newest_age > max_age
+
+    def column(self, feature: str) -> np.ndarray:
+        return self.values[:, self.features.index(feature)]
+
+    def to_execution(self, name: str | None = None, units: Sequence[str] | None = None) -> Execution:
+        """As an :class:`~ai4dl.traces.Execution` (float32; NaN kept), canonical units."""
+        units = tuple(units) if units is not None else tuple(
+            CANONICAL_UNITS.get(f, "") for f in self.features)
+        return Execution(name or str(self.pod), self.times, self.values, self.features, units,
+                         step=self.step, meta={"namespace": self.pod.namespace,
+                                               "pod": self.pod.pod,
+                                               "container": self.pod.container})
+
+
+@dataclass(eq=False)
+class PodSamples(Mapping[PodRef, PodSeries]):
+    """The result of one :meth:`PrometheusSource.fetch`: a :class:`PodSeries` per pod asked for,
+    in the order asked for, all on the same grid."""
+
+    features: tuple[str, ...]
+    times: np.ndarray
+    start: float
+    end: float
+    step: float
+    pods: tuple[PodRef, ...]
+    values: np.ndarray                                       # (P, n, F)
+    queries: int = 0                                         # range queries this fetch made
+    warnings: list[str] = field(default_factory=list)
+    _index: dict[PodRef, int] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index = {p: i for i, p in enumerate(self.pods)}
+
+    def __getitem__(self, pod: PodRef) -> PodSeries:
+        i = self._index[pod]
+        return PodSeries(pod, self.times, self.values[i], self.features, self.step, self.end)
+
+    def __iter__(self) -> Iterator[PodRef]:
+        return iter(self.pods)
+
+    def __len__(self) -> int:
+        return len(self.pods)
+
+    def missing_fraction(self, pod: PodRef) -> float:
+        return self[pod].missing_fraction
+
+    def newest_age(self, pod: PodRef) -> float:
+        return self[pod].newest_age
+
+    def stale(self, max_age: float) -> list[PodRef]:
+        """Pods whose newest sample is older than ``max_age`` seconds (or that have none)."""
+        return [p for p in self.pods if self[p].newest_age > max_age]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def _re_literal(text: str) -> str:
+    """``text`` as an RE2 regex matching exactly it."""
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)
+
+
+def _promql_string(text: str) -> str:
+    """A double-quoted PromQL string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _alternation(values: Iterable[str]) -> str:
+    return _promql_string("|".join(_re_literal(v) for v in sorted(set(values))))
+
+
+def pod_selector(pods: Sequence[PodRef]) -> str:
+    """Label matchers selecting ``pods`` (and possibly other combinations of their labels)."""
+    return (f"namespace=~{_alternation(p.namespace for p in pods)},"
+            f"pod=~{_alternation(p.pod for p in pods)},"
+            f"container=~{_alternation(p.container for p in pods)}")
+
+
+def _seconds(t, what: str) -> float:
+    if isinstance(t, _dt.datetime):
+        return t.timestamp()
+    if isinstance(t, _dt.timedelta):
+        return t.total_seconds()
+    try:
+        x = float(t)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number of seconds or a datetime, not {t!r}") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{what} must be finite, not {t!r}")
+    return x
+
+
+def _one_line(text: str, limit: int = 1000) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _connection_reason(exc: BaseException) -> str:
+    """A short reason for a requests ConnectionError: the OS error at its root, if any."""
+    seen: set[int] = set()
+    stack: list = [exc]
+    while stack:
+        x = stack.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(x, ConnectionResetError):
+            return "connection reset by peer"
+        if isinstance(x, socket.gaierror):
+            return f"cannot resolve host ({x.strerror or x})"
+        if type(x).__name__ == "RemoteDisconnected":
+            return "connection closed without an answer"
+        if isinstance(x, OSError) and x.strerror and not isinstance(x, requests.RequestException):
+            return x.strerror.lower() if x.strerror[:1].isupper() else x.strerror
+        stack.extend([getattr(x, "reason", None), x.__cause__, x.__context__])
+        stack.extend(a for a in getattr(x, "args", ()) if isinstance(a, BaseException))
+    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
+    return m.group(1).strip() if m else _one_line(exc, 200)
+
+
+# ----------------------------------------------------------------------------- the source
+
+class PrometheusSource:
+    """Read pod features from a Prometheus server (see the module doc).
+
+    ``timeout``: seconds for connecting and for each read (also sent to Prometheus as the
+    query's own timeout). ``retries``: attempts after the first, waiting ``backoff * 2**k``
+    seconds (capped at ``max_backoff``) before retry ``k + 1``. ``max_points``: grid points per
+    range query (Prometheus allows 11,000). ``rate_window``: the default ``{rate_window}``.
+
+    ``query_count`` counts range queries sent (a retried query counts once), ``attempt_count``
+    HTTP requests (retries included).
+    """
+
+    def __init__(self, url: str, timeout: float = 10.0, retries: int = 3, backoff: float = 0.5,
+                 max_points: int = MAX_POINTS, *, rate_window: str = DEFAULT_RATE_WINDOW,
+                 max_backoff: float = 30.0, headers: Mapping[str, str] | None = None,
+                 verify: bool | str = True, session: requests.Session | None = None):
+        if not isinstance(url, str) or not re.match(r"^https?://[^/]", url):
+            raise ValueError(f"Prometheus URL must start with http:// or https://, not {url!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, not {timeout!r}")
+        if int(retries) < 0 or backoff < 0:
+            raise ValueError("retries and backoff must not be negative")
+        if int(max_points) < 1:
+            raise ValueError(f"max_points must be at least 1, not {max_points!r}")
+        self.url = url.rstrip("/")
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.max_points = int(max_points)
+        self.rate_window = rate_window
+        self.headers = dict(headers or {})
+        self._session = session or requests.Session()
+        self._session.verify = verify
+        self.query_count = 0
+        self.attempt_count = 0
+        self.last_warnings: list[str] = []
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> "PrometheusSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PrometheusSource({self.url!r})"
+
+    # ------------------------------------------------------------------------ queries
+
+    @staticmethod
+    def _feature_queries(features: Sequence[FeatureQuery | str]) -> list[FeatureQuery]:
+        out: list[FeatureQuery] = []
+        for f in features:
+            fq = f if isinstance(f, FeatureQuery) else default_feature_queries([f])[0]
+            out.append(fq)
+        names = [f.name for f in out]
+        if len(set(names)) != len(names):
+            raise ValueError(f"feature names repeat: {names}")
+        if not out:
+            raise ValueError("no features asked for")
+        return out
+
+    def build_query(self, features: Sequence[FeatureQuery | str], pods: Sequence[PodRef],
+                    rate_window: str | None = None) -> str:
+        """The single PromQL expression :meth:`fetch` sends for ``features`` x ``pods``."""
+        fqs = self._feature_queries(features)
+        selector = pod_selector(pods)
+        window = rate_window or self.rate_window
+        parts = [f"label_replace({fq.render(selector, window)}, {_promql_string(FEATURE_LABEL)}, "
+                 f"{_promql_string(fq.name)}, \"\", \"\")" for fq in fqs]
+        return " or ".join(parts)
+
+    def fetch(self, features: Sequence[FeatureQuery | str], pods: Sequence[PodRef],
+              start, end, step, *, rate_window: str | None = None) -> PodSamples:
+        """Features of ``pods`` on the grid ``start, start + step, ... <= end``.
+
+        ``features``: :class:`FeatureQuery` objects or default names (``"cpu"``...). ``start``,
+        ``end``: unix seconds or datetimes (millisecond precision); ``step``: seconds or a
+        timedelta. One range query for all pods and features, more only when the grid has more
+        than ``max_points`` points. Raises :class:`PrometheusUnavailable`,
+        :class:`PrometheusQueryError`.
+        """
+        fqs = self._feature_queries(features)
+        names = tuple(f.name for f in fqs)
+        pods = tuple(dict.fromkeys(PodRef(*p) for p in pods))
+        start_ms = round(_seconds(start, "start") * 1000)
+        end_ms = round(_seconds(end, "end") * 1000)
+        step_ms = round(_seconds(step, "step") * 1000)
+        if step_ms <= 0:
+            raise ValueError(f"step must be at least 1 ms, not {step!r}")
+        if end_ms < start_ms:
+            raise ValueError(f"end ({end}) is before start ({start})")
+        n = (end_ms - start_ms) // step_ms + 1
+        times = (start_ms + step_ms * np.arange(n, dtype=np.int64)) / 1000.0
+        values = np.full((len(pods), n, len(fqs)), np.nan)
+        warnings: list[str] = []
+        n_queries = 0
+        if pods:
+            query = self.build_query(fqs, pods, rate_window)
+            pod_index = {(p.namespace, p.pod, p.container): i for i, p in enumerate(pods)}
+            feat_index = {name: j for j, name in enumerate(names)}
+            n_feat = len(names)
+            duplicates = 0
+            flat = values.reshape(-1)
+            for i0 in range(0, n, self.max_points):
+                i1 = min(n, i0 + self.max_points) - 1
+                q_start = start_ms + i0 * step_ms
+                payload = self._post("/api/v1/query_range", {
+                    "query": query, "start": f"{q_start / 1000:.3f}",
+                    "end": f"{(start_ms + i1 * step_ms) / 1000:.3f}",
+                    "step": f"{step_ms / 1000:.3f}", "timeout": f"{self.timeout:.3f}"})
+                n_queries += 1
+                warnings.extend(_one_line(w, 300) for w in payload.get("warnings") or [])
+                data = payload.get("data")
+                if not isinstance(data, dict) or data.get("resultType") != "matrix":
+                    got = data.get("resultType") if isinstance(data, dict) else None
+                    raise PrometheusUnavailable(
+                        self.url, f"unexpected answer to a range query (resultType {got!r})")
+                # Gather every point of every wanted series, then place them in one go: the
+                # per-point work is a few list operations, the per-series work is nil.
+                points: list = []
+                cells: list[int] = []     # (row * F + col) per series
+                lengths: list[int] = []
+                for series in data.get("result") or ():
+                    m = series.get("metric") or {}
+                    row = pod_index.get((m.get("namespace", ""), m.get("pod", ""),
+                                         m.get("container", "")))
+                    col = feat_index.get(m.get(FEATURE_LABEL, ""))
+                    pts = series.get("values")
+                    if row is None or col is None or not pts:
+                        continue
+                    points.extend(pts)
+                    cells.append(row * n_feat + col)
+                    lengths.append(len(pts))
+                if not points:
+                    continue
+                ts = np.fromiter((p[0] for p in points), dtype=np.float64, count=len(points))
+                ys = np.array([p[1] for p in points], dtype=np.float64)
+                del points
+                idx = np.rint((ts * 1000.0 - q_start) / step_ms).astype(np.int64) + i0
+                cell = np.repeat(np.asarray(cells, dtype=np.int64), lengths)
+                ok = (idx >= i0) & (idx <= i1)
+                # values[row, idx, col] is flat[(row * n + idx) * F + col]
+                lin = (cell // n_feat * n + idx) * n_feat + cell % n_feat
+                lin, ys = lin[ok], ys[ok]
+                uniq, first = np.unique(lin, return_index=True)
+                if len(uniq) != len(lin):  # keep the first series' value
+                    duplicates += len(lin) - len(uniq)
+                    lin, ys = uniq, ys[first]
+                flat[lin] = ys
+            if duplicates:
+                warnings.append(f"{duplicates} points came in more than one series for the same "
+                                "pod and feature (a template that does not aggregate by namespace, "
+                                "pod, container?); the first was kept")
+        self.last_warnings = warnings
+        return PodSamples(names, times, start_ms / 1000.0, end_ms / 1000.0, step_ms / 1000.0,
+                          pods, values, n_queries, warnings)
+
+    def version(self) -> str:
+        """The server's version (``/api/v1/status/buildinfo``); raises like :meth:`fetch`."""
+        payload = self._send("GET", "/api/v1/status/buildinfo", None, count=False)
+        return str((payload.get("data") or {}).get("version", "unknown"))
+
+    # ------------------------------------------------------------------------ HTTP
+
+    def _post(self, path: str, form: dict) -> dict:
+        return self._send("POST", path, form)
+
+    def _send(self, method: str, path: str, form: dict | None, count: bool = True) -> dict:
+        url = self.url + path
+        if count:
+            self.query_count += 1
+        reason = "no attempt made"
+        attempts = 0
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+            attempts += 1
+            self.attempt_count += 1
+            try:
+                r = self._session.request(method, url, data=form, headers=self.headers,
+                                          timeout=self.timeout)
+            except requests.Timeout:
+                reason = f"no answer within {self.timeout:g} s"
+                continue
+            except requests.ConnectionError as e:
+                reason = _connection_reason(e)
+                continue
+            except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+                    requests.exceptions.InvalidSchema) as e:
+                raise PrometheusUnavailable(self.url, f"invalid URL: {_one_line(e, 200)}") from None
+            except requests.RequestException as e:  # broken answer (chunked encoding...), retry
+                reason = f"{type(e).__name__}: {_one_line(e, 200)}"
+                continue
+            code = r.status_code
+            if code == 200:
+                try:
+                    payload = r.json()
+                except ValueError:
+                    raise PrometheusUnavailable(
+                        self.url, f"the answer to {path} is not JSON (is this Prometheus's URL?)"
+                    ) from None
+                if not isinstance(payload, dict) or payload.get("status") != "success":
+                    raise PrometheusQueryError(self.url, _one_line(
+                        payload.get("error", payload) if isinstance(payload, dict) else payload),
+                        payload.get("errorType", "") if isinstance(payload, dict) else "", code)
+                return payload
+            error, error_type = self._error_of(r)
+            if code in (400, 422):
+                raise PrometheusQueryError(self.url, error, error_type, code)
+            reason = f"HTTP {code}" + (f" ({error_type})" if error_type else "") + \
+                (f": {error}" if error else "")
+            if code >= 500 or code in (408, 429):
+                continue
+            raise PrometheusUnavailable(self.url, reason, attempts)
+        raise PrometheusUnavailable(self.url, reason, attempts)
+
+    @staticmethod
+    def _error_of(r: requests.Response) -> tuple[str, str]:
+        """(message, errorType) of an error answer: Prometheus's JSON, else the body's text."""
+        try:
+            payload = r.json()
+            if isinstance(payload, dict) and "error" in payload:
+                return _one_line(payload["error"]), str(payload.get("errorType", ""))
+        except ValueError:
+            pass
+        return _one_line(r.text or r.reason or "", 300), ""

@@ -1,0 +1,438 @@
+"""pytest plugin: a real Kubernetes API server for tests (no Docker), and a fake kubelet.
+
+Registered from ``tests/conftest.py`` (``pytest_plugins = ["e2e_fixtures_k8s"]``).
+
+Fixtures
+--------
+``kube_cluster`` (session)
+    A :class:`KubeCluster`: ``.kubeconfig`` (admin), ``.api_client`` (``kubernetes.client.ApiClient``),
+    ``.control_plane`` (the :class:`e2e.controlplane.cluster.ControlPlane`, or ``None`` for an
+    existing cluster). With ``AI4DL_USE_EXISTING_CLUSTER=1`` and ``KUBECONFIG`` pointing at a file,
+    that cluster is used. Otherwise ``e2e/controlplane/build.sh`` runs (a cold build takes minutes
+    once per machine; log in ``~/.cache/ai4dl/build.log``) and a local etcd + kube-apiserver start
+    once per session. If the binaries cannot be built the tests are skipped, unless ``CI`` is set
+    (then they fail). ``AI4DL_E2E=0`` skips them outright.
+``k8s_namespace`` (function)
+    A fresh namespace name; its pods are force-deleted and the namespace deleted afterwards.
+``fake_kubelet`` (function)
+    A :class:`FakeKubelet` bound to ``k8s_namespace``: creates pods on a fake Node, marks them
+    Running, "applies" in-place resizes, deletes pods with grace period 0.
+
+Without kube-controller-manager, a deleted namespace stays Terminating and there is no default
+ServiceAccount; without a kubelet, nothing changes pod status but ``FakeKubelet``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # `e2e` lives at the repo root, which pytest does not add
+    sys.path.insert(0, str(REPO_ROOT))
+
+from e2e.controlplane import cluster as _cp  # noqa: E402
+
+FAKE_NODE = "ai4dl-fake-node"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "k8s: needs a Kubernetes API server (the kube_cluster fixture; AI4DL_E2E=0 skips)")
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _in_ci() -> bool:
+    return _truthy("CI")
+
+
+def _unavailable(reason: str) -> None:
+    """Skip locally; fail loudly in CI."""
+    if _in_ci():
+        pytest.fail(f"Kubernetes test cluster unavailable in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@dataclass
+class KubeCluster:
+    kubeconfig: Path
+    api_client: Any  # kubernetes.client.ApiClient
+    control_plane: _cp.ControlPlane | None = None
+    expected_version: str | None = None  # e.g. "v1.35.4" when we built it
+    startup_seconds: float | None = None
+    _extra_clients: list = field(default_factory=list, repr=False)
+
+    @property
+    def core(self):
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client)
+
+    def impersonating(self, user: str, group: str | None = None):
+        """A new ApiClient (admin credentials) whose requests act as ``user`` (and ``group``).
+
+        The Python client ignores ``as:`` in kubeconfigs, so this sets ``Impersonate-User`` /
+        ``Impersonate-Group`` headers; it can send one group only (its headers are a dict).
+        For a ServiceAccount with its real groups, prefer :meth:`as_service_account`.
+        """
+        from kubernetes import config
+
+        api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        api.set_default_header("Impersonate-User", user)
+        if group:
+            api.set_default_header("Impersonate-Group", group)
+        self._extra_clients.append(api)
+        return api
+
+    def as_token(self, token: str):
+        """A new ApiClient for the same server that authenticates with a bearer token only."""
+        import copy
+
+        from kubernetes import client
+
+        cfg = copy.deepcopy(self.api_client.configuration)
+        cfg.cert_file = cfg.key_file = None
+        cfg.api_key = {"BearerToken": token}
+        cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        api = client.ApiClient(cfg)
+        self._extra_clients.append(api)
+        return api
+
+    def service_account_token(self, namespace: str, name: str, *, create: bool = True,
+                              expiration_seconds: int = 3600) -> str:
+        """A bound token (TokenRequest API) for ServiceAccount ``namespace/name`` (created if asked)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        core = self.core
+        if create:
+            try:
+                core.create_namespaced_service_account(
+                    namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        tr = core.create_namespaced_service_account_token(
+            name, namespace, client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)))
+        return tr.status.token
+
+    def as_service_account(self, namespace: str, name: str, *, create: bool = True):
+        """A new ApiClient authenticated as the ServiceAccount (a real token: real SA groups)."""
+        return self.as_token(self.service_account_token(namespace, name, create=create))
+
+    def close(self) -> None:
+        for api in self._extra_clients:
+            api.close()
+        self.api_client.close()
+
+
+def _existing_kubeconfig() -> Path | None:
+    if not _truthy("AI4DL_USE_EXISTING_CLUSTER"):
+        return None
+    for part in os.environ.get("KUBECONFIG", "").split(os.pathsep):
+        if part and Path(part).expanduser().is_file():
+            return Path(part).expanduser()
+    return None
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
+    if os.environ.get("AI4DL_E2E", "").strip().lower() in ("0", "false", "no"):
+        pytest.skip("Kubernetes e2e tests disabled (AI4DL_E2E=0)")
+    try:
+        from kubernetes import config as k8s_config
+    except ImportError as exc:
+        _unavailable(f"python package `kubernetes` not installed ({exc})")
+
+    existing = _existing_kubeconfig()
+    if existing is not None:
+        api = k8s_config.new_client_from_config(config_file=str(existing))
+        kc = KubeCluster(kubeconfig=existing, api_client=api)
+        yield kc
+        kc.close()
+        return
+
+    if not _cp.BUILD_SCRIPT.is_file():
+        _unavailable(f"{_cp.BUILD_SCRIPT} missing")
+    tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if tr is not None and not _binaries_look_present():
+        log = _cp.cache_dir() / "build.log"
+        msg = (f"\n[kube_cluster] building kube-apiserver/etcd/kubectl from the Go proxy into "
+               f"{_cp.bin_dir()} (first run on this machine: several minutes; log: {log})")
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.write_line(msg)
+        else:
+            tr.write_line(msg)
+    t0 = time.monotonic()
+    try:
+        _cp.ensure_binaries(quiet=True)
+    except (_cp.BuildError, OSError) as exc:
+        _unavailable(f"cannot build the test control plane: {exc}")
+    build_s = time.monotonic() - t0
+
+    cp = _cp.ControlPlane(startup_timeout=float(os.environ.get("AI4DL_CP_TIMEOUT", "90")))
+    cp.start()  # a start failure after a good build is a real error: never skipped
+    try:
+        api = k8s_config.new_client_from_config(config_file=str(cp.kubeconfig))
+        kc = KubeCluster(kubeconfig=cp.kubeconfig, api_client=api, control_plane=cp,
+                         expected_version="v" + _cp.KUBE_VERSION, startup_seconds=cp.startup_seconds)
+        if tr is not None and capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.write_line(f"\n[kube_cluster] {kc.expected_version} at {cp.url}: binaries checked in "
+                              f"{build_s:.1f} s, control plane ready in {cp.startup_seconds:.1f} s")
+        yield kc
+        kc.close()
+    finally:
+        cp.stop()
+
+
+def _binaries_look_present() -> bool:
+    b = _cp.bin_dir()
+    return (b / "kube-apiserver").is_file() and (b / "etcd").is_file()
+
+
+@pytest.fixture()
+def k8s_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace; afterwards its pods are force-deleted and the namespace deleted."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = kube_cluster.core
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        try:
+            # No kubelet: pods bound to a node would stay Terminating with a grace period.
+            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+            core.delete_namespace(name)  # stays Terminating (no namespace controller); harmless
+        except ApiException:
+            pass
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeKubelet:
+    """Plays kubelet (and scheduler) for pods on one fake Node.
+
+    * :meth:`create_pod` creates a pod with ``spec.nodeName`` set and (by default) marks it Running;
+    * :meth:`mark_running` patches ``pods/<n>/status``: phase Running, Ready conditions,
+      ``containerStatuses[]`` with ``resources`` (= spec) and ``allocatedResources`` (= requests);
+    * :meth:`apply_resize` does what a kubelet does after a ``pods/<n>/resize``: copies the spec
+      resources into the container statuses (and bumps ``observedGeneration``);
+    * :meth:`delete_pod` deletes with grace period 0 and waits until it is gone.
+    """
+
+    def __init__(self, api_client: Any, namespace: str | None = None, node_name: str = FAKE_NODE):
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.node_name = node_name
+
+    def _to_dict(self, obj: Any) -> Any:
+        """A kubernetes model (or dict) as its JSON dict (camelCase keys)."""
+        if obj is None or isinstance(obj, dict):
+            return obj
+        return self.api_client.sanitize_for_serialization(obj)
+
+    def _ns(self, namespace: str | None) -> str:
+        ns = namespace or self.namespace
+        if not ns:
+            raise ValueError("namespace required")
+        return ns
+
+    # ------------------------------------------------------------------ node
+    def ensure_node(self, *, cpu: str = "64", memory: str = "256Gi", pods: str = "250") -> None:
+        """Create the fake Node (idempotent) and mark it Ready with the given capacity."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.create_node({"apiVersion": "v1", "kind": "Node",
+                                   "metadata": {"name": self.node_name,
+                                                "labels": {"kubernetes.io/hostname": self.node_name,
+                                                           "type": "ai4dl-fake"}}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return
+        cap = {"cpu": cpu, "memory": memory, "pods": pods}
+        now = _now()
+        self.core.patch_node_status(self.node_name, {"status": {
+            "capacity": cap, "allocatable": cap,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "fake kubelet", "lastHeartbeatTime": now,
+                            "lastTransitionTime": now}],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                          {"type": "Hostname", "address": self.node_name}],
+            "nodeInfo": {"kubeletVersion": "v1.35.0", "containerRuntimeVersion": "fake://0",
+                         "architecture": "amd64", "operatingSystem": "linux", "osImage": "fake",
+                         "kernelVersion": "0", "kubeProxyVersion": "", "bootID": "", "machineID": "",
+                         "systemUUID": ""},
+        }})
+
+    # ------------------------------------------------------------------ pods
+    def create_pod(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        requests: dict[str, str] | None = None,
+        limits: dict[str, str] | None = None,
+        containers: list[dict] | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        resize_policy: list[dict] | None = None,
+        image: str = "registry.k8s.io/pause:3.10",
+        running: bool = True,
+        body: dict | None = None,
+    ):
+        """Create a pod bound to the fake node. One container ``main`` unless ``containers``/``body``.
+
+        ``requests``/``limits``, e.g. ``{"cpu": "500m", "memory": "256Mi"}``; equal requests and
+        limits for every container make it Guaranteed.
+        """
+        ns = self._ns(namespace)
+        self.ensure_node()
+        if body is None:
+            if containers is None:
+                resources: dict[str, dict] = {}
+                if requests:
+                    resources["requests"] = dict(requests)
+                if limits:
+                    resources["limits"] = dict(limits)
+                c: dict[str, Any] = {"name": "main", "image": image, "resources": resources}
+                if resize_policy:
+                    c["resizePolicy"] = resize_policy
+                containers = [c]
+            body = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+                    "spec": {"containers": containers, "terminationGracePeriodSeconds": 0}}
+        body = copy.deepcopy(self._to_dict(body))
+        body.setdefault("metadata", {})["name"] = name
+        body.setdefault("spec", {})["nodeName"] = self.node_name
+        self.core.create_namespaced_pod(ns, body)
+        if running:
+            return self.mark_running(name, namespace=ns)
+        return self.core.read_namespaced_pod(name, ns)
+
+    def _container_statuses(self, pod: Any, *, started_at: str, previous: dict[str, dict]) -> list[dict]:
+        spec = self._to_dict(pod)["spec"]
+        out = []
+        for i, c in enumerate(spec.get("containers", [])):
+            res = c.get("resources") or {}
+            st: dict[str, Any] = {
+                "name": c["name"], "image": c.get("image", ""),
+                "imageID": f"fake://{c.get('image', '')}",
+                "containerID": f"fake://{pod.metadata.uid}-{i}",
+                "ready": True, "started": True, "restartCount": 0,
+                "state": {"running": {"startedAt": previous.get(c["name"], {}).get("startedAt", started_at)}},
+                "resources": {k: v for k, v in (("requests", res.get("requests")),
+                                               ("limits", res.get("limits"))) if v},
+            }
+            if res.get("requests"):
+                st["allocatedResources"] = dict(res["requests"])
+            out.append(st)
+        return out
+
+    def mark_running(self, name: str, *, namespace: str | None = None):
+        """Patch the pod's status as a kubelet would once all containers run. Returns the pod."""
+        ns = self._ns(namespace)
+        pod = self.core.read_namespaced_pod(name, ns)
+        now = _now()
+        conds = [{"type": t, "status": "True", "lastTransitionTime": now,
+                  "observedGeneration": pod.metadata.generation}
+                 for t in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready",
+                           "PodScheduled")]
+        status = {
+            "phase": "Running", "conditions": conds, "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}], "podIP": "10.244.0.10", "podIPs": [{"ip": "10.244.0.10"}],
+            "startTime": now, "observedGeneration": pod.metadata.generation,
+            "containerStatuses": self._container_statuses(pod, started_at=now, previous={}),
+        }
+        return self.core.patch_namespaced_pod_status(name, ns, {"status": status})
+
+    def apply_resize(self, name: str, *, namespace: str | None = None):
+        """After a ``pods/<n>/resize`` patch: make status reflect the new spec resources.
+
+        Copies ``spec.containers[].resources`` into ``status.containerStatuses[].resources``
+        (and ``allocatedResources``), drops PodResizePending/PodResizeInProgress conditions and
+        sets ``observedGeneration``. Returns the pod.
+        """
+        ns = self._ns(namespace)
+        pod = self.core.read_namespaced_pod(name, ns)
+        d = self._to_dict(pod)
+        status = d.get("status") or {}
+        previous = {}
+        for cs in status.get("containerStatuses") or []:
+            running = (cs.get("state") or {}).get("running") or {}
+            previous[cs["name"]] = {"startedAt": running.get("startedAt")} if running else {}
+        conds = [c for c in status.get("conditions") or []
+                 if c.get("type") not in ("PodResizePending", "PodResizeInProgress")]
+        for c in conds:
+            c["observedGeneration"] = pod.metadata.generation
+        patch = {"status": {
+            "conditions": conds,
+            "observedGeneration": pod.metadata.generation,
+            "containerStatuses": self._container_statuses(pod, started_at=_now(), previous=previous),
+        }}
+        # JSON merge patch: replaces the lists whole (strategic merge would keep stale conditions).
+        return self.core.patch_namespaced_pod_status(
+            name, ns, patch, _content_type="application/merge-patch+json")
+
+    def set_phase(self, name: str, phase: str, *, namespace: str | None = None):
+        """E.g. ``Succeeded``/``Failed``: containers terminated (then a graceful delete is instant)."""
+        ns = self._ns(namespace)
+        return self.core.patch_namespaced_pod_status(name, ns, {"status": {"phase": phase}})
+
+    def delete_pod(self, name: str, *, namespace: str | None = None, wait: bool = True,
+                   timeout: float = 10.0) -> None:
+        """Delete with grace period 0 (no kubelet would finish a graceful delete); wait until gone."""
+        from kubernetes.client.rest import ApiException
+
+        ns = self._ns(namespace)
+        try:
+            self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.core.read_namespaced_pod(name, ns)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pod {ns}/{name} still exists {timeout} s after delete")
+            time.sleep(0.05)
+
+
+@pytest.fixture()
+def fake_kubelet(kube_cluster: KubeCluster, k8s_namespace: str) -> FakeKubelet:
+    kl = FakeKubelet(kube_cluster.api_client, namespace=k8s_namespace)
+    kl.ensure_node()
+    return kl

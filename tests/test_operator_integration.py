@@ -1,0 +1,384 @@
+"""The operator against a real kube-apiserver + etcd and a real Prometheus server.
+
+The operator runs as a subprocess from its console entrypoint (as in the image), with a
+kubeconfig for its own ServiceAccount bound to deploy/rbac.yaml, so every test also proves the
+least-privilege RBAC is enough. Pods are bound to a fake node; a kubelet stand-in marks them
+Running; the exporter plays synthetic DL jobs as cAdvisor metrics on a compressed clock
+(15 trace seconds per wall second), so one PhaseModel window is 10 s of wall time
+(stepSeconds 1, windowSeconds 10).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ai4dl import synthetic
+from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE
+from ai4dl.controller.quantity import parse_quantity
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, crd_manifest
+from ai4dl.model import PhaseModel
+
+REPO = Path(__file__).resolve().parent.parent
+WINDOW, STEP = 10, 1
+SPEED = 15.0
+
+pytestmark = pytest.mark.integration
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- module fixtures
+@pytest.fixture(scope="module")
+def crd(kube_cluster):
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    ext = client.ApiextensionsV1Api(kube_cluster.api_client)
+    body = crd_manifest()
+    try:
+        ext.create_custom_resource_definition(body)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
+                         (ext.read_custom_resource_definition(body["metadata"]["name"])
+                          .status.conditions or [])), 30, what="CRD Established")
+    return body
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(kube_cluster, tmp_path_factory):
+    """A kubeconfig for the operator's ServiceAccount, bound by deploy/rbac.yaml."""
+    from kubernetes import client, utils
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        kube_cluster.core.create_namespace({"metadata": {"name": "ai4dl-system"}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
+        try:
+            utils.create_from_dict(kube_cluster.api_client, doc)
+        except utils.FailToCreateError as err:
+            if not all(e.status == 409 for e in err.api_exceptions):
+                raise
+    token = kube_cluster.service_account_token("ai4dl-system", "ai4dl-operator", create=False)
+    admin = yaml.safe_load(Path(kube_cluster.kubeconfig).read_text())
+    admin["users"] = [{"name": "ai4dl-operator", "user": {"token": token}}]
+    for ctx in admin["contexts"]:
+        ctx["context"]["user"] = "ai4dl-operator"
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    path.write_text(yaml.safe_dump(admin))
+    assert client  # imported for its side effect of configuring models
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_doc():
+    """A small model of synthetic DL jobs (cpu cores, memory bytes), 15 s trace step."""
+    cfg = synthetic.SyntheticConfig(n_features=2)
+    traces, _ = synthetic.generate(30, seed=21, config=cfg)
+    model = PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
+    return json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    """Executions the exporter plays (long ones, so they do not end during a test)."""
+    cfg = synthetic.SyntheticConfig(n_features=2, epochs=(10, 12))
+    traces, truth = synthetic.generate(6, seed=33, config=cfg)
+    return list(traces), truth
+
+
+@pytest.fixture(scope="module")
+def stack(trace_exporter, prometheus_server):
+    exporter = trace_exporter({}, speed=SPEED, loop=True)
+    prom = prometheus_server([exporter], scrape_interval="1s")
+    return exporter, prom
+
+
+class Operator:
+    """The operator process, started from its console entrypoint."""
+
+    def __init__(self, kubeconfig: Path, prometheus_url: str, log: Path):
+        self.kubeconfig, self.prometheus_url, self.log = kubeconfig, prometheus_url, log
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Operator":
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
+               "--metrics-port", str(self.metrics_port), "--liveness", "",
+               "--prometheus-timeout", "2", "--prometheus-retries", "1",
+               "--settle-seconds", "1.5"]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "a"),
+                                     stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text().splitlines()[-n:]) if self.log.exists() else ""
+
+
+@pytest.fixture()
+def operator(stack, operator_kubeconfig, crd, tmp_path):
+    _, prom = stack
+    op = Operator(operator_kubeconfig, prom.url, tmp_path / "operator.log").start()
+    yield op
+    op.stop()
+    if os.environ.get("AI4DL_SHOW_OPERATOR_LOG"):
+        print(op.tail(200))
+
+
+# ----------------------------------------------------------------------------- helpers
+def make_phasemodel(kube_cluster, namespace, name, model_doc, mode="InPlace", **policy):
+    from kubernetes import client
+
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": "train"}},
+                     "stepSeconds": STEP, "windowSeconds": WINDOW,
+                     "policy": {"mode": mode, "minChange": 0.05, "cooldownWindows": 0,
+                                **policy},
+                     "model": model_doc}}
+    return client.CustomObjectsApi(kube_cluster.api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body)
+
+
+def read_pm(kube_cluster, namespace, name):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(kube_cluster.api_client).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name)
+
+
+def condition(pm, ctype):
+    return next((c for c in (pm.get("status") or {}).get("conditions", [])
+                 if c["type"] == ctype), None)
+
+
+def start_pods(fake_kubelet, exporter, jobs, namespace, names, model="pm", requests=None):
+    traces, truth = jobs
+    for i, name in enumerate(names):
+        fake_kubelet.create_pod(
+            name, namespace=namespace, requests=requests or {"cpu": "8", "memory": "32Gi"},
+            labels={OPT_IN_LABEL: "true", "app": "train"},
+            annotations={MODEL_ANNOTATION: model})
+        ex = traces[i % len(traces)]
+        # start inside the first epoch, so the pod is in a clear phase from the start
+        offset = float(np.flatnonzero(truth[i % len(traces)] == 2)[0]) * ex.step
+        exporter.add_pod((namespace, name, "main"), ex, offset=offset)
+
+
+def requests_of(kube_cluster, namespace, name):
+    pod = kube_cluster.core.read_namespaced_pod(name, namespace)
+    return {k: parse_quantity(v) for k, v in pod.spec.containers[0].resources.requests.items()}
+
+
+def events(kube_cluster, namespace, reason=None):
+    evs = kube_cluster.core.list_namespaced_event(namespace).items
+    return [e for e in evs if reason is None or e.reason == reason]
+
+
+# ----------------------------------------------------------------------------- tests
+def test_inplace_resizes_within_two_windows(kube_cluster, k8s_namespace, fake_kubelet, stack,
+                                            jobs, model_doc, operator):
+    exporter, _ = stack
+    ns = k8s_namespace
+    start_pods(fake_kubelet, exporter, jobs, ns, ["a", "b", "c"])
+    make_phasemodel(kube_cluster, ns, "pm", model_doc)
+    before = requests_of(kube_cluster, ns, "a")
+
+    def resized():
+        return all(requests_of(kube_cluster, ns, p) != before for p in ("a", "b", "c"))
+
+    try:
+        wait_for(resized, timeout=2 * WINDOW + 12, what="all three pods resized")
+    except AssertionError:
+        print(operator.tail())
+        raise
+    after = requests_of(kube_cluster, ns, "a")
+    assert 0.2 < after["cpu"] < 8 and after["memory"] < 32 * 2 ** 30
+    pod = kube_cluster.core.read_namespaced_pod("a", ns)
+    ann = pod.metadata.annotations
+    assert ann[A_PHASE].isdigit() and "main" in json.loads(ann[A_RECOMMENDATION])
+    # kopf wrote none of its own bookkeeping onto the pod
+    assert not any(k.startswith("kopf.zalando.org") for k in ann)
+    assert {e.involved_object.name for e in events(kube_cluster, ns, "Resized")} >= {"a", "b", "c"}
+    pm = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("podsTracked") == 3
+                           else None)(read_pm(kube_cluster, ns, "pm")), WINDOW + 5,
+                  what="status podsTracked 3")
+    assert condition(pm, "Ready")["status"] == "True"
+    assert sum(pm["status"]["podsPerPhase"].values()) == 3
+    m = operator.metrics()
+    assert "ai4dl_resizes_total" in m and f'namespace="{ns}"' in m
+
+
+def test_recommend_mode_never_resizes(kube_cluster, k8s_namespace, fake_kubelet, stack, jobs,
+                                      model_doc, operator):
+    exporter, _ = stack
+    ns = k8s_namespace
+    start_pods(fake_kubelet, exporter, jobs, ns, ["r1", "r2"])
+    make_phasemodel(kube_cluster, ns, "pm", model_doc, mode="Recommend")
+    before = requests_of(kube_cluster, ns, "r1")
+    wait_for(lambda: A_RECOMMENDATION in (kube_cluster.core.read_namespaced_pod("r1", ns)
+                                          .metadata.annotations or {}),
+             2 * WINDOW + 12, what="a recommendation annotation")
+    time.sleep(WINDOW)
+    assert requests_of(kube_cluster, ns, "r1") == before
+    assert requests_of(kube_cluster, ns, "r2") == before
+    assert not events(kube_cluster, ns, "Resized")
+
+
+def test_prometheus_outage_skips_and_recovers(kube_cluster, k8s_namespace, fake_kubelet, stack,
+                                              jobs, model_doc, operator):
+    exporter, prom = stack
+    ns = k8s_namespace
+    start_pods(fake_kubelet, exporter, jobs, ns, ["o1"])
+    make_phasemodel(kube_cluster, ns, "pm", model_doc, mode="Recommend")
+    state_before = wait_for(
+        lambda: (kube_cluster.core.read_namespaced_pod("o1", ns).metadata.annotations or {})
+        .get(A_STATE), 3 * WINDOW + 12, what="a first window handled before the outage")
+    prom.stop()
+    try:
+        pm = wait_for(lambda: (lambda o: o if (condition(o, "Degraded") or {}).get("status")
+                               == "True" else None)(read_pm(kube_cluster, ns, "pm")),
+                      2 * WINDOW + 10, what="Degraded during the outage")
+        assert condition(pm, "Degraded")["reason"] == "PrometheusUnavailable"
+        assert "\n" not in pm["status"]["lastError"]
+        # nothing was written to the pod during the outage
+        ann = kube_cluster.core.read_namespaced_pod("o1", ns).metadata.annotations
+        assert ann[A_STATE] == state_before
+    finally:
+        prom.start()
+    wait_for(lambda: (condition(read_pm(kube_cluster, ns, "pm"), "Ready") or {}).get("status")
+             == "True", 3 * WINDOW + 15, what="Ready after recovery")
+    assert 'reason="PrometheusUnavailable"' in operator.metrics()
+
+
+def test_restart_mid_run_loses_and_duplicates_no_resize(kube_cluster, k8s_namespace,
+                                                        fake_kubelet, stack, jobs, model_doc,
+                                                        operator):
+    exporter, _ = stack
+    ns = k8s_namespace
+    start_pods(fake_kubelet, exporter, jobs, ns, ["s1", "s2"])
+    make_phasemodel(kube_cluster, ns, "pm", model_doc)
+    wait_for(lambda: len(events(kube_cluster, ns, "Resized")) >= 2, 2 * WINDOW + 12,
+             what="first resizes")
+    operator.stop(signal.SIGKILL)       # mid-window, no goodbye
+    time.sleep(WINDOW / 2)
+    operator.start()
+    time.sleep(2 * WINDOW + 5)
+    # Each pod: at most one resize per window, and every handled window recorded once.
+    for pod in ("s1", "s2"):
+        evs = [e for e in events(kube_cluster, ns, "Resized") if e.involved_object.name == pod]
+        state = json.loads(kube_cluster.core.read_namespaced_pod(pod, ns)
+                           .metadata.annotations[A_STATE])
+        assert state["window"] % WINDOW == 0
+        times = sorted(e.first_timestamp.timestamp() for e in evs)
+        windows = [int(t // WINDOW) for t in times]
+        assert len(windows) == len(set(windows)), f"{pod}: two resizes in one window {times}"
+
+
+def test_deleted_pod_mid_window_is_no_error(kube_cluster, k8s_namespace, fake_kubelet, stack,
+                                            jobs, model_doc, operator):
+    exporter, _ = stack
+    ns = k8s_namespace
+    start_pods(fake_kubelet, exporter, jobs, ns, ["d1", "d2"])
+    make_phasemodel(kube_cluster, ns, "pm", model_doc)
+    wait_for(lambda: events(kube_cluster, ns, "Resized"), 2 * WINDOW + 12, what="a resize")
+    fake_kubelet.delete_pod("d1", namespace=ns)
+    exporter.remove_pod((ns, "d1", "main"))
+    time.sleep(2 * WINDOW)
+    m = operator.metrics()
+    errors = [line for line in m.splitlines()
+              if line.startswith("ai4dl_errors_total") and f'namespace="{ns}"' in line]
+    assert not errors, errors
+    assert (condition(read_pm(kube_cluster, ns, "pm"), "Ready") or {}).get("status") == "True"
+
+
+def test_malformed_phasemodels_are_refused_or_degraded(kube_cluster, k8s_namespace,
+                                                       fake_kubelet, stack, jobs, model_doc,
+                                                       operator):
+    from kubernetes.client.exceptions import ApiException
+
+    exporter, _ = stack
+    ns = k8s_namespace
+    # the schema refuses what it can see
+    with pytest.raises(ApiException) as err:
+        make_phasemodel(kube_cluster, ns, "bad-mode", model_doc, mode="Sometimes")
+    assert err.value.status == 422
+    broken = json.loads(json.dumps(model_doc))
+    broken["crbm"]["W"] = broken["crbm"]["W"][:-1]           # shapes disagree: schema can't tell
+    start_pods(fake_kubelet, exporter, jobs, ns, ["m1"], model="bad-shape")
+    before = requests_of(kube_cluster, ns, "m1")
+    make_phasemodel(kube_cluster, ns, "bad-shape", broken)
+    pm = wait_for(lambda: (lambda o: o if (condition(o, "Degraded") or {}).get("status")
+                           == "True" else None)(read_pm(kube_cluster, ns, "bad-shape")),
+                  2 * WINDOW + 12, what="Degraded for a broken model")
+    assert condition(pm, "Degraded")["reason"] == "InvalidModel"
+    assert "crbm.W has shape" in condition(pm, "Degraded")["message"]
+    assert requests_of(kube_cluster, ns, "m1") == before
+
+
+def test_operator_rbac_is_least_privilege(kube_cluster, operator_kubeconfig):
+    from kubernetes import client
+
+    authz = client.AuthorizationV1Api(kube_cluster.api_client)
+
+    def can(verb, resource, sub=None, group=""):
+        review = {"spec": {"user": "system:serviceaccount:ai4dl-system:ai4dl-operator",
+                           "groups": ["system:serviceaccounts",
+                                      "system:serviceaccounts:ai4dl-system",
+                                      "system:authenticated"],
+                           "resourceAttributes": {"verb": verb, "resource": resource,
+                                                  "subresource": sub or "", "group": group,
+                                                  "namespace": "default"}}}
+        return authz.create_subject_access_review(review).status.allowed
+
+    assert can("patch", "pods", "resize")
+    assert can("watch", "pods") and can("patch", "pods")
+    assert can("patch", "phasemodels", "status", group=GROUP)
+    assert not can("get", "secrets") and not can("list", "secrets")
+    assert not can("delete", "pods") and not can("create", "pods")
+    assert not can("update", "pods", "resize")
