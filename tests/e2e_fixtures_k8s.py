@@ -24,9 +24,11 @@ ServiceAccount; without a kubelet, nothing changes pod status but ``FakeKubelet`
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -186,8 +188,15 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         _unavailable(f"cannot build the test control plane: {exc}")
     build_s = time.monotonic() - t0
 
+    # kubernetes>=35 imports its API modules lazily; core_v1_api alone takes 1-5 s to import.
+    # Do it while kube-apiserver starts (that wait is mostly idle for this process).
+    preload = threading.Thread(target=_preload_client_modules, daemon=True)
+    preload.start()
     cp = _cp.ControlPlane(startup_timeout=float(os.environ.get("AI4DL_CP_TIMEOUT", "90")))
-    cp.start()  # a start failure after a good build is a real error: never skipped
+    try:
+        cp.start()  # a start failure after a good build is a real error: never skipped
+    finally:
+        preload.join()
     try:
         api = k8s_config.new_client_from_config(config_file=str(cp.kubeconfig))
         kc = KubeCluster(kubeconfig=cp.kubeconfig, api_client=api, control_plane=cp,
@@ -200,6 +209,14 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         kc.close()
     finally:
         cp.stop()
+
+
+def _preload_client_modules() -> None:
+    import importlib
+
+    for mod in ("kubernetes.client.api.core_v1_api", "kubernetes.client.api.rbac_authorization_v1_api"):
+        with contextlib.suppress(Exception):
+            importlib.import_module(mod)
 
 
 def _binaries_look_present() -> bool:
@@ -239,7 +256,13 @@ class FakeKubelet:
       ``containerStatuses[]`` with ``resources`` (= spec) and ``allocatedResources`` (= requests);
     * :meth:`apply_resize` does what a kubelet does after a ``pods/<n>/resize``: copies the spec
       resources into the container statuses (and bumps ``observedGeneration``);
+    * :meth:`auto_apply_resizes` does that in a background thread (for operator tests);
+      :meth:`set_resize_pending` refuses one instead (PodResizePending: Infeasible/Deferred);
     * :meth:`delete_pod` deletes with grace period 0 and waits until it is gone.
+
+    Pods made by :meth:`create_pod` have ``terminationGracePeriodSeconds: 0`` unless ``body``
+    says otherwise, so any delete (by an operator too) removes them at once; with a grace
+    period, a pod on a node stays Terminating forever (no kubelet): use :meth:`delete_pod`.
     """
 
     def __init__(self, api_client: Any, namespace: str | None = None, node_name: str = FAKE_NODE):
@@ -399,6 +422,83 @@ class FakeKubelet:
         # JSON merge patch: replaces the lists whole (strategic merge would keep stale conditions).
         return self.core.patch_namespaced_pod_status(
             name, ns, patch, _content_type="application/merge-patch+json")
+
+    def pending_resizes(self, *, namespace: str | None = None) -> list[str]:
+        """Names of pods on the fake node whose spec resources differ from their status."""
+        ns = self._ns(namespace)
+        out = []
+        for pod in self.core.list_namespaced_pod(
+                ns, field_selector=f"spec.nodeName={self.node_name}").items:
+            d = self._to_dict(pod)
+            if (d.get("status") or {}).get("phase") != "Running" or d["metadata"].get("deletionTimestamp"):
+                continue
+            have = {cs["name"]: cs.get("resources") or {}
+                    for cs in d["status"].get("containerStatuses") or []}
+            for c in d["spec"]["containers"]:
+                want = {k: v for k, v in (c.get("resources") or {}).items() if k in ("requests", "limits") and v}
+                if have.get(c["name"], {}) != want:
+                    out.append(d["metadata"]["name"])
+                    break
+        return out
+
+    def apply_pending_resizes(self, *, namespace: str | None = None) -> list[str]:
+        """:meth:`apply_resize` every pod in :meth:`pending_resizes`; returns their names."""
+        from kubernetes.client.rest import ApiException
+
+        done = []
+        for name in self.pending_resizes(namespace=namespace):
+            try:
+                self.apply_resize(name, namespace=namespace)
+                done.append(name)
+            except ApiException as exc:
+                if exc.status not in (404, 409):  # deleted / changed meanwhile: next round
+                    raise
+        return done
+
+    @contextlib.contextmanager
+    def auto_apply_resizes(self, *, interval: float = 0.2, namespace: str | None = None):
+        """Within the block, a thread applies resizes like a kubelet would (every ``interval`` s).
+
+        For tests where something else (the operator) resizes pods. Errors in the thread are
+        re-raised when the block exits.
+        """
+        ns = self._ns(namespace)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def loop() -> None:
+            while not stop.wait(interval):
+                try:
+                    self.apply_pending_resizes(namespace=ns)
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(exc)
+                    return
+
+        t = threading.Thread(target=loop, name=f"fake-kubelet-{ns}", daemon=True)
+        t.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            t.join(timeout=10)
+        if errors:
+            raise errors[0]
+
+    def set_resize_pending(self, name: str, reason: str = "Infeasible", message: str = "",
+                           *, namespace: str | None = None):
+        """Refuse/defer a resize as a kubelet would: condition PodResizePending (Infeasible|Deferred).
+
+        The status resources stay as they were. Returns the pod.
+        """
+        ns = self._ns(namespace)
+        pod = self.core.read_namespaced_pod(name, ns)
+        conds = [c for c in (self._to_dict(pod).get("status") or {}).get("conditions") or []
+                 if c.get("type") not in ("PodResizePending", "PodResizeInProgress")]
+        conds.append({"type": "PodResizePending", "status": "True", "reason": reason,
+                      "message": message or f"fake kubelet: resize {reason.lower()}",
+                      "lastTransitionTime": _now(), "observedGeneration": pod.metadata.generation})
+        return self.core.patch_namespaced_pod_status(
+            name, ns, {"status": {"conditions": conds}}, _content_type="application/merge-patch+json")
 
     def set_phase(self, name: str, phase: str, *, namespace: str | None = None):
         """E.g. ``Succeeded``/``Failed``: containers terminated (then a graceful delete is instant)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -120,6 +121,31 @@ def test_delete_with_grace_zero(fake_kubelet, kube_cluster, k8s_namespace):
     assert err.value.status == 404
 
 
+def test_fake_kubelet_auto_apply_and_pending(fake_kubelet, kube_cluster, k8s_namespace):
+    core, ns = kube_cluster.core, k8s_namespace
+    for name in ("x", "y"):
+        fake_kubelet.create_pod(name, requests={"cpu": "100m"}, limits={"cpu": "1"})
+    with fake_kubelet.auto_apply_resizes(interval=0.05):
+        core.patch_namespaced_pod_resize("x", ns, _resize_body({"cpu": "300m"}))
+        deadline = time.monotonic() + 10
+        while core.read_namespaced_pod("x", ns).status.container_statuses[0].resources.requests["cpu"] != "300m":
+            assert time.monotonic() < deadline, "auto_apply_resizes did not apply the resize"
+            time.sleep(0.05)
+    assert fake_kubelet.pending_resizes() == []
+    # A resize the "kubelet" refuses: spec changes, status keeps the old allocation.
+    core.patch_namespaced_pod_resize("y", ns, _resize_body({"cpu": "900m"}))
+    assert fake_kubelet.pending_resizes() == ["y"]
+    pod = fake_kubelet.set_resize_pending("y", "Infeasible", "Node didn't have enough capacity")
+    cond = {c.type: c for c in pod.status.conditions}["PodResizePending"]
+    assert (cond.status, cond.reason) == ("True", "Infeasible")
+    assert pod.status.container_statuses[0].resources.requests["cpu"] == "100m"
+    assert _res(pod, "requests")["cpu"] == "900m"
+    # ...and accepted after all: the condition goes away.
+    pod = fake_kubelet.apply_resize("y")
+    assert "PodResizePending" not in {c.type for c in pod.status.conditions}
+    assert pod.status.container_statuses[0].resources.requests["cpu"] == "900m"
+
+
 # ---------------------------------------------------------------------------- RBAC
 def _operator_rbac(kube_cluster, ns: str) -> None:
     """SA + Role (pods: get/list/watch; pods/resize: patch; nothing on secrets) + RoleBinding."""
@@ -176,9 +202,11 @@ def test_rbac_service_account_token(fake_kubelet, kube_cluster, k8s_namespace):
 
 
 def test_kubectl_auth_can_i_with_impersonation(kube_cluster, k8s_namespace):
+    from e2e.controlplane.cluster import bin_dir
+
     cp = kube_cluster.control_plane
-    kubectl = (cp.bin_dir / "kubectl") if cp is not None else None
-    if kubectl is None or not kubectl.exists():
+    kubectl = bin_dir() / "kubectl"
+    if not kubectl.exists():
         kubectl = shutil.which("kubectl")
     if not kubectl:
         pytest.skip("no kubectl (build.sh builds it unless AI4DL_SKIP_KUBECTL=1)")

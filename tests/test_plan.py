@@ -174,3 +174,15 @@ def test_all_pods_are_encoded_in_one_batch(fitted_model, window):
     assert calls == [50]
     assert sum(p.resize is not None for p in out.pods) == 50
     assert out.pods_per_phase() == {str(out.pods[0].phase): 50}
+
+
+def test_no_write_when_nothing_visible_changed(fitted_model, window):
+    spec = spec_for(fitted_model, mode="Recommend")
+    first = run(fitted_model, spec, [pod("a", {"cpu": "8", "memory": "32Gi"})],
+                {("ns", "a", "main"): window}).pods[0]
+    assert first.annotations                       # first window: phase and recommendation
+    seen = {k: v for k, v in first.annotations.items() if k != A_STATE}   # a later window
+    again = run(fitted_model, spec, [pod("a", {"cpu": "8", "memory": "32Gi"},
+                                         annotations=seen)],
+                {("ns", "a", "main"): window}).pods[0]
+    assert again.skipped == "unchanged" and not again.annotations and again.resize is None

@@ -29,6 +29,7 @@ dependency). Only the standard library is used.
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import contextlib
 import json
@@ -90,8 +91,11 @@ def ensure_binaries(*, log_path: Path | None = None, quiet: bool = False, timeou
     log_path = Path(log_path) if log_path else cache_dir() / "build.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
+        # Own process group: on Ctrl-C the whole build (go, compile, link) is stopped, not
+        # just bash (orphaned go processes would keep the build lock held).
         proc = subprocess.Popen(
-            ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         assert proc.stdout is not None
         try:
@@ -103,8 +107,14 @@ def ensure_binaries(*, log_path: Path | None = None, quiet: bool = False, timeou
                     sys.stderr.flush()
             rc = proc.wait(timeout=timeout)
         except BaseException:
-            proc.kill()
-            proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             raise
     if rc != 0:
         raise BuildError(f"{BUILD_SCRIPT} failed (exit {rc}); log {log_path}:\n{_tail(log_path, 30)}")
@@ -135,13 +145,22 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise ControlPlaneError(f"openssl {' '.join(args)} failed:\n{res.stderr}")
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec (Linux only)
-    try:
-        import ctypes
+try:  # loaded before any fork: importing in the child between fork and exec is unsafe
+    import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort, never block the exec
-        pass
+    _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+except (ImportError, OSError):
+    _LIBC = None
+
+
+def _set_pdeathsig() -> None:
+    """Runs in the child before exec: SIGKILL it when the parent dies (e.g. pytest killed -9).
+
+    SIGKILL, not SIGTERM: on SIGTERM etcd and kube-apiserver both shut down at once and the
+    apiserver then hangs for minutes in its graceful shutdown, waiting for the gone etcd.
+    """
+    if _LIBC is not None:
+        _LIBC.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
 class PKI:
@@ -302,6 +321,7 @@ class ControlPlane:
             self.stop()
             raise
         self.startup_seconds = time.monotonic() - t0
+        atexit.register(self.stop)  # a forgotten stop() still cleans up at interpreter exit
         return self
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen:
@@ -311,7 +331,7 @@ class ControlPlane:
         return subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=self.dir, start_new_session=True,  # no Ctrl-C from the terminal's process group
-            preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None,
+            preexec_fn=_set_pdeathsig if _LIBC is not None else None,
         )
 
     def _start_etcd(self, etcd_bin: Path) -> None:
@@ -351,6 +371,9 @@ class ControlPlane:
             "--advertise-address=127.0.0.1",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
+            # The default "lease" reconciler rejects a loopback advertise address for the
+            # `kubernetes` Endpoints (log noise) and stalls shutdown 20 s in RemoveEndpoints.
+            "--endpoint-reconciler-type=none",
             "--authorization-mode=RBAC",
             # No kube-controller-manager: nothing would create the default ServiceAccount.
             "--disable-admission-plugins=ServiceAccount",
@@ -395,6 +418,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Terminate kube-apiserver then etcd (SIGTERM, SIGKILL after 10 s); remove the dir."""
+        atexit.unregister(self.stop)
         for attr in ("apiserver", "etcd"):
             proc: subprocess.Popen | None = getattr(self, attr)
             if proc is None:

@@ -47,7 +47,11 @@ def _clients():
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    api = client.ApiClient()
+    from ai4dl.controller.runtime import WRITERS
+
+    cfg = client.Configuration.get_default_copy()
+    cfg.connection_pool_maxsize = WRITERS + 2
+    api = client.ApiClient(cfg)
     return client.CoreV1Api(api), client.CustomObjectsApi(api)
 
 

@@ -179,6 +179,8 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     for plan in plans:
         if plan.skipped is None:
             _finish(plan, spec, resources, window_start, now_iso)
+            if plan.skipped is None and plan.resize is None and not plan.annotations:
+                plan.skipped = "unchanged"
     return WindowPlan(plans, resources)
 
 
@@ -237,7 +239,15 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     state["window"] = window_start
     plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
 
+    # Writes only when something a user can see changed: with thousands of pods, an
+    # annotation patch per pod per window would be the operator's main load on the API server.
+    # (Handling a window twice without a resize is harmless, so the window id need not be
+    # recorded then.)
+    unchanged = all(pod.annotations.get(k) == plan.annotations[k]
+                    for k in (A_PHASE, A_RECOMMENDATION))
     if mode != "InPlace" or not changes:
+        if unchanged:
+            plan.annotations = {}
         return
     if qos == "BestEffort":
         plan.events.append(("Warning", "ResizeSkipped", "BestEffort pod: setting requests "

@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -24,6 +25,8 @@ from ai4dl.errors import Ai4dlError
 from ai4dl.model import PhaseModel
 
 log = logging.getLogger("ai4dl.operator")
+
+WRITERS = 8   # concurrent pod writes per window (the client's connection pool is sized to match)
 
 
 def now_iso(t: float | None = None) -> str:
@@ -151,12 +154,11 @@ class WindowRunner:
 
     # ------------------------------------------------------------------ writes
     def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport) -> None:
-        from kubernetes.client.exceptions import ApiException
-
+        """Write the plans: pods in parallel (the API calls are latency-bound), each pod's own
+        writes in order (resize, then annotations, then Events)."""
         labels = (self.namespace, self.name)
         novel = total = 0
         for p in plan.pods:
-            reason = p.skipped or ("resized" if p.resize else "planned")
             if p.skipped:
                 report.skipped[p.skipped] = report.skipped.get(p.skipped, 0) + 1
                 m.SKIPPED_WINDOWS.labels(*labels, p.skipped).inc()
@@ -168,26 +170,41 @@ class WindowRunner:
                     for r, v in c.target.items():
                         m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
                                                 self.name).set(v)
-            try:
-                if p.resize is not None:
-                    self.core.patch_namespaced_pod_resize(p.pod.name, p.pod.namespace, p.resize)
+        m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
+        work = [p for p in plan.pods if p.resize is not None or p.annotations or p.events]
+        if not work:
+            return
+        with ThreadPoolExecutor(max_workers=min(WRITERS, len(work))) as pool:
+            for p, outcome in zip(work, pool.map(self._write_pod, work)):
+                if outcome == "resized":
                     report.resized += 1
                     m.RESIZES.labels(*labels).inc()
-                if p.annotations:
-                    self.core.patch_namespaced_pod(
-                        p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}})
-                for etype, ereason, msg in p.events:
-                    self._event(p.pod, etype, ereason, msg)
-            except ApiException as err:
-                if err.status == 404:       # the pod vanished mid-window: nothing to do
+                elif outcome == "gone":
                     m.SKIPPED_WINDOWS.labels(*labels, "pod-gone").inc()
-                    continue
-                m.ERRORS.labels(*labels, f"api-{err.status}").inc()
-                msg = _api_message(err)
-                log.warning("%s/%s: %s failed: %s", p.pod.namespace, p.pod.name, reason, msg)
-                self._event(p.pod, "Warning", "ResizeFailed", msg)
-                report.error = f"{p.pod.namespace}/{p.pod.name}: {msg}"
-        m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
+                elif outcome:
+                    report.error = f"{p.pod.namespace}/{p.pod.name}: {outcome}"
+
+    def _write_pod(self, p) -> str:
+        """'resized', '' (written), 'gone' (the pod vanished mid-window) or an error message."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            if p.resize is not None:
+                self.core.patch_namespaced_pod_resize(p.pod.name, p.pod.namespace, p.resize)
+            if p.annotations:
+                self.core.patch_namespaced_pod(
+                    p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}})
+            for etype, ereason, msg in p.events:
+                self._event(p.pod, etype, ereason, msg)
+            return "resized" if p.resize is not None else ""
+        except ApiException as err:
+            if err.status == 404:       # the pod vanished mid-window: nothing to do
+                return "gone"
+            m.ERRORS.labels(self.namespace, self.name, f"api-{err.status}").inc()
+            msg = _api_message(err)
+            log.warning("%s/%s: write failed: %s", p.pod.namespace, p.pod.name, msg)
+            self._event(p.pod, "Warning", "ResizeFailed", msg)
+            return msg
 
     def _event(self, pod: PodInfo, etype: str, reason: str, message: str) -> None:
         from kubernetes.client.exceptions import ApiException
