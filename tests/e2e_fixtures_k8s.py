@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -435,7 +435,8 @@ class FakeKubelet:
             have = {cs["name"]: cs.get("resources") or {}
                     for cs in d["status"].get("containerStatuses") or []}
             for c in d["spec"]["containers"]:
-                want = {k: v for k, v in (c.get("resources") or {}).items() if k in ("requests", "limits") and v}
+                res = c.get("resources") or {}
+                want = {k: v for k, v in res.items() if k in ("requests", "limits") and v}
                 if have.get(c["name"], {}) != want:
                     out.append(d["metadata"]["name"])
                     break

@@ -128,7 +128,11 @@ def test_fake_kubelet_auto_apply_and_pending(fake_kubelet, kube_cluster, k8s_nam
     with fake_kubelet.auto_apply_resizes(interval=0.05):
         core.patch_namespaced_pod_resize("x", ns, _resize_body({"cpu": "300m"}))
         deadline = time.monotonic() + 10
-        while core.read_namespaced_pod("x", ns).status.container_statuses[0].resources.requests["cpu"] != "300m":
+
+        def applied_cpu():
+            return core.read_namespaced_pod("x", ns).status.container_statuses[0].resources.requests["cpu"]
+
+        while applied_cpu() != "300m":
             assert time.monotonic() < deadline, "auto_apply_resizes did not apply the resize"
             time.sleep(0.05)
     assert fake_kubelet.pending_resizes() == []

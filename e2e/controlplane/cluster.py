@@ -406,14 +406,17 @@ class ControlPlane:
                         return
                     last = f"HTTP {r.status}"
             except urllib.error.HTTPError as exc:
-                last = f"HTTP {exc.code}: {exc.read()[-2000:].decode(errors='replace')}"
+                body = exc.read().decode(errors="replace")
+                failing = [ln for ln in body.splitlines() if ln.startswith("[-]")]
+                last = f"HTTP {exc.code}: " + (", ".join(failing) if failing else body[-500:])
             except (OSError, ssl.SSLError) as exc:
                 last = repr(exc)
             if time.monotonic() > deadline:
                 raise ControlPlaneError(
-                    f"kube-apiserver at {self.url} not ready after {self.startup_timeout:.0f} s "
+                    f"kube-apiserver at {self.url} not ready after {self.startup_timeout:g} s "
                     f"(last /readyz: {last}); last lines of {self.dir / 'kube-apiserver.log'}:\n"
-                    f"{_tail(self.dir / 'kube-apiserver.log')}\n--- etcd.log:\n{_tail(self.dir / 'etcd.log', 10)}")
+                    f"{_tail(self.dir / 'kube-apiserver.log')}\n"
+                    f"--- etcd.log:\n{_tail(self.dir / 'etcd.log', 10)}")
             time.sleep(0.2)
 
     def stop(self) -> None:
