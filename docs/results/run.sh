@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Re-runs every evaluation quoted in docs/results.md and rewrites the tables beside it.
+# From the repository root, after `make env`:  bash docs/results/run.sh
+# Data: ../shared/data (override with AI4DL_DATA). Takes about 10 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+A=.venv/bin/ai4dl
+D=${AI4DL_DATA:-../shared/data}
+R=docs/results
+P=adaptive-max,adaptive-stat,phase,phase-proactive,oracle
+mkdir -p out
+set -x
+# Calibration against ../shared/docs/evaluation.md (all 1,600 GCD files, no split)
+$A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --test-fraction 0 \
+   --policies adaptive-max,adaptive-stat,static,oracle --markdown $R/gcd-calibration.md
+# Google GCD_VMs: held-out jobs, hourly windows
+$A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --markdown $R/gcd.md
+$A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --phase-scope execution --policies $P \
+   --markdown $R/gcd-execution-scope.md
+$A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 3 --phase-scope execution --policies $P \
+   --markdown $R/gcd-window-3.md
+$A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --phase-scope execution --phases 6 \
+   --history 6 --policies $P --markdown $R/gcd-k6-history6.md
+# Alibaba GenAI serving pods: memory only, 10-minute windows at 60 s
+$A -q evaluate $D/alibaba_genai2026_pods --resources memory --window 10 --markdown $R/alibaba.md
+$A -q evaluate $D/alibaba_genai2026_pods --resources memory --window 10 --phase-scope execution \
+   --policies $P --markdown $R/alibaba-execution-scope.md
+# AI4DL DLaaS samples: a smoke test (4 short executions)
+$A -q evaluate $D/ai4dl_samples/sample-dlaas.csv --window 40 --test-fraction 0.25 \
+   --markdown $R/ai4dl-dlaas.md
+# Synthetic DL training jobs (the generator in ai4dl.synthetic, seed 5)
+$A -q synthetic -o out/synthetic-dl.csv --executions 200 --seed 5
+$A -q evaluate out/synthetic-dl.csv --window 40 --markdown $R/synthetic.md \
+   --plots $R/synthetic-plots --plot-executions 1 --sweep
+$A -q evaluate out/synthetic-dl.csv --window 40 --phase-scope execution --policies $P \
+   --markdown $R/synthetic-execution-scope.md
+$A -q evaluate out/synthetic-dl.csv --window 40 --safety operator --markdown $R/synthetic-operator-safety.md
