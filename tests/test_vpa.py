@@ -536,3 +536,50 @@ def test_go_pow_port():
     assert _go_pow(math.inf, 1.0) == math.inf and _go_pow(math.inf, -2.0) == 0.0
     for n in (1, 50, 127, 128, 150, 175):
         assert _go_pow(1.05, float(n)) == pytest.approx(1.05 ** n, rel=1e-13)
+
+
+def test_small_and_large_batch_bucket_lookups_agree():
+    """find_buckets uses a binary search for small arrays and the log guess for large ones."""
+    rng = np.random.default_rng(1)
+    for opts in (cpu_histogram_options(), memory_histogram_options()):
+        starts = opts.bucket_starts
+        values = np.concatenate([
+            [-5.0, -0.0, 0.0, np.inf, opts.first_bucket_size,
+             np.nextafter(opts.first_bucket_size, 0.0)],
+            np.exp(rng.uniform(-25, math.log(2 * opts.max_value), 1500)),
+            starts, np.nextafter(starts, np.inf), np.nextafter(starts, -np.inf)])
+        whole = opts.find_buckets(values).tolist()                       # large path
+        small = [b for i in range(0, values.size, 37)                    # small path
+                 for b in opts.find_buckets(values[i:i + 37]).tolist()]
+        assert whole == small == [opts.find_bucket(v) for v in values]
+
+
+def test_percentiles_equal_percentile_calls():
+    rng = np.random.default_rng(3)
+    h = DecayingHistogram(cpu_histogram_options(), DAY)
+    ps = (0.0, 0.5, 0.9, 0.95, 1.0)
+    assert h.percentiles(ps) == [0.0] * len(ps)
+    for k in range(5):
+        h.add_samples(rng.gamma(2.0, 0.8, 40), 0.1, k * 600.0 + 15.0 * np.arange(40))
+        assert h.percentiles(ps) == [h.percentile(p) for p in ps]
+
+
+def test_windowed_replay_equals_one_by_one():
+    """The evaluator's pattern: recommend, then a 40-sample batch, per window (fast paths)."""
+    rng = np.random.default_rng(7)
+    cores = rng.gamma(2.0, 0.8, 2400)
+    mem = 6e9 * (1 + 0.05 * rng.standard_normal(2400)) + np.linspace(0, 2e9, 2400)
+    a, b = VpaRecommender(), VpaRecommender()
+    for w in range(60):
+        now = 1.7e9 + w * 600.0
+        assert a.recommend(now) == b.recommend(now)
+        t = now + 15.0 * np.arange(40)
+        sl = slice(40 * w, 40 * w + 40)
+        a.add_cpu_samples(t, cores[sl])
+        a.add_memory_samples(t, mem[sl])
+        for ti, ci, mi in zip(t, cores[sl], mem[sl]):
+            b.add_cpu_sample(ti, ci)
+            b.add_memory_sample(ti, mi)
+        if w % 7 == 3:
+            assert a.record_oom(now + 600.0, 5e9) == b.record_oom(now + 600.0, 5e9)
+        _assert_same_state(a, b)

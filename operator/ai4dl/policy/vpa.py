@@ -61,8 +61,10 @@ receive, are dropped like invalid samples.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +83,8 @@ __all__ = [
 
 #: ``model.MaxResourceAmount``: the cap of every recommended amount (millicores or bytes).
 MAX_RESOURCE_AMOUNT = 10**14
+# The same bound as a float (exact): comparing a float with a 47-bit int is much slower.
+_MAX_RESOURCE_AMOUNT_F = float(MAX_RESOURCE_AMOUNT)
 #: What Go's ``int64(NaN)`` gives on amd64 (``CVTTSD2SQ``); only ever compared with a minimum.
 _GO_INT64_OF_NAN = -(2**63)
 #: ``maxDecayExponent`` in decaying_histogram.go.
@@ -89,6 +93,33 @@ MAX_DECAY_EXPONENT = 100
 MIN_SAMPLE_WEIGHT = 0.1
 EPSILON = 1e-4
 _MIB = 1024 * 1024
+#: Bucket lookups for up to this many values use a binary search (cheaper per call than the
+#: log-guess path, which wins on large arrays), and sums over up to ``_SMALL_FOLD`` weights
+#: a Python fold: for the evaluator's many 40-sample batches numpy's per-call overhead
+#: dominates the arithmetic.
+_SMALL_BATCH = 512
+_SMALL_FOLD = 64
+
+
+# --------------------------------------------------------------------------- small arrays
+# On the evaluator's 40-element arrays a ufunc reduction (``a.min()``, ``mask.all()``) costs
+# several times more than argmin/argmax plus ``item``, so the hot paths use these.
+
+
+def _lowest(a: np.ndarray):
+    """``a.min()`` of a non-empty array as a Python scalar; NaN if it holds one (argmin
+    returns the first NaN)."""
+    return a.item(a.argmin())
+
+
+def _highest(a: np.ndarray):
+    """``a.max()`` of a non-empty array as a Python scalar; NaN if it holds one."""
+    return a.item(a.argmax())
+
+
+def _all_true(mask: np.ndarray) -> bool:
+    """``mask.all()`` for a non-empty boolean array: argmin finds the first False, if any."""
+    return mask.item(mask.argmin())
 
 
 # --------------------------------------------------------------------------- Go arithmetic
@@ -103,6 +134,8 @@ def _go_pow(x: float, y: float) -> float:
     """
     if y == 0 or x == 1:
         return 1.0
+    if y == 1:  # Go: ``case y == 1: return x`` (the upper-bound multiplier's exponent)
+        return x
     if math.isnan(x) or math.isnan(y):
         return math.nan
     if x == 0:
@@ -166,13 +199,26 @@ def _go_pow(x: float, y: float) -> float:
 
 def _amount_from_float(amount: float) -> int:
     """``resourceAmountFromFloat``: truncate toward zero, clamp to [0, 1e14]."""
+    if 0.0 <= amount <= _MAX_RESOURCE_AMOUNT_F:  # the usual case first (same result)
+        return int(amount)
     if amount < 0:
         return 0
-    if amount > MAX_RESOURCE_AMOUNT:
+    if amount > _MAX_RESOURCE_AMOUNT_F:
         return MAX_RESOURCE_AMOUNT
     if math.isnan(amount):
         return _GO_INT64_OF_NAN
     return int(amount)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _confidence_multiplier(multiplier: float, exponent: float, confidence: float) -> float:
+    """``getConfidenceMultiplier``: ``(1 + multiplier / confidence) ** exponent``.
+
+    Memoised: replays of equally sampled executions meet the same confidences window after
+    window.  (The cache may treat a confidence of -0.0 as 0.0; both give the same base.)
+    """
+    base = math.inf if confidence == 0 else 1.0 + multiplier / confidence
+    return _go_pow(base, exponent)
 
 
 def _scale_resource(amount: int, factor: float) -> int:
@@ -232,22 +278,36 @@ class ExponentialHistogramOptions:
         bounds[1] = first
         bounds.setflags(write=False)
         self._bounds = bounds
+        #: ``get_bucket_end(b)`` for every bucket, as Python floats.
+        self._bucket_ends_list = starts[1:] + starts[-1:]
+        # Bucket b >= 1 starts at _bounds[b]: a value's bucket is the number of those starts
+        # <= the value (0 below bucket 1, num_buckets - 1 past the last start), i.e.
+        # searchsorted(side="right") on _bounds[1:], with no clamping needed.
+        self._starts_from_1 = bounds[1:]
+        self._starts_from_1_list = bounds[1:].tolist()  # for bisect (no numpy per value)
 
     def find_bucket(self, value: float) -> int:
         if math.isnan(value):
             raise ValueError("cannot bucket NaN")
-        b = int(np.searchsorted(self._bounds, value, side="right")) - 1
-        return min(max(b, 0), self.num_buckets - 1)
+        return bisect.bisect_right(self._starts_from_1_list, value)
 
     def find_buckets(self, values: np.ndarray) -> np.ndarray:
-        """``find_bucket`` for an array of values (same results).
-
-        Guesses the bucket with the log formula, then moves it by one where the guess is off
-        (the guess is never off by more), which is several times faster than a binary search.
-        """
+        """``find_bucket`` for an array of values (same results)."""
         values = np.asarray(values, dtype=np.float64)
         if np.isnan(values).any():
             raise ValueError("cannot bucket NaN")
+        return self._find_buckets(values)
+
+    def _find_buckets(self, values: np.ndarray) -> np.ndarray:
+        """``find_buckets`` for a float64 array known to hold no NaN.
+
+        Small arrays: one binary search (``find_bucket``'s lookup, vectorised).  Large
+        ones: guess the bucket with the log formula, then move it by one where the guess is
+        off (the guess is never off by more), which is several times faster than a binary
+        search there.
+        """
+        if values.size <= _SMALL_BATCH:
+            return self._starts_from_1.searchsorted(values, "right")
         last = self.num_buckets - 1
         r = self.ratio
         scaled = np.maximum(values, 0.0) * ((r - 1) / self.first_bucket_size)
@@ -314,21 +374,36 @@ class ExponentialHistogram:
 
         Returns 0.0 for an empty histogram.
         """
-        if self.is_empty():
-            return 0.0
-        threshold = percentile * self.total_weight
+        return self.percentiles((percentile,))[0]
+
+    def percentiles(self, percentiles) -> list[float]:
+        """``[percentile(p) for p in percentiles]`` with one pass over the buckets."""
         lo, hi = self.min_bucket, self.max_bucket
-        bucket = hi
-        if hi > lo:
-            # Go: partialSum += w[bucket] for bucket in [min, max), stop when >= threshold.
-            partial = np.cumsum(self.bucket_weight[lo:hi])  # sequential, like Go's loop
-            hit = np.flatnonzero(partial >= threshold)
-            if hit.size:
-                bucket = lo + int(hit[0])
-        return self.options.get_bucket_end(bucket)
+        bw = self.bucket_weight
+        if bw.item(lo) < self.options.epsilon:  # is_empty()
+            return [0.0] * len(percentiles)
+        ends = self.options._bucket_ends_list
+        if hi <= lo:
+            return [ends[hi]] * len(percentiles)
+        # Go: partialSum += w[bucket] for bucket in [min, max), stop when >= threshold.
+        # add.accumulate (cumsum) is a sequential fold: ``partial`` holds Go's running sums.
+        partial = np.add.accumulate(bw[lo:hi])
+        total = self.total_weight
+        thresholds = [p * total for p in percentiles]
+        n = hi - lo
+        # Weights are never negative (adds are checked, subtractions clamp at the bucket's
+        # weight, scale factors are >= 0), so with a finite sum the running sums are
+        # non-decreasing and the first one >= threshold is a binary search away.
+        if math.isfinite(partial.item(-1)) and all(map(math.isfinite, thresholds)):
+            hits = partial.searchsorted(thresholds, "left").tolist()
+        else:  # inf/NaN weights (only from inf sample weights): Go's loop verbatim
+            sums = partial.tolist()
+            hits = [next((k for k, s in enumerate(sums) if s >= threshold), n)
+                    for threshold in thresholds]
+        return [ends[lo + i] if i < n else ends[hi] for i in hits]
 
     def is_empty(self) -> bool:
-        return bool(self.bucket_weight[self.min_bucket] < self.options.epsilon)
+        return self.bucket_weight.item(self.min_bucket) < self.options.epsilon
 
     # -- batch -----------------------------------------------------------------------
     def add_samples(self, values, weights, times=None) -> None:
@@ -350,23 +425,41 @@ class ExponentialHistogram:
         if bucket > self.max_bucket and bw[bucket] >= eps:
             self.max_bucket = bucket
 
-    def _add_to_buckets(self, buckets: np.ndarray, weights: np.ndarray) -> None:
+    def _add_to_buckets(self, buckets: np.ndarray, weights: np.ndarray,
+                        bucket_range: tuple[int, int] | None = None) -> None:
         """Vectorised ``_add_to_bucket`` over a sequence (bit-identical).
 
         ``np.add.at`` adds in index order and ``cumsum`` is a sequential fold, so every
         bucket and the total see the same additions in the same order as Go's loop.  Within
         a batch weights only grow, so a bucket reaches epsilon at some add iff its final
-        weight is >= epsilon: the min/max update can be done at the end.
+        weight is >= epsilon: the min/max update can be done at the end.  ``bucket_range``:
+        the lowest and highest of ``buckets``, if the caller knows them.
         """
         if buckets.size == 0:
             return
-        np.add.at(self.bucket_weight, buckets, weights)
-        self.total_weight = float(np.cumsum(np.concatenate(([self.total_weight], weights)))[-1])
-        touched = np.bincount(buckets, minlength=self.options.num_buckets) > 0
-        nonempty = np.flatnonzero(touched & (self.bucket_weight >= self.options.epsilon))
-        if nonempty.size:
-            self.min_bucket = min(self.min_bucket, int(nonempty[0]))
-            self.max_bucket = max(self.max_bucket, int(nonempty[-1]))
+        bw = self.bucket_weight
+        np.add.at(bw, buckets, weights)
+        if buckets.size <= _SMALL_FOLD:  # the same sequential fold on Python floats
+            self.total_weight = functools.reduce(operator.add, weights.ravel().tolist(),
+                                                 self.total_weight)
+        else:
+            self.total_weight = float(
+                np.cumsum(np.concatenate(([self.total_weight], np.ravel(weights))))[-1])
+        # Only touched buckets can have become non-empty.  Usually the lowest and highest
+        # touched bucket are themselves >= epsilon, and then they are the new candidates.
+        eps = self.options.epsilon
+        if bucket_range is None:
+            bucket_range = _lowest(buckets), _highest(buckets)
+        lo, hi = bucket_range
+        if not (bw.item(lo) >= eps and bw.item(hi) >= eps):
+            nonempty = buckets[bw[buckets] >= eps]
+            if nonempty.size == 0:
+                return
+            lo, hi = _lowest(nonempty), _highest(nonempty)
+        if lo < self.min_bucket:
+            self.min_bucket = lo
+        if hi > self.max_bucket:
+            self.max_bucket = hi
 
     def _subtract_from_bucket(self, bucket: int, weight: float) -> None:
         bw = self.bucket_weight
@@ -452,9 +545,27 @@ class DecayingHistogram(ExponentialHistogram):
         w = np.broadcast_to(np.asarray(weights, dtype=np.float64), values.shape)
         if np.any(w < 0) or np.any(np.isnan(w)):
             raise ValueError("sample weights must be non-negative")
-        buckets = self.options.find_buckets(values)
-        start, n = 0, values.size
+        self._add_decayed(self.options.find_buckets(values), w, times)
+
+    def _add_decayed(self, buckets: np.ndarray, w, times: np.ndarray,
+                     t_max: float | None = None,
+                     bucket_range: tuple[int, int] | None = None) -> None:
+        """``add_samples`` on checked input: bucket indices, weights (array or scalar),
+        finite times (``t_max``: their maximum, ``bucket_range``: the lowest and highest
+        bucket, if the caller knows them)."""
+        start, n = 0, buckets.size
+        if n == 0:
+            return
         span = self.half_life_s * MAX_DECAY_EXPONENT
+        ref = self.reference_timestamp
+        if t_max is None:
+            t_max = _highest(times)
+        if ref is not None and t_max <= ref + span:
+            # Usual case: no sample moves the reference, one segment.
+            self._add_to_buckets(buckets, np.exp2((times - ref) / self.half_life_s) * w,
+                                 bucket_range)
+            return
+        w = np.broadcast_to(w, times.shape)
         while start < n:
             if self.reference_timestamp is None:
                 self.shift_reference_timestamp(float(times[start]))
@@ -608,30 +719,50 @@ class VpaRecommender:
         c = np.asarray(cores, dtype=np.float64).ravel()
         if t.shape != c.shape:
             raise ValueError("times and cores must have the same length")
-        if not np.all(np.isfinite(t)):
-            raise ValueError("times must be finite")
         if t.size == 0:
             return 0
-        with np.errstate(invalid="ignore"):
-            millicores = _usage_millicores(c)
-            valid = np.isfinite(millicores) & (millicores >= 0)
-        # A valid sample is taken iff it is strictly after every earlier valid sample
-        # (a rejected one never raises the running maximum, a taken one is the maximum).
-        running = np.maximum.accumulate(np.where(valid, t, -np.inf))
-        before = np.maximum(np.concatenate(([-np.inf], running[:-1])), self.last_cpu_sample_start)
-        taken = np.flatnonzero(valid & (t > before))
-        if taken.size == 0:
-            return 0
-        tt = t[taken]
+        millicores = _usage_millicores(c)  # NaN/inf propagate quietly (no FP "invalid")
+        # Usual case: finite, strictly increasing times after the last sample and valid
+        # usages, so every sample is taken (``lowest >= 0`` is False for a NaN).
+        all_taken = t.item(0) > self.last_cpu_sample_start and t.item(-1) < math.inf
+        if all_taken:
+            lowest, highest = _lowest(millicores), _highest(millicores)
+            all_taken = (lowest >= 0 and highest < math.inf
+                         and (t.size == 1 or _all_true(np.greater(t[1:], t[:-1]))))
+        if all_taken:
+            taken = None
+            tt, cores_taken = t, millicores / 1000.0
+            # Bucketing is monotone, so the extreme usages give the extreme buckets.
+            find = self.cpu.options.find_bucket
+            bucket_range = find(lowest / 1000.0), find(highest / 1000.0)
+        else:
+            if not np.all(np.isfinite(t)):
+                raise ValueError("times must be finite")
+            with np.errstate(invalid="ignore"):
+                valid = np.isfinite(millicores) & (millicores >= 0)
+            # A valid sample is taken iff it is strictly after every earlier valid sample
+            # (a rejected one never raises the running maximum, a taken one is the maximum).
+            running = np.maximum.accumulate(np.where(valid, t, -np.inf))
+            before = np.maximum(np.concatenate(([-np.inf], running[:-1])),
+                                self.last_cpu_sample_start)
+            taken = np.flatnonzero(valid & (t > before))
+            if taken.size == 0:
+                return 0
+            tt, cores_taken = t[taken], millicores[taken] / 1000.0
+            bucket_range = None
         if request_cores is None:
             weights = self._cpu_weight(None)
         else:
             req = np.broadcast_to(np.asarray(request_cores, dtype=np.float64).ravel(), t.shape)
-            weights = self._cpu_weight(req[taken])
-        self.cpu.add_samples(millicores[taken] / 1000.0, weights, tt)
-        self.last_cpu_sample_start = float(tt[-1])
-        self._note_cpu_times(float(tt[0]), float(tt[-1]), int(taken.size))
-        return int(taken.size)
+            weights = self._cpu_weight(req if taken is None else req[taken])
+        # Inputs are checked here (finite times, valid usages, weights >= 0.1 or the
+        # positive configured constant), so skip DecayingHistogram.add_samples' checks.
+        first, last, n = tt.item(0), tt.item(-1), tt.size
+        self.cpu._add_decayed(self.cpu.options._find_buckets(cores_taken),
+                              weights, tt, t_max=last, bucket_range=bucket_range)
+        self.last_cpu_sample_start = last
+        self._note_cpu_times(first, last, n)
+        return n
 
     def _note_cpu_times(self, first: float, last: float, count: int) -> None:
         if self.first_sample_start is None or first < self.first_sample_start:
@@ -690,36 +821,56 @@ class VpaRecommender:
         v = np.asarray(bytes_, dtype=np.float64).ravel()
         if t.shape != v.shape:
             raise ValueError("times and bytes_ must have the same length")
-        if not np.all(np.isfinite(t)):
-            raise ValueError("times must be finite")
         if t.size == 0:
             return 0
         usage = np.ceil(v)
-        with np.errstate(invalid="ignore"):
-            valid = np.isfinite(usage) & (usage >= 0)
-        running = np.maximum.accumulate(np.where(valid, t, -np.inf))
-        before = np.maximum(np.concatenate(([-np.inf], running[:-1])),
-                            self.last_memory_sample_start)
-        taken = np.flatnonzero(valid & (t >= before))
-        if taken.size == 0:
-            return 0
-        ts, us = t[taken], usage[taken]
-        buckets = self.memory.options.find_buckets(us)
-        self.last_memory_sample_start = float(ts[-1])
+        # Usual case: finite, non-decreasing times not before the last sample and valid
+        # usages, so every sample is taken (``_lowest(usage) >= 0`` is False for a NaN).
+        t_first = t.item(0)
+        all_taken = (-math.inf < t_first and t.item(-1) < math.inf
+                     and t_first >= self.last_memory_sample_start)
+        if all_taken:
+            highest = _highest(usage)  # then also the highest taken usage
+            all_taken = (_lowest(usage) >= 0 and highest < math.inf
+                         and (t.size == 1 or _all_true(np.greater_equal(t[1:], t[:-1]))))
+        if all_taken:
+            ts, us = t, usage
+        else:
+            if not np.all(np.isfinite(t)):
+                raise ValueError("times must be finite")
+            with np.errstate(invalid="ignore"):
+                valid = np.isfinite(usage) & (usage >= 0)
+            running = np.maximum.accumulate(np.where(valid, t, -np.inf))
+            before = np.maximum(np.concatenate(([-np.inf], running[:-1])),
+                                self.last_memory_sample_start)
+            taken = np.flatnonzero(valid & (t >= before))
+            if taken.size == 0:
+                return 0
+            ts, us = t[taken], usage[taken]
+        ts_last = ts.item(-1)  # ts is non-decreasing: the last taken time is the latest
+        self.last_memory_sample_start = ts_last
         hist = self.memory
         i, n = 0, ts.size
         while i < n:
+            t_i = ts.item(i)
             if self.window_end is None:
-                self.window_end = float(ts[i])
-            if ts[i] >= self.window_end:  # opens the next window: always a new peak
-                self._shift_window(float(ts[i]))
-                hist.add_sample(float(us[i]), 1.0, self.window_end)
-                self.memory_peak = int(us[i])
+                self.window_end = t_i
+            if t_i >= self.window_end:  # opens the next window: always a new peak
+                self._shift_window(t_i)
+                u_i = us.item(i)
+                hist.add_sample(u_i, 1.0, self.window_end)
+                self.memory_peak = int(u_i)
                 i += 1
                 continue
-            j = i + int(np.searchsorted(ts[i:], self.window_end, side="left"))
+            if ts_last < self.window_end:  # usual case: the rest stays in this window
+                j = n
+            else:
+                j = i + int(np.searchsorted(ts[i:], self.window_end, side="left"))
             old_max = max(self.memory_peak, self.oom_peak)
-            if old_max != 0:
+            # Only samples above the window's peak change anything (lower ones are no-ops
+            # in Go), so a segment whose maximum does not exceed the peak is skipped.
+            if old_max != 0 and (highest if all_taken and i == 0 and j == n
+                                 else _highest(us[i:j])) > old_max:
                 seg = us[i:j]
                 prior = np.maximum(np.concatenate(([-np.inf], np.maximum.accumulate(seg)[:-1])),
                                    float(old_max))
@@ -735,7 +886,7 @@ class VpaRecommender:
                     bw = hist.bucket_weight.tolist()
                     total = hist.total_weight
                     old_bucket = hist.options.find_bucket(float(old_max))
-                    for new_bucket in buckets[i + raises].tolist():
+                    for new_bucket in hist.options._find_buckets(seg[raises]).tolist():
                         w = f
                         if w > bw[old_bucket] - eps:
                             w = bw[old_bucket]
@@ -749,7 +900,7 @@ class VpaRecommender:
                     hist._reset_min_and_max_bucket()
                     self.memory_peak = int(seg[raises[-1]])
             i = j
-        return int(taken.size)
+        return int(ts.size)
 
     def record_oom(self, t_seconds: float, memory_request_bytes: float) -> int | None:
         """``RecordOOM``: add ``max(used + 100 MiB, used * 1.2)`` as a memory sample, with
@@ -790,10 +941,29 @@ class VpaRecommender:
             return False
         return t_seconds - self.last_sample_start >= self.config.memory_aggregation_window_s
 
+    def _estimator_constants(self) -> tuple[int, int, tuple, tuple]:
+        """The per-container minimum CPU (millicores) and memory (bytes) and the (target,
+        lower, upper) CPU and memory percentiles.  Fixed per config, so computed once (again
+        only if ``self.config`` is replaced)."""
+        cfg = self.config
+        cached = self.__dict__.get("_estimator_constants_cache")
+        if cached is None or cached[0] is not cfg:
+            fraction = 1.0 / cfg.n_containers
+            min_cpu = _scale_resource(
+                _cpu_amount_from_cores(cfg.pod_min_cpu_millicores * 0.001), fraction)
+            min_mem = _scale_resource(
+                _amount_from_float(cfg.pod_min_memory_mb * 1024 * 1024), fraction)
+            cpu_ps = (cfg.target_cpu_percentile, cfg.lower_bound_cpu_percentile,
+                      cfg.upper_bound_cpu_percentile)
+            mem_ps = (cfg.target_memory_percentile, cfg.lower_bound_memory_percentile,
+                      cfg.upper_bound_memory_percentile)
+            cached = (cfg, (min_cpu, min_mem, cpu_ps, mem_ps))
+            self._estimator_constants_cache = cached
+        return cached[1]
+
     @staticmethod
     def _confidence_multiplier(multiplier: float, exponent: float, confidence: float) -> float:
-        base = math.inf if confidence == 0 else 1.0 + multiplier / confidence
-        return _go_pow(base, exponent)
+        return _confidence_multiplier(multiplier, exponent, confidence)
 
     def recommend(self, t_seconds: float | None = None) -> VpaRecommendation | None:
         """Target, lower and upper bound as VPA computes them now.
@@ -807,32 +977,38 @@ class VpaRecommender:
         if self.total_samples_count == 0:
             return None
         cfg = self.config
-        fraction = 1.0 / cfg.n_containers
-        min_cpu = _scale_resource(_cpu_amount_from_cores(cfg.pod_min_cpu_millicores * 0.001),
-                                  fraction)
-        min_mem = _scale_resource(_amount_from_float(cfg.pod_min_memory_mb * 1024 * 1024),
-                                  fraction)
+        min_cpu, min_mem, cpu_percentiles, mem_percentiles = self._estimator_constants()
         conf_cpu = self.confidence(cfg.confidence_interval_cpu_s)
         conf_mem = self.confidence(cfg.confidence_interval_memory_s)
         margin = cfg.safety_margin_fraction
+        # Target, lower and upper bound percentiles, each histogram's in one pass.
+        cpu_ps = self.cpu.percentiles(cpu_percentiles)
+        mem_ps = self.memory.percentiles(mem_percentiles)
+        # Lower bound times (1 + 0.001/conf)**-2, upper bound times (1 + 1/conf)**1.
+        multiplier = _confidence_multiplier
+        cpu_mults = (None, multiplier(0.001, -2.0, conf_cpu), multiplier(1.0, 1.0, conf_cpu))
+        mem_mults = (None, multiplier(0.001, -2.0, conf_mem), multiplier(1.0, 1.0, conf_mem))
 
-        def estimate(cpu_p: float, mem_p: float, mult: float | None, exponent: float | None):
-            cpu = _cpu_amount_from_cores(self.cpu.percentile(cpu_p))
-            mem = _amount_from_float(self.memory.percentile(mem_p))
-            cpu = cpu + _scale_resource(cpu, margin)
-            mem = mem + _scale_resource(mem, margin)
-            if mult is not None:
-                cpu = _scale_resource(cpu, self._confidence_multiplier(mult, exponent, conf_cpu))
-                mem = _scale_resource(mem, self._confidence_multiplier(mult, exponent, conf_mem))
-            cpu, mem = max(cpu, min_cpu), max(mem, min_mem)
-            return {"cpu": cpu / 1000.0, "memory": float(mem)}
+        # ``amount`` is resourceAmountFromFloat; ``amount(float(x) * f)`` is ScaleResource
+        # and ``amount(cores * 1000.0)`` CPUAmountFromCores, inlined (this runs per window).
+        amount = _amount_from_float
+        estimates = []
+        for cores, bytes_, m_cpu, m_mem in zip(cpu_ps, mem_ps, cpu_mults, mem_mults):
+            cpu = amount(cores * 1000.0)
+            mem = amount(bytes_)
+            cpu = cpu + amount(float(cpu) * margin)
+            mem = mem + amount(float(mem) * margin)
+            if m_cpu is not None:
+                cpu = amount(float(cpu) * m_cpu)
+                mem = amount(float(mem) * m_mem)
+            cpu = cpu if cpu >= min_cpu else min_cpu
+            mem = mem if mem >= min_mem else min_mem
+            estimates.append({"cpu": cpu / 1000.0, "memory": float(mem)})
 
         return VpaRecommendation(
-            target=estimate(cfg.target_cpu_percentile, cfg.target_memory_percentile, None, None),
-            lower_bound=estimate(cfg.lower_bound_cpu_percentile,
-                                 cfg.lower_bound_memory_percentile, 0.001, -2.0),
-            upper_bound=estimate(cfg.upper_bound_cpu_percentile,
-                                 cfg.upper_bound_memory_percentile, 1.0, 1.0),
+            target=estimates[0],
+            lower_bound=estimates[1],
+            upper_bound=estimates[2],
             confidence_cpu=conf_cpu,
             confidence_memory=conf_mem,
         )
