@@ -35,3 +35,10 @@ $A -q evaluate out/synthetic-dl.csv --window 40 --markdown $R/synthetic.md \
 $A -q evaluate out/synthetic-dl.csv --window 40 --phase-scope execution --policies $P \
    --markdown $R/synthetic-execution-scope.md
 $A -q evaluate out/synthetic-dl.csv --window 40 --safety operator --markdown $R/synthetic-operator-safety.md
+# How the current phase is read from the last window: last sample (default), majority, most demanding
+for RD in majority max; do
+  $A -q evaluate out/synthetic-dl.csv --window 40 --reader $RD --policies adaptive-max,phase,oracle \
+     --markdown $R/synthetic-reader-$RD.md
+  $A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --phase-scope execution --reader $RD \
+     --policies adaptive-max,phase,oracle --markdown $R/gcd-execution-scope-reader-$RD.md
+done
