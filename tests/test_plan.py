@@ -186,3 +186,17 @@ def test_no_write_when_nothing_visible_changed(fitted_model, window):
                                          annotations=seen)],
                 {("ns", "a", "main"): window}).pods[0]
     assert again.skipped == "unchanged" and not again.annotations and again.resize is None
+
+
+def test_resizes_are_rate_limited_largest_change_first(fitted_model, window):
+    pods = [pod(f"p{i}", {"cpu": str(2 + 2 * i), "memory": "7.5Gi"}) for i in range(5)]
+    out = run(fitted_model, spec_for(fitted_model, maxResizesPerWindow=2, maxDecrease=None), pods,
+              {("ns", f"p{i}", "main"): window for i in range(5)})
+    resized = [p.pod.name for p in out.pods if p.resize is not None]
+    assert resized == ["p3", "p4"]                    # 8 and 10 cores: the largest cuts
+    assert out.pods[0].resize is None and out.pods[0].skipped != "rate-limited"  # < minChange
+    for p in out.pods[1:]:
+        if p.resize is None:
+            assert p.skipped == "rate-limited" and not p.events
+            assert A_STATE not in p.annotations       # the window is not marked handled
+            assert A_RECOMMENDATION in p.annotations  # but what it would do is visible

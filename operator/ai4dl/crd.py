@@ -89,6 +89,10 @@ class Policy(_Base):
     cooldown_windows: int = Field(1, ge=0, alias="cooldownWindows")
     memory_margin: float = Field(0.1, ge=0, le=1, alias="memoryMargin")
     min_change: float = Field(0.1, ge=0, le=1, alias="minChange")
+    max_resizes_per_window: int = Field(
+        500, ge=1, alias="maxResizesPerWindow",
+        description="resize at most this many pods per window (largest changes first); the "
+                    "rest wait for the next window, as VPA's updater rate-limits evictions")
     containers: list[str] = Field(default_factory=list,
                                   description="containers to manage; empty = all")
 

@@ -179,9 +179,32 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     for plan in plans:
         if plan.skipped is None:
             _finish(plan, spec, resources, window_start, now_iso)
-            if plan.skipped is None and plan.resize is None and not plan.annotations:
-                plan.skipped = "unchanged"
+    _rate_limit(plans, spec.policy.max_resizes_per_window)
+    for plan in plans:
+        if plan.skipped is None and plan.resize is None and not plan.annotations:
+            plan.skipped = "unchanged"
     return WindowPlan(plans, resources)
+
+
+def _rate_limit(plans: list[PodPlan], limit: int) -> None:
+    """At most ``limit`` resizes per window, the largest relative changes first: a burst of
+    thousands of resizes (three API writes each) would swamp the API server and outlast the
+    window. Deferred pods are planned again next window; only their phase and recommendation
+    annotations are written, and only if those changed."""
+    resizing = [p for p in plans if p.resize is not None]
+    if len(resizing) <= limit:
+        return
+
+    def change(p: PodPlan) -> float:
+        return max((abs(t - c.current.get(r, t)) / max(c.current.get(r, t), 1e-9)
+                    for c in p.containers for r, t in c.target.items()), default=0.0)
+
+    for p in sorted(resizing, key=change, reverse=True)[limit:]:
+        p.resize, p.events = None, []
+        p.skipped = "rate-limited"
+        p.annotations = {k: v for k, v in p.annotations.items()
+                         if k in (A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION)
+                         and p.pod.annotations.get(k) != v}
 
 
 def _windows_since_increase(pod: PodInfo, container: str, resource: str, window_start: float,
