@@ -23,7 +23,9 @@ Then (table 2) the operator is stopped and ONE WindowRunner.run is done in this 
 the same cluster and Prometheus, with timers around source.fetch, plan_window and each API
 call, to show where a window's time goes; and (table 3) the same annotation patches are sent
 again sequentially and through a thread pool, with and without the client's model
-deserialization, as a what-if for the write path (none of this changes operator code).
+deserialization, and with raw answers left unread (``_preload_content=False`` without
+``.read()``: urllib3 then opens a new TLS connection per request), as a what-if for the write
+path (none of this changes operator code).
 
 Everything started here is stopped and every temporary folder removed at the end, also on
 Ctrl-C / SIGTERM (--keep keeps the logs folder).
@@ -614,30 +616,39 @@ def breakdown_window(args, api_admin, op_kubeconfig: Path, prom_url: str,
 def whatif_patches(api_op, patches: list[tuple[str, str, dict]], threads: int) -> list[list]:
     """The window's annotation patches again (plus a changing key, so every one is a real
     write): sequentially, and through a pool of ``threads``, with and without deserializing
-    the answer into client models."""
+    the answer into client models, and with ``_preload_content=False`` but the raw answer never
+    read (then urllib3 never gets the connection back: a new TLS connection per request)."""
     from kubernetes import client
 
     api_op.configuration.connection_pool_maxsize = 2 * threads + 2
     api_op.rest_client.pool_manager.connection_pool_kw["maxsize"] = 2 * threads + 2
     core = client.CoreV1Api(api_op)
     rows = []
-    for label, n_threads, preload in (("1 thread, answer -> V1Pod", 1, True),
-                                      ("1 thread, answer not deserialized", 1, False),
-                                      (f"{threads} threads, answer -> V1Pod", threads, True),
-                                      (f"{threads} threads, answer not deserialized", threads,
-                                       False),
-                                      (f"{2 * threads} threads, answer not deserialized",
-                                       2 * threads, False)):
+    def connections() -> int:
+        """Connections the client's pools have opened so far (each one a TLS handshake)."""
+        return sum(pool.num_connections
+                   for pool in api_op.rest_client.pool_manager.pools._container.values())
+
+    # (label, threads, _preload_content, read the raw answer)
+    variants = (("1 thread, answer -> V1Pod", 1, True, True),
+                ("1 thread, raw answer read", 1, False, True),
+                (f"{threads} threads, answer -> V1Pod", threads, True, True),
+                (f"{threads} threads, raw answer read", threads, False, True),
+                (f"{threads} threads, raw answer never read (connection not reused)", threads,
+                 False, False),
+                (f"{2 * threads} threads, raw answer read", 2 * threads, False, True))
+    for label, n_threads, preload, read in variants:
         stamp = f"{time.time():.3f}"
 
-        def one(p, preload=preload, stamp=stamp):
+        def one(p, preload=preload, read=read, stamp=stamp):
             name, ns, body = p
             ann = dict(body["metadata"]["annotations"], **{"bench.ai4dl.io/replay": stamp})
             r = core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": ann}},
                                           _preload_content=preload)
-            if not preload:
-                r.read()
+            if not preload and read:
+                r.read()        # drains the body: urllib3 then returns the connection to the pool
 
+        c0, cpu0 = connections(), time.process_time()
         t = time.perf_counter()
         if n_threads == 1:
             for p in patches:
@@ -646,7 +657,10 @@ def whatif_patches(api_op, patches: list[tuple[str, str, dict]], threads: int) -
             with ThreadPoolExecutor(n_threads) as pool:
                 list(pool.map(one, patches))
         dt = time.perf_counter() - t
-        rows.append([label, len(patches), dt, len(patches) / dt if dt else float("nan")])
+        cpu = time.process_time() - cpu0
+        rows.append([label, len(patches), dt, len(patches) / dt if dt else float("nan"),
+                     1000.0 * cpu / len(patches) if patches else float("nan"),
+                     connections() - c0])
         log(f"what-if {label}: {len(patches)} patches in {dt:.2f} s")
     return rows
 
@@ -936,7 +950,8 @@ def report(args, results: dict) -> None:
     wi = results.get("whatif")
     if wi:
         print("\n## What-if: the same annotation patches (+1 changing key), other ways\n")
-        print(table(["how", "patches", "seconds", "patches/s"], wi))
+        print(table(["how", "patches", "seconds", "patches/s",
+                     "client CPU per patch (ms, incl. exporter)", "new TLS connections"], wi))
 
 
 if __name__ == "__main__":

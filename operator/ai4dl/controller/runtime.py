@@ -189,15 +189,13 @@ class WindowRunner:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            # _preload_content=False: the answer is not needed, and turning thousands of them
-            # into V1Pod objects costs the operator ~20 % of a window's write time.
+            # (Answers are read in full: with _preload_content=False the connection is not
+            # returned to the pool, and a window measured twice as slow.)
             if p.resize is not None:
-                self.core.patch_namespaced_pod_resize(p.pod.name, p.pod.namespace, p.resize,
-                                                      _preload_content=False)
+                self.core.patch_namespaced_pod_resize(p.pod.name, p.pod.namespace, p.resize)
             if p.annotations:
                 self.core.patch_namespaced_pod(
-                    p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}},
-                    _preload_content=False)
+                    p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}})
             for etype, ereason, msg in p.events:
                 self._event(p.pod, etype, ereason, msg)
             return "resized" if p.resize is not None else ""
@@ -223,7 +221,7 @@ class WindowRunner:
             "lastTimestamp": ts, "count": 1, "reportingComponent": "ai4dl-operator",
         }
         try:
-            self.core.create_namespaced_event(pod.namespace, body, _preload_content=False)
+            self.core.create_namespaced_event(pod.namespace, body)
         except ApiException as err:     # an Event is best effort, never a reason to stop
             log.info("event for %s/%s not recorded: %s", pod.namespace, pod.name,
                      _api_message(err))
