@@ -16,7 +16,6 @@ import resource
 import statistics
 import time
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ai4dl import synthetic
@@ -29,15 +28,7 @@ def rss_mib() -> float:
 
 
 def make_traces(n: int, samples: int) -> TraceSet:
-    # Long enough jobs (many epochs), then cut: every execution has exactly `samples` rows.
-    cfg = synthetic.SyntheticConfig(epochs=(30, 40))
-    rng = np.random.default_rng(0)
-    out = []
-    for i in range(n):
-        ex, _ = synthetic.generate_execution(rng, cfg, f"job-{i:05d}")
-        assert len(ex) >= samples, len(ex)
-        out.append(ex.slice(0, samples))
-    return TraceSet(out, source="synthetic")
+    return synthetic.generate_fixed_length(n, samples, seed=0)
 
 
 def detection_throughput(model: PhaseModel, traces: TraceSet, pods: int, window: int,

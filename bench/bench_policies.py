@@ -14,7 +14,6 @@ import argparse
 import resource
 import time
 
-import numpy as np
 
 from ai4dl import synthetic
 from ai4dl.evaluate import POLICIES, EvaluationConfig, build_policies, prepare, replay, score
@@ -23,10 +22,7 @@ from ai4dl.traces import TraceSet
 
 
 def make(n: int, samples: int, seed: int) -> list:
-    cfg = synthetic.SyntheticConfig(epochs=(30, 40), n_features=2)
-    rng = np.random.default_rng(seed)
-    return [synthetic.generate_execution(rng, cfg, f"job-{i:05d}")[0].slice(0, samples)
-            for i in range(n)]
+    return list(synthetic.generate_fixed_length(n, samples, seed=seed, n_features=2))
 
 
 def main() -> None:

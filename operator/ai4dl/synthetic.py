@@ -87,3 +87,18 @@ def generate(n_executions: int = 40, seed: int = 0,
     rng = np.random.default_rng(seed)
     pairs = [generate_execution(rng, cfg, f"job-{i:04d}") for i in range(n_executions)]
     return TraceSet([p[0] for p in pairs], source="synthetic"), [p[1] for p in pairs]
+
+
+def generate_fixed_length(n_executions: int, samples: int, seed: int = 0,
+                          n_features: int = 4) -> TraceSet:
+    """``n_executions`` jobs of exactly ``samples`` samples each (for benchmarks): long jobs
+    (many epochs), cut to length."""
+    cfg = SyntheticConfig(epochs=(30, 40), n_features=n_features)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n_executions):
+        ex, _ = generate_execution(rng, cfg, f"job-{i:05d}")
+        if len(ex) < samples:
+            raise ValueError(f"a synthetic job has {len(ex)} samples, fewer than {samples}")
+        out.append(ex.slice(0, samples))
+    return TraceSet(out, source="synthetic")
