@@ -31,6 +31,17 @@ OPT_IN_LABEL = "ai4dl.io/managed"
 MODEL_ANNOTATION = "ai4dl.io/phasemodel"
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+# Durations as Prometheus writes them, without fractions: 90s, 15m, 12h, 7d, 2w, 1d12h
+DURATION_PATTERN = r"^([0-9]+(s|m|h|d|w))+$"
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> float:
+    """'1d12h' -> 129600.0 seconds; ValueError with one line when it is not a duration."""
+    if not isinstance(text, str) or not re.fullmatch(DURATION_PATTERN, text.strip()):
+        raise ValueError(f"invalid duration {text!r}: expected e.g. 90s, 15m, 12h, 7d, 2w, 1d12h")
+    return float(sum(int(n) * _DURATION_UNITS[u]
+                     for n, u in re.findall(r"([0-9]+)([smhdw])", text)))
 
 
 class _Base(BaseModel):
@@ -97,6 +108,19 @@ class Policy(_Base):
                                   description="containers to manage; empty = all")
 
 
+class RefitPolicy(_Base):
+    """When the batch trainer (``ai4dl train --if-due``, run hourly by a CronJob) refits early.
+    The operator counts novel windows and sets the ``RefitRecommended`` condition; the trainer
+    also refits when its last run is older than ``maxAge``."""
+    novelty_share: float = Field(
+        0.2, gt=0, le=1, alias="noveltyShare",
+        description="share of novel pod windows (over `windows` recent windows) that triggers "
+                    "a refit")
+    windows: int = Field(6, ge=1, le=10000, description="over how many recent windows")
+    max_age: str = Field("7d", pattern=DURATION_PATTERN, alias="maxAge",
+                         description="refit when the last training run is older, e.g. 7d, 12h")
+
+
 class PhaseModelSpec(_Base):
     selector: LabelSelector = Field(default_factory=LabelSelector)
     features: list[FeatureSource] = Field(default_factory=default_features, min_length=1)
@@ -106,6 +130,11 @@ class PhaseModelSpec(_Base):
     model: dict[str, Any] | None = Field(
         None, description="the fitted model document (ai4dl.io/phase-model/v1), written by the "
                           "trainer or `ai4dl train`")
+    previous_model: dict[str, Any] | None = Field(
+        None, alias="previousModel",
+        description="the model the trainer replaced, kept for `ai4dl rollback` (written by the "
+                    "trainer, together with model, in one apply)")
+    refit: RefitPolicy = Field(default_factory=RefitPolicy)
 
     def validated_model(self) -> PhaseModelDocument:
         """The model document, checked in full (shapes included); ValueError with one line."""
@@ -133,6 +162,27 @@ class Condition(_Base):
     last_transition_time: str | None = Field(None, alias="lastTransitionTime")
 
 
+class TrainingStatus(_Base):
+    """What the batch trainer did last (written by the trainer only, field manager
+    ``ai4dl-trainer``). Scores are allocation ÷ oracle at the fulfilment target on the same
+    held-out recent executions (lower is better)."""
+    decision: Literal["applied", "rejected", "forced", "rolled-back"]
+    reason: str = ""
+    trained_at: str | None = Field(None, alias="trainedAt", description="RFC 3339, UTC")
+    source: str = ""
+    executions: int = Field(0, ge=0, description="executions the candidate was fitted on")
+    samples: int = Field(0, ge=0)
+    held_out_executions: int = Field(0, ge=0, alias="heldOutExecutions")
+    fit_seconds: float | None = Field(None, alias="fitSeconds")
+    reconstruction_error: float | None = Field(None, alias="reconstructionError")
+    silhouette: float | None = None
+    novelty_rate: float | None = Field(None, alias="noveltyRate")
+    phases: int | None = None
+    candidate_score: float | None = Field(None, alias="candidateScore")
+    current_score: float | None = Field(None, alias="currentScore")
+    tolerance: float | None = None
+
+
 class PhaseModelStatus(_Base):
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(None, alias="observedGeneration")
@@ -142,6 +192,7 @@ class PhaseModelStatus(_Base):
                                description="pods per phase, e.g. '0:3 2:5'")
     last_window_time: str | None = Field(None, alias="lastWindowTime")
     last_error: str | None = Field(None, alias="lastError")
+    training: TrainingStatus | None = None
 
 
 class PhaseModelResource(_Base):
@@ -212,11 +263,14 @@ def crd_manifest() -> dict:
     # The model document is validated in full by its own JSON schema too: malformed documents
     # (wrong types, missing fields) are refused by the API server itself.
     spec_schema["properties"]["model"] = {**openapi_schema(PhaseModelDocument), "nullable": True}
+    spec_schema["properties"]["previousModel"] = {**openapi_schema(PhaseModelDocument),
+                                                  "nullable": True}
     # Object defaults, so the API server fills in nested defaults (policy.mode, the features'
     # queries) even when a user leaves the whole object out.
     props = spec_schema["properties"]
     props["policy"]["default"] = {}
     props["selector"]["default"] = {}
+    props["refit"]["default"] = {}
     props["features"]["default"] = [f.model_dump(by_alias=True) for f in default_features()]
     status_schema = openapi_schema(PhaseModelStatus)
     return {
