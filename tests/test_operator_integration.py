@@ -382,3 +382,18 @@ def test_operator_rbac_is_least_privilege(kube_cluster, operator_kubeconfig):
     assert not can("get", "secrets") and not can("list", "secrets")
     assert not can("delete", "pods") and not can("create", "pods")
     assert not can("update", "pods", "resize")
+
+    # The same as a user checks it: kubectl, authenticated with the ServiceAccount's own token.
+    from e2e.controlplane.cluster import bin_dir
+
+    def kubectl_can(*args):
+        out = subprocess.run([str(bin_dir() / "kubectl"), "--kubeconfig", str(operator_kubeconfig),
+                              "auth", "can-i", *args, "-n", "default"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() in ("yes", "no"), out.stderr
+        return out.stdout.strip() == "yes"
+
+    assert kubectl_can("patch", "pods", "--subresource=resize")
+    assert kubectl_can("list", "pods") and kubectl_can("create", "events")
+    assert not kubectl_can("get", "secrets") and not kubectl_can("list", "secrets")
+    assert not kubectl_can("delete", "pods")

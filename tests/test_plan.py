@@ -199,4 +199,14 @@ def test_resizes_are_rate_limited_largest_change_first(fitted_model, window):
         if p.resize is None:
             assert p.skipped == "rate-limited" and not p.events
             assert A_STATE not in p.annotations       # the window is not marked handled
-            assert A_RECOMMENDATION in p.annotations  # but what it would do is visible
+            assert A_PHASE in p.annotations           # a new phase is still shown
+            assert A_RECOMMENDATION not in p.annotations   # (in the metrics: saves a write)
+    # Deferred again with its phase already shown: no write at all.
+    deferred = next(p for p in out.pods if p.skipped == "rate-limited")
+    seen = {A_PHASE: deferred.annotations[A_PHASE]}
+    pods2 = [pod(p.pod.name, {"cpu": str(2 + 2 * i), "memory": "7.5Gi"},
+                 annotations=seen if p is deferred else None) for i, p in enumerate(out.pods)]
+    again = run(fitted_model, spec_for(fitted_model, maxResizesPerWindow=2, maxDecrease=None),
+                pods2, {("ns", f"p{i}", "main"): window for i in range(5)})
+    same = next(p for p in again.pods if p.pod.name == deferred.pod.name)
+    assert same.skipped == "rate-limited" and not same.annotations and not same.events

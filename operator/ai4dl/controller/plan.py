@@ -189,8 +189,9 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
 def _rate_limit(plans: list[PodPlan], limit: int) -> None:
     """At most ``limit`` resizes per window, the largest relative changes first: a burst of
     thousands of resizes (three API writes each) would swamp the API server and outlast the
-    window. Deferred pods are planned again next window; only their phase and recommendation
-    annotations are written, and only if those changed."""
+    window. Deferred pods are planned again next window; only a changed phase is written (the
+    recommendation they would have got is in the metrics): a recommendation annotation per
+    deferred pod would cost as many writes as the resizes saved."""
     resizing = [p for p in plans if p.resize is not None]
     if len(resizing) <= limit:
         return
@@ -202,9 +203,9 @@ def _rate_limit(plans: list[PodPlan], limit: int) -> None:
     for p in sorted(resizing, key=change, reverse=True)[limit:]:
         p.resize, p.events = None, []
         p.skipped = "rate-limited"
-        p.annotations = {k: v for k, v in p.annotations.items()
-                         if k in (A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION)
-                         and p.pod.annotations.get(k) != v}
+        phase_changed = p.pod.annotations.get(A_PHASE) != p.annotations.get(A_PHASE)
+        p.annotations = ({k: p.annotations[k] for k in (A_PHASE, A_PHASE_SINCE)}
+                         if phase_changed else {})
 
 
 def _windows_since_increase(pod: PodInfo, container: str, resource: str, window_start: float,

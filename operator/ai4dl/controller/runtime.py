@@ -189,13 +189,13 @@ class WindowRunner:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            # (Answers are read in full: with _preload_content=False the connection is not
-            # returned to the pool, and a window measured twice as slow.)
             if p.resize is not None:
-                self.core.patch_namespaced_pod_resize(p.pod.name, p.pod.namespace, p.resize)
+                _drain(self.core.patch_namespaced_pod_resize(
+                    p.pod.name, p.pod.namespace, p.resize, _preload_content=False))
             if p.annotations:
-                self.core.patch_namespaced_pod(
-                    p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}})
+                _drain(self.core.patch_namespaced_pod(
+                    p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}},
+                    _preload_content=False))
             for etype, ereason, msg in p.events:
                 self._event(p.pod, etype, ereason, msg)
             return "resized" if p.resize is not None else ""
@@ -221,7 +221,7 @@ class WindowRunner:
             "lastTimestamp": ts, "count": 1, "reportingComponent": "ai4dl-operator",
         }
         try:
-            self.core.create_namespaced_event(pod.namespace, body)
+            _drain(self.core.create_namespaced_event(pod.namespace, body, _preload_content=False))
         except ApiException as err:     # an Event is best effort, never a reason to stop
             log.info("event for %s/%s not recorded: %s", pod.namespace, pod.name,
                      _api_message(err))
@@ -268,6 +268,15 @@ class WindowRunner:
             if err.status != 404:
                 log.warning("status of %s/%s not written: %s", self.namespace, self.name,
                             _api_message(err))
+
+
+def _drain(response) -> None:
+    """Read a raw answer and hand its connection back to the pool. The answer (the whole pod)
+    is not needed, and building client objects from it cost ~15 % of the operator's CPU per
+    write; but an answer left unread keeps its connection out of the pool, so every later
+    write opens a new TLS connection (a window measured twice as slow)."""
+    response.read()
+    response.release_conn()
 
 
 def _api_message(err) -> str:
