@@ -1,6 +1,9 @@
 """``ai4dl``: train, detect, describe, plot and demo from the command line.
 
-Errors caused by input print one line (``ai4dl: error: ...``) and exit with status 2.
+Errors caused by input print one line (``ai4dl: error: ...``) and exit with status 2. The batch
+trainer (``ai4dl train ... --phasemodel NS/NAME``) adds: 3 when Prometheus or the Kubernetes API
+cannot be reached (worth a retry), 4 for a rejected candidate with ``--fail-on-reject`` (by
+default a rejection exits 0: the current model stays, which is a good outcome for a CronJob).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import numpy as np
 from ai4dl.errors import Ai4dlError
 
 EXIT_INPUT = 2
+EXIT_UNAVAILABLE = 3
+EXIT_REJECTED = 4
 
 
 # ----------------------------------------------------------------------------- trace arguments
@@ -33,11 +38,12 @@ def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str] | None:
     return out
 
 
-def add_trace_args(p: argparse.ArgumentParser) -> None:
+def add_trace_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
     from ai4dl.io.loaders import FORMATS
 
-    p.add_argument("traces", help="trace file or folder (AI4DL CSV, long CSV, Parquet, "
-                                   "GCD_VMs tar, Alibaba GenAI folder)")
+    p.add_argument("traces", nargs="?" if optional else None,
+                   help="trace file or folder (AI4DL CSV, long CSV, Parquet, GCD_VMs tar, "
+                        "Alibaba GenAI folder)")
     g = p.add_argument_group("reading traces")
     g.add_argument("--format", default="auto", choices=FORMATS, help="trace format (default: "
                    "detected from the path)")
@@ -121,6 +127,16 @@ def fit_with_progress(model, traces, quiet: bool = False):
 def cmd_train(args: argparse.Namespace) -> int:
     from ai4dl.io.modelfile import save_model
 
+    if args.phasemodel or args.prometheus:
+        from ai4dl.cli_trainer import train_phasemodel
+
+        return train_phasemodel(args)
+    if args.traces is None:
+        raise Ai4dlError("give TRACES, or --prometheus URL --selector MATCHERS --phasemodel "
+                         "NAMESPACE/NAME")
+    for flag in ("selector", "create", "force", "if_due", "fail_on_reject"):
+        if getattr(args, flag):
+            raise Ai4dlError(f"--{flag.replace('_', '-')} needs --phasemodel NAMESPACE/NAME")
     model = _model_from_args(args)  # flags first: a typo should not wait for the data to load
     traces = load_from_args(args)
     _say(args, f"training on {traces.summary()}")
@@ -132,6 +148,12 @@ def cmd_train(args: argparse.Namespace) -> int:
          f"silhouette {r.silhouette if r.silhouette is None else round(r.silhouette, 3)}, "
          f"novelty {100 * r.novelty_rate:.2f}%, {model.fit_seconds_:.1f} s")
     return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from ai4dl.cli_trainer import rollback
+
+    return rollback(args)
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
@@ -489,8 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summaries")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("train", help="fit a phase model on traces")
-    add_trace_args(p)
+    p = sub.add_parser("train", help="fit a phase model on traces (-o model.json), or refit a "
+                       "PhaseModel from Prometheus history or traces (--phasemodel NS/NAME)")
+    add_trace_args(p, optional=True)
     p.add_argument("-o", "--output", default="model.json", help="model file (default model.json)")
     p.add_argument("--phases", default="auto", help="number of phases, or 'auto' (default)")
     p.add_argument("--k-range", default="2-10", help="candidate k for auto (default 2-10)")
@@ -499,8 +522,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history", type=int, default=3, help="CRBM history frames (default 3)")
     p.add_argument("--epochs", type=int, default=60, help="maximum CRBM epochs (default 60)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="CRBM training device (default auto: cuda when torch sees one)")
+    from ai4dl.cli_trainer import add_trainer_args
+
+    add_trainer_args(p)
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("rollback", help="put a PhaseModel's previous model back (swaps "
+                       "spec.model and spec.previousModel)")
+    p.add_argument("--phasemodel", required=True, metavar="NAMESPACE/NAME")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster when "
+                   "KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto")
+    p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser("detect", help="phase per sample for traces, as CSV or JSON")
     p.add_argument("model", help="model file written by 'ai4dl train'")
@@ -550,8 +585,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except Ai4dlError as err:
-        print(f"ai4dl: error: {err}", file=sys.stderr)
-        return EXIT_INPUT
+        from ai4dl.cli_trainer import exit_code, report_error
+
+        code = exit_code(err)
+        report_error(args, err, code)
+        return code
     except KeyboardInterrupt:
         print("ai4dl: interrupted", file=sys.stderr)
         return 130

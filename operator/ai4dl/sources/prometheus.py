@@ -467,6 +467,18 @@ class PrometheusSource:
         return PodSamples(names, times, start_ms / 1000.0, end_ms / 1000.0, step_ms / 1000.0,
                           pods, values, n_queries, warnings)
 
+    def series(self, matchers: Sequence[str], start, end) -> list[dict[str, str]]:
+        """Label sets of the series matching any of ``matchers`` (PromQL series selectors such as
+        ``container_memory_working_set_bytes{namespace="ml"}``) between ``start`` and ``end``
+        (``/api/v1/series``, POSTed); raises like :meth:`fetch`."""
+        payload = self._post("/api/v1/series", {
+            "match[]": list(matchers), "start": f"{_seconds(start, 'start'):.3f}",
+            "end": f"{_seconds(end, 'end'):.3f}"})
+        data = payload.get("data")
+        if not isinstance(data, list):
+            raise PrometheusUnavailable(self.url, "unexpected answer to a series query")
+        return [d for d in data if isinstance(d, dict)]
+
     def version(self) -> str:
         """The server's version (``/api/v1/status/buildinfo``); raises like :meth:`fetch`."""
         payload = self._send("GET", "/api/v1/status/buildinfo", None, count=False)

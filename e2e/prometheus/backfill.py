@@ -1,0 +1,124 @@
+"""Backfill a Prometheus data folder with cAdvisor-named history, from traces, with promtool.
+
+Each container run (an :class:`ai4dl.traces.Execution` with cpu [cores] and memory [bytes], at
+its own absolute timestamps) becomes the series cAdvisor would have written for it, labels
+``namespace, pod, container, id`` (``id`` differs per run, as a restarted container's does):
+
+* ``container_cpu_usage_seconds_total``: CPU seconds, integrated from 0 at the run's start
+  (a restart starts a new series at 0, so ``rate()`` gives back the trace's cores);
+* ``container_memory_working_set_bytes``;
+* ``container_start_time_seconds``: the run's start.
+
+The samples are written as OpenMetrics text, one file per aligned 2-hour window (promtool
+re-reads its whole input once per block, so one file per block keeps it to one pass), and
+``promtool tsdb create-blocks-from openmetrics`` turns each into a TSDB block in the server's
+storage folder. Start (or restart) Prometheus on that folder afterwards.
+
+    runs = {("ml", "train-0", "main"): [execution]}        # list: one Execution per run
+    backfill(runs, server.storage_path, promtool)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ai4dl.traces import Execution
+
+BLOCK_SECONDS = 7200
+CPU = "container_cpu_usage_seconds_total"
+MEMORY = "container_memory_working_set_bytes"
+START = "container_start_time_seconds"
+FAMILIES = (CPU, MEMORY, START)
+
+
+def promtool_next_to(prometheus: Path | str) -> Path:
+    p = Path(prometheus).with_name("promtool")
+    if not p.is_file():
+        raise FileNotFoundError(f"no promtool next to {prometheus}")
+    return p
+
+
+def _series(runs: Mapping[tuple[str, str, str], Sequence[Execution]]):
+    """(family, labels, times, values) of every series, one run at a time."""
+    for (ns, pod, ctr), execs in runs.items():
+        for k, ex in enumerate(execs):
+            labels = (f'namespace="{ns}",pod="{pod}",container="{ctr}",'
+                      f'id="/kubepods/{ns}/{pod}/{ctr}-{k}"')
+            t = np.asarray(ex.times, np.float64)
+            cpu = ex.column("cpu").astype(np.float64)
+            dt = np.diff(t, prepend=t[0])
+            # counter: cpu-seconds up to each sample (the trace's cores held over each step)
+            counter = np.cumsum(np.r_[0.0, cpu[:-1]] * dt)
+            yield CPU, labels, t, counter
+            yield MEMORY, labels, t, ex.column("memory").astype(np.float64)
+            yield START, labels, t, np.full(len(t), t[0])
+
+
+def write_openmetrics(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
+                      folder: Path) -> list[Path]:
+    """OpenMetrics files, one per aligned 2-hour window that has samples."""
+    folder.mkdir(parents=True, exist_ok=True)
+    chunks: dict[int, dict[str, list[str]]] = {}
+    for family, labels, t, v in _series(runs):
+        block = (t // BLOCK_SECONDS).astype(np.int64)
+        for b in np.unique(block):
+            sel = block == b
+            text = "\n".join(f"{family}{{{labels}}} {y:.9g} {ts:.3f}"
+                             for ts, y in zip(t[sel].tolist(), v[sel].tolist()))
+            chunks.setdefault(int(b), {f: [] for f in FAMILIES})[family].append(text)
+    paths = []
+    for b, fams in sorted(chunks.items()):
+        path = folder / f"block-{b}.om"
+        with open(path, "w") as f:
+            for family in FAMILIES:
+                if fams[family]:
+                    f.write(f"# TYPE {family} gauge\n")
+                    for text in fams[family]:
+                        f.write(text)
+                        f.write("\n")
+            f.write("# EOF\n")
+        paths.append(path)
+    return paths
+
+
+def backfill(runs: Mapping[tuple[str, str, str], Sequence[Execution]], storage: Path | str,
+             promtool: Path | str, workers: int = 2) -> int:
+    """Write the runs' series as TSDB blocks into ``storage``; returns the samples written."""
+    storage = Path(storage)
+    storage.mkdir(parents=True, exist_ok=True)
+    n = sum(3 * len(ex) for execs in runs.values() for ex in execs)
+    with tempfile.TemporaryDirectory(prefix="ai4dl-backfill-") as tmp:
+        files = write_openmetrics(runs, Path(tmp))
+
+        def run(path: Path) -> None:
+            r = subprocess.run([str(promtool), "tsdb", "create-blocks-from", "openmetrics",
+                                "--quiet", str(path), str(storage)],
+                               capture_output=True, text=True, env=dict(os.environ))
+            if r.returncode != 0:
+                raise RuntimeError(f"promtool failed on {path.name}: "
+                                   f"{(r.stderr or r.stdout).strip()[-500:]}")
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            list(pool.map(run, files))
+    return n
+
+
+def history_server(retention: str = "30d", **kw):
+    """A :class:`~e2e.prometheus.server.PrometheusServer` that keeps ``retention`` of data (the
+    test server keeps 1 d, which would drop backfilled blocks older than that). Backfill into
+    its ``storage_path`` before :meth:`start`."""
+    from e2e.prometheus.server import PrometheusServer
+
+    class _HistoryServer(PrometheusServer):
+        def command(self) -> list[str]:
+            return [a if not a.startswith("--storage.tsdb.retention.time=")
+                    else f"--storage.tsdb.retention.time={retention}" for a in super().command()]
+
+    return _HistoryServer(**kw)

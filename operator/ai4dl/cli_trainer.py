@@ -1,0 +1,308 @@
+"""``ai4dl train ... --phasemodel NS/NAME`` and ``ai4dl rollback``: the batch trainer's command
+line (the decisions are in :mod:`ai4dl.trainer`, the I/O in :mod:`ai4dl.kube.phasemodels` and
+:mod:`ai4dl.sources.prometheus_history`).
+
+Logs: a progress bar and ``ai4dl: ...`` lines on a terminal; JSON lines on stderr when stderr
+is not a terminal (a Job's log) or with ``--log-format json`` (one object per event: ``time``,
+``level``, ``event``, ``message`` and the event's numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ai4dl.errors import Ai4dlError
+
+EXIT_INPUT, EXIT_UNAVAILABLE, EXIT_REJECTED = 2, 3, 4
+
+
+def add_trainer_args(p: argparse.ArgumentParser) -> None:
+    from ai4dl.trainer import HELD_OUT_FRACTION, TOLERANCE
+
+    g = p.add_argument_group("refitting a PhaseModel (the batch trainer)")
+    g.add_argument("--phasemodel", metavar="NAMESPACE/NAME", help="write the model into this "
+                   "PhaseModel (server-side apply, field manager ai4dl-trainer), after scoring "
+                   "it against the current one; its spec.features and spec.policy are used")
+    g.add_argument("--prometheus", metavar="URL", help="read history from Prometheus "
+                   "instead of TRACES")
+    g.add_argument("--selector", metavar="MATCHERS", help="PromQL label matchers of the "
+                   "containers to learn from, e.g. 'namespace=\"ml\",pod=~\"resnet-.*\"'")
+    g.add_argument("--since", default="14d", help="history to read, e.g. 14d, 36h "
+                   "(default 14d)")
+    g.add_argument("--create", action="store_true", help="create the PhaseModel (default "
+                   "features and policy) when it does not exist; without it a missing "
+                   "PhaseModel is an error")
+    g.add_argument("--force", action="store_true", help="apply the candidate even when it "
+                   "scores worse than the current model")
+    g.add_argument("--tolerance", type=float, default=TOLERANCE, help="the candidate replaces "
+                   "the current model when its score <= current x (1 + tolerance) (default "
+                   f"{TOLERANCE})")
+    g.add_argument("--holdout", type=float, default=HELD_OUT_FRACTION, help="share of the most "
+                   f"recent pods held out for scoring (default {HELD_OUT_FRACTION})")
+    g.add_argument("--if-due", action="store_true", help="fit only when the PhaseModel has "
+                   "no model, has RefitRecommended=True, or its last training run is older "
+                   "than spec.refit.maxAge; else exit 0")
+    g.add_argument("--fail-on-reject", action="store_true", help="exit 4 when the candidate "
+                   "is rejected (default: exit 0, the current model stays)")
+    g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster when "
+                   "KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config)")
+    g.add_argument("--prometheus-timeout", type=float, default=60.0, help="seconds per query "
+                   "(default 60)")
+    g.add_argument("--prometheus-retries", type=int, default=3)
+    g.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
+                   help="auto (default): text on a terminal, JSON lines otherwise")
+
+
+# ----------------------------------------------------------------------------- logging
+class RunLog:
+    def __init__(self, fmt: str = "auto", quiet: bool = False):
+        self.json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+        self.quiet = quiet
+
+    def info(self, event: str, message: str, **fields) -> None:
+        self._emit("info", event, message, fields)
+
+    def warning(self, event: str, message: str, **fields) -> None:
+        self._emit("warning", event, message, fields)
+
+    def _emit(self, level: str, event: str, message: str, fields: dict) -> None:
+        if self.json:
+            now = time.time()
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + \
+                f".{int(now % 1 * 1000):03d}Z"
+            print(json.dumps({"time": stamp, "level": level, "event": event, "message": message,
+                              **fields}, default=str), file=sys.stderr, flush=True)
+        elif level != "info" or not self.quiet:
+            prefix = "ai4dl: warning: " if level == "warning" else "ai4dl: "
+            print(prefix + message, file=sys.stderr, flush=True)
+
+    def progress(self, total: int, desc: str, unit: str):
+        """A tqdm bar on a terminal in text mode; None otherwise."""
+        if self.json or self.quiet or not sys.stderr.isatty():
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False)
+
+
+def exit_code(err: Ai4dlError) -> int:
+    from ai4dl.kube.phasemodels import KubeUnavailable
+    from ai4dl.sources.prometheus import PrometheusUnavailable
+
+    return EXIT_UNAVAILABLE if isinstance(err, (PrometheusUnavailable, KubeUnavailable)) \
+        else EXIT_INPUT
+
+
+def report_error(args: argparse.Namespace, err: Exception, code: int) -> None:
+    line = f"ai4dl: error: {' '.join(str(err).split())}"
+    if getattr(args, "log_format", None) is not None and \
+            RunLog(args.log_format).json and (args.phasemodel or args.command == "rollback"):
+        print(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                          "level": "error", "event": "failed", "message": line,
+                          "exitCode": code}), file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr)
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ----------------------------------------------------------------------------- train
+def _check_flags(args: argparse.Namespace) -> None:
+    if args.prometheus and args.traces:
+        raise Ai4dlError("give either TRACES or --prometheus, not both")
+    if not args.phasemodel:
+        raise Ai4dlError("--prometheus needs --phasemodel NAMESPACE/NAME (its spec.features "
+                         "say what to read)")
+    if args.prometheus and not args.selector:
+        raise Ai4dlError("--prometheus needs --selector (PromQL label matchers of the pods)")
+    if not args.prometheus and not args.traces:
+        raise Ai4dlError("--phasemodel needs TRACES or --prometheus URL --selector MATCHERS")
+    if args.selector and not args.prometheus:
+        raise Ai4dlError("--selector needs --prometheus")
+    if args.tolerance < 0:
+        raise Ai4dlError(f"--tolerance must not be negative, got {args.tolerance}")
+    if not 0 < args.holdout < 1:
+        raise Ai4dlError(f"--holdout must be in (0, 1), got {args.holdout}")
+    if args.step is not None and not args.step > 0:
+        raise Ai4dlError(f"--step must be positive, got {args.step}")
+
+
+def _pull(args, spec, since_s: float, now: float, log: RunLog):
+    from ai4dl.sources.prometheus import FeatureQuery, PrometheusSource
+    from ai4dl.sources.prometheus_history import PrometheusHistory, normalise_selector
+    from ai4dl.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS
+
+    step = float(args.step or spec.step_seconds)
+    units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
+             for f in spec.features]
+    try:
+        selector = normalise_selector(args.selector)
+        src = PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
+                               retries=max(0, args.prometheus_retries))
+    except ValueError as err:
+        raise Ai4dlError(str(err)) from None
+    with src:
+        hist = PrometheusHistory(
+            src, [FeatureQuery(f.name, f.query) for f in spec.features], selector, step,
+            units=units, max_gap_steps=args.max_gap_steps or DEFAULT_MAX_GAP_STEPS)
+        bar = log.progress(0, "history", "query")
+
+        def on_query(done: int, total: int) -> None:
+            if bar is not None:
+                bar.total = total
+                bar.update(1)
+
+        try:
+            result = hist.executions(now - since_s, now, on_query=on_query)
+        finally:
+            if bar is not None:
+                bar.close()
+    for w in dict.fromkeys(result.warnings):
+        log.warning("prometheus-warning", w)
+    log.info("history", f"read {result.pods} containers ({result.series} series) from "
+             f"{args.prometheus} in {result.queries} queries, {result.seconds:.1f} s: "
+             f"{len(result.executions)} executions",
+             containers=result.pods, series=result.series, queries=result.queries,
+             points=result.points, seconds=round(result.seconds, 3),
+             executions=len(result.executions))
+    if not result.executions:
+        found = (f"{result.pods} containers matched but none has {hist.min_samples} samples "
+                 "of every feature" if result.pods else "no series matched")
+        raise Ai4dlError(f"no data for selector {{{selector}}} in the last {args.since} at "
+                         f"{args.prometheus}: {found}")
+    return result.executions, f"prometheus {args.prometheus} {{{selector}}} last {args.since}"
+
+
+def _traces(args, spec, log: RunLog):
+    from ai4dl.cli import load_from_args
+
+    traces = load_from_args(args)
+    names = [f.name for f in spec.features]
+    traces = traces.select(names)          # TraceError (exit 2) names a missing feature
+    log.info("history", f"read {traces.summary()}", executions=len(traces),
+             samples=traces.n_samples)
+    return list(traces), f"traces {args.traces}"
+
+
+def train_phasemodel(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from ai4dl import trainer as T
+    from ai4dl.cli import _model_from_args, fit_with_progress
+    from ai4dl.crd import PhaseModelSpec, parse_duration
+    from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
+    from ai4dl.model import PhaseModel, validation_message
+    from ai4dl.traces import TraceSet
+
+    _check_flags(args)
+    log = RunLog(args.log_format, args.quiet)
+    candidate = _model_from_args(args)          # flag errors before any I/O
+    ns, name = parse_ref(args.phasemodel)
+    try:
+        since_s = parse_duration(args.since)
+    except ValueError as err:
+        raise Ai4dlError(f"--since: {err}") from None
+    kube = PhaseModels(api_client(args.kubeconfig))
+    resource = kube.get(ns, name)
+    if resource is None and not args.create:
+        raise Ai4dlError(f"PhaseModel {ns}/{name} not found (create it first, or pass --create "
+                         "to create it with the default features and policy)")
+    try:
+        spec = PhaseModelSpec.model_validate((resource or {}).get("spec") or {})
+    except ValidationError as err:
+        raise Ai4dlError(f"PhaseModel {ns}/{name}: "
+                         f"{validation_message(err).replace('invalid phase model: ', '')}") \
+            from None
+    now = time.time()
+    if args.if_due:
+        due, why = (True, "the PhaseModel does not exist yet") if resource is None else \
+            T.refit_due(resource, now)
+        log.info("due" if due else "not-due", why, due=due)
+        if not due:
+            return 0
+
+    executions, source = (_pull(args, spec, since_s, now, log) if args.prometheus
+                          else _traces(args, spec, log))
+    try:
+        train, held = T.split_recent(executions, args.holdout)
+    except T.TooFewExecutions as err:
+        raise Ai4dlError(str(err)) from None
+    log.info("fit-start", f"fitting on {len(train)} executions, {len(held)} held out for "
+             f"scoring", executions=len(train), heldOut=len(held))
+    fit_with_progress(candidate, TraceSet(train), quiet=log.json or args.quiet)
+    rep = candidate.fit_report_
+    try:
+        cand_score = T.score_model(candidate, held, spec)
+    except ValueError as err:
+        raise Ai4dlError(f"cannot score the candidate on the held-out executions: {err}") \
+            from None
+    cur_score, problem = None, None
+    if spec.model is not None:
+        try:
+            current = PhaseModel.from_document(spec.validated_model())
+            cur_score = T.score_model(current, held, spec)
+        except (ValueError, Ai4dlError) as err:
+            problem = str(err)
+    decision = T.decide(cand_score.value, None if cur_score is None else cur_score.value,
+                        args.tolerance, args.force, problem)
+    record = T.TrainingRecord(
+        decision=decision.decision, reason=decision.reason, trained_at=_now_iso(),
+        source=source[:300], executions=len(train), samples=rep.n_samples,
+        held_out_executions=cand_score.executions, fit_seconds=candidate.fit_seconds_,
+        reconstruction_error=rep.reconstruction_error, silhouette=rep.silhouette,
+        novelty_rate=rep.novelty_rate, phases=candidate.n_phases_,
+        candidate_score=cand_score.value,
+        current_score=None if cur_score is None else cur_score.value, tolerance=args.tolerance)
+    log.info("fitted", f"candidate: {candidate.n_phases_} phases, {rep.crbm_epochs} epochs on "
+             f"{candidate.fit_report_.device}, reconstruction error "
+             f"{rep.reconstruction_error:.4f}, {candidate.fit_seconds_:.1f} s; score "
+             f"{cand_score}; current {cur_score if cur_score else problem or 'none'}",
+             **record.to_status())
+    if decision.replaces_model:
+        doc = json.loads(candidate.to_document().model_dump_json(by_alias=True,
+                                                                 exclude_none=True))
+        try:
+            plan = T.model_apply(ns, name, doc, spec.model)
+        except ValueError as err:
+            raise Ai4dlError(str(err)) from None
+        if plan.warning:
+            log.warning("previous-not-kept", plan.warning)
+        kube.apply_spec(plan.body)          # model + previousModel in one apply
+    kube.apply_status(T.status_apply(ns, name, record))
+    log.info(decision.decision, f"PhaseModel {ns}/{name}: {decision.decision}: "
+             f"{decision.reason}", decision=decision.decision)
+    if decision.decision == "rejected" and args.fail_on_reject:
+        return EXIT_REJECTED
+    return 0
+
+
+# ----------------------------------------------------------------------------- rollback
+def rollback(args: argparse.Namespace) -> int:
+    from ai4dl import trainer as T
+    from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
+
+    log = RunLog(args.log_format, args.quiet)
+    ns, name = parse_ref(args.phasemodel)
+    kube = PhaseModels(api_client(args.kubeconfig))
+    resource = kube.get(ns, name)
+    if resource is None:
+        raise Ai4dlError(f"PhaseModel {ns}/{name} not found")
+    try:
+        body = T.rollback_apply(ns, name, resource)
+    except ValueError as err:
+        raise Ai4dlError(str(err)) from None
+    kube.apply_spec(body)
+    previous = ((resource.get("status") or {}).get("training") or {})
+    record = T.TrainingRecord(
+        decision="rolled-back", reason="the previous model was put back by `ai4dl rollback` "
+        "(the replaced one is now spec.previousModel)",
+        trained_at=previous.get("trainedAt") or _now_iso(), source=previous.get("source", ""))
+    kube.apply_status(T.status_apply(ns, name, record))
+    log.info("rolled-back", f"PhaseModel {ns}/{name}: rolled back to the previous model",
+             decision="rolled-back")
+    return 0

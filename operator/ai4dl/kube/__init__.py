@@ -1,0 +1,1 @@
+"""Thin Kubernetes adapters for the command line (the operator has its own, in controller/)."""

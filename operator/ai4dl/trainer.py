@@ -1,0 +1,287 @@
+"""The batch trainer's decisions, without I/O: which executions are held out, how a model is
+scored on them, whether a candidate replaces the current model, whether a refit is due, and
+the exact objects the trainer applies (server-side apply, field manager ``ai4dl-trainer``).
+
+The adapters around it: :mod:`ai4dl.sources.prometheus_history` (history pulls),
+:mod:`ai4dl.kube.phasemodels` (read / apply / roll back), ``ai4dl train`` in :mod:`ai4dl.cli`.
+
+**Score.** A model is scored the way the operator would use it: the PhaseModel's own
+``spec.policy`` (phase or phase-proactive policy, statistic, k, margin, reader, scope) through
+:func:`ai4dl.policy.policies.make_phase_policy` and the operator's safety layer
+(:func:`ai4dl.controller.plan.safety_config`), replayed window by window
+(``spec.windowSeconds / spec.stepSeconds`` samples) over the held-out executions by the
+evaluator (:mod:`ai4dl.evaluate`). The score is allocation ÷ oracle at the fulfilment target
+(95 %: the allocation scaled by the smallest margin that covers 95 % of the samples, over the
+oracle's), averaged over the managed resources (cpu, memory). Lower is better; 1.0 is the
+oracle.
+
+**Decision.** The candidate replaces the current model when its score is at most
+``current × (1 + tolerance)`` (default tolerance 1 %: two fits of equal quality differ by about
+that from k-means and CRBM noise, and a refit on fresh data is worth that much). Otherwise it
+is rejected (kept out, the reason recorded in ``status.training``) unless forced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ai4dl.crd import GROUP, KIND, VERSION, PhaseModelSpec, parse_duration
+from ai4dl.traces import Execution
+
+FIELD_MANAGER = "ai4dl-trainer"
+TOLERANCE = 0.01           # relative: candidate <= current × (1 + TOLERANCE) replaces it
+FULFILMENT_TARGET = 0.95   # the evaluator's matched-fulfilment target the score is read at
+HELD_OUT_FRACTION = 0.25   # share of the most recent execution groups held out for scoring
+MIN_TRAIN_EXECUTIONS = 3
+# etcd refuses objects over 1.5 MiB; the model and the previous one must fit well below it
+# (metadata, status and managed fields take the rest).
+MAX_MODELS_BYTES = 1_000_000
+
+DECISIONS = ("applied", "rejected", "forced", "rolled-back")
+
+
+class TooFewExecutions(ValueError):
+    """Not enough executions to fit a model and hold some out."""
+
+
+# ----------------------------------------------------------------------------- held-out split
+def split_recent(executions: Sequence[Execution], fraction: float = HELD_OUT_FRACTION,
+                 min_train: int = MIN_TRAIN_EXECUTIONS) -> tuple[list[Execution], list[Execution]]:
+    """(train, held-out): the groups (pods) that ended most recently are held out, about
+    ``fraction`` of the groups and at least one; a group never lands on both sides.
+
+    Recent rather than random: the question is whether the candidate serves what runs *now*
+    better than the current model, and the recent past is the best sample of that.
+    """
+    if not 0 < fraction < 1:
+        raise ValueError(f"held-out fraction must be in (0, 1), got {fraction}")
+    last_end: dict[str, float] = {}
+    for e in executions:
+        end = float(e.times[-1]) if len(e) else -math.inf
+        last_end[e.group] = max(last_end.get(e.group, -math.inf), end)
+    groups = sorted(last_end, key=lambda g: (last_end[g], g))
+    n_held = max(1, int(round(fraction * len(groups))))
+    held_groups = set(groups[len(groups) - n_held:])
+    train = [e for e in executions if e.group not in held_groups]
+    held = [e for e in executions if e.group in held_groups]
+    if len(groups) < 2 or len(train) < min_train:
+        raise TooFewExecutions(
+            f"too few executions to fit: {len(executions)} executions in {len(groups)} pods "
+            f"(need at least {min_train} to train on plus one more pod to score on)")
+    return train, held
+
+
+# ----------------------------------------------------------------------------- scoring
+@dataclass
+class ModelScore:
+    """Allocation ÷ oracle at the fulfilment target, per managed resource and their mean."""
+    value: float
+    per_resource: dict[str, float]
+    executions: int
+    samples: int
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{r} {v:.3f}" for r, v in self.per_resource.items())
+        return f"{self.value:.3f} ({parts})"
+
+
+def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
+                target: float = FULFILMENT_TARGET) -> ModelScore:
+    """Score ``model`` on ``executions`` as the operator would use it (see the module doc).
+    ValueError (one line) when the model cannot provision these executions."""
+    from ai4dl.controller.plan import managed_resources, safety_config, window_samples
+    from ai4dl.evaluate import prepare, replay, score
+    from ai4dl.policy.policies import Oracle, make_phase_policy
+
+    resources = managed_resources(model)
+    window = window_samples(spec)
+    missing = [f for f in model.features_ if f not in executions[0].features]
+    if missing:
+        raise ValueError(f"the model needs feature {missing[0]!r}, the data has "
+                         f"{', '.join(executions[0].features)}")
+    # Executions no longer than one window have nothing to score (the first window is the
+    # cold start, excluded as in the evaluator).
+    usable = [e.select(model.features_) for e in executions if len(e) > window]
+    if not usable:
+        raise ValueError(f"no held-out execution is longer than one window ({window} samples)")
+    pol = spec.policy
+    policy = make_phase_policy(model, resources, pol.kind, pol.statistic, pol.k, pol.margin,
+                               pol.reader, pol.scope)
+    data = prepare(usable, resources, model)
+    safety = safety_config(spec, resources)
+    replays = {"phase": replay(data, policy, window, safety),
+               "oracle": replay(data, Oracle(), window)}
+    scores = score(data, replays, window, targets=(target,))["phase"]
+    per = {r: float(s.vs_oracle_at[target]) for r, s in zip(resources, scores)}
+    value = float(np.mean(list(per.values())))
+    return ModelScore(value, per, len(usable), int(sum(len(e) for e in usable)))
+
+
+# ----------------------------------------------------------------------------- decision
+@dataclass(frozen=True)
+class Decision:
+    decision: str          # applied | rejected | forced
+    reason: str
+
+    @property
+    def replaces_model(self) -> bool:
+        return self.decision in ("applied", "forced")
+
+
+def decide(candidate: float, current: float | None, tolerance: float = TOLERANCE,
+           force: bool = False, current_problem: str | None = None) -> Decision:
+    """Whether the candidate (score ``candidate``, lower is better) replaces the current model.
+
+    ``current`` None: there is no current model (or, with ``current_problem``, it cannot be
+    scored on this data, e.g. its features no longer match): the candidate is applied."""
+    if tolerance < 0:
+        raise ValueError("tolerance must not be negative")
+    if current is None:
+        return Decision("applied", f"current model cannot be scored: {current_problem}"
+                        if current_problem else "no current model")
+    bound = current * (1 + tolerance)
+    if math.isfinite(candidate) and (candidate <= bound or not math.isfinite(current)):
+        return Decision("applied", f"candidate scores {candidate:.4f}, current {current:.4f} "
+                        f"(accepted up to {bound:.4f}, tolerance {tolerance:.1%})")
+    why = (f"candidate scores {candidate:.4f} allocation/oracle at "
+           f"{FULFILMENT_TARGET:.0%} fulfilment, current {current:.4f}: worse by more than the "
+           f"{tolerance:.1%} tolerance")
+    if force:
+        return Decision("forced", why + "; applied anyway (--force)")
+    return Decision("rejected", why)
+
+
+# ----------------------------------------------------------------------------- refit due
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def refit_due(resource: dict, now: float) -> tuple[bool, str]:
+    """Whether ``ai4dl train --if-due`` should fit now, and why (one line).
+
+    Due when the PhaseModel has no model, when the operator set ``RefitRecommended=True``
+    after the trainer's last run (a recommendation is answered by one run, whatever its
+    decision: a rejected candidate is not retried every hour, only at ``maxAge``), or when the
+    last run (``status.training.trainedAt``; none recorded counts as too old) is older than
+    ``spec.refit.maxAge``."""
+    spec = PhaseModelSpec.model_validate(resource.get("spec") or {})
+    status = resource.get("status") or {}
+    training = status.get("training") or {}
+    last_run = _parse_time(training.get("trainedAt"))
+    if spec.model is None:
+        return True, "the PhaseModel has no model yet"
+    for c in status.get("conditions") or []:
+        if c.get("type") == "RefitRecommended" and c.get("status") == "True":
+            since = _parse_time(c.get("lastTransitionTime"))
+            if last_run is None or since is None or since > last_run:
+                msg = c.get("message") or c.get("reason") or ""
+                return True, f"RefitRecommended ({msg})" if msg else "RefitRecommended"
+    max_age = parse_duration(spec.refit.max_age)
+    if last_run is None:
+        return True, "no training run recorded in status.training"
+    age = now - last_run
+    if age > max_age:
+        return True, f"last training run {age / 3600:.1f} h ago, maxAge {spec.refit.max_age}"
+    return False, (f"not due: last training run {age / 3600:.1f} h ago (maxAge "
+                   f"{spec.refit.max_age}), no new RefitRecommended")
+
+
+# ----------------------------------------------------------------------------- what is applied
+def _meta(namespace: str, name: str) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+            "metadata": {"name": name, "namespace": namespace}}
+
+
+def document_bytes(doc: dict | None) -> int:
+    return 0 if doc is None else len(json.dumps(doc, separators=(",", ":")))
+
+
+@dataclass
+class ModelApply:
+    """The one apply that replaces the model: the new model and the previous one together, so
+    no reader ever sees a model without its rollback (or a half-written pair)."""
+    body: dict
+    kept_previous: bool
+    warning: str | None = None
+
+
+def model_apply(namespace: str, name: str, new_model: dict, previous_model: dict | None,
+                max_bytes: int = MAX_MODELS_BYTES) -> ModelApply:
+    new_size = document_bytes(new_model)
+    if new_size > max_bytes:
+        raise ValueError(f"the model document is {new_size} bytes, over the {max_bytes}-byte "
+                         "budget for a PhaseModel (fewer hidden units or phases?)")
+    spec: dict[str, Any] = {"model": new_model}
+    warning = None
+    kept = previous_model is not None
+    if previous_model is not None:
+        if new_size + document_bytes(previous_model) > max_bytes:
+            kept, warning = False, (f"the previous model is not kept for rollback: both "
+                                    f"together exceed {max_bytes} bytes")
+        else:
+            spec["previousModel"] = previous_model
+    return ModelApply({**_meta(namespace, name), "spec": spec}, kept, warning)
+
+
+def rollback_apply(namespace: str, name: str, resource: dict) -> dict:
+    """Swap model and previousModel (a second rollback undoes the first). ValueError when
+    there is nothing to roll back to."""
+    spec = resource.get("spec") or {}
+    previous = spec.get("previousModel")
+    if not previous:
+        raise ValueError(f"PhaseModel {namespace}/{name} has no previous model to roll back to")
+    body_spec: dict[str, Any] = {"model": previous}
+    if spec.get("model"):
+        body_spec["previousModel"] = spec["model"]
+    return {**_meta(namespace, name), "spec": body_spec}
+
+
+@dataclass
+class TrainingRecord:
+    """``status.training``: what the trainer did last."""
+    decision: str
+    reason: str
+    trained_at: str
+    source: str = ""
+    executions: int = 0
+    samples: int = 0
+    held_out_executions: int = 0
+    fit_seconds: float | None = None
+    reconstruction_error: float | None = None
+    silhouette: float | None = None
+    novelty_rate: float | None = None
+    phases: int | None = None
+    candidate_score: float | None = None
+    current_score: float | None = None
+    tolerance: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_status(self) -> dict:
+        def num(x):
+            return None if x is None or not math.isfinite(x) else round(float(x), 6)
+
+        out = {"decision": self.decision, "reason": self.reason[:1000],
+               "trainedAt": self.trained_at, "source": self.source,
+               "executions": self.executions, "samples": self.samples,
+               "heldOutExecutions": self.held_out_executions,
+               "fitSeconds": num(self.fit_seconds),
+               "reconstructionError": num(self.reconstruction_error),
+               "silhouette": num(self.silhouette), "noveltyRate": num(self.novelty_rate),
+               "phases": self.phases, "candidateScore": num(self.candidate_score),
+               "currentScore": num(self.current_score), "tolerance": self.tolerance}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def status_apply(namespace: str, name: str, record: TrainingRecord) -> dict:
+    return {**_meta(namespace, name), "status": {"training": record.to_status()}}

@@ -1,0 +1,319 @@
+"""The batch trainer against a real Prometheus (backfilled with real traces by promtool) and a
+real kube-apiserver; the last step of the CronJob scenario is the operator using the new model.
+
+History: the AI4DL sample trace ``sample-vr.csv`` (a real DL training container, cpu cores and
+memory bytes) cut into pods of the Prometheus namespace ``hist``, written as cAdvisor series
+ending ten minutes ago; one pod restarts (a new container id), one has a long gap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ai4dl import synthetic
+from ai4dl.cli import main as cli_main
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from ai4dl.model import PhaseModel
+from ai4dl.traces import Execution
+from e2e_fixtures_operator import Operator, crd, operator_kubeconfig, wait_for  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+STEP = 15.0
+SELECTOR = 'namespace="hist"'
+
+
+def _at(ex: Execution, t0: float, n: int | None = None) -> Execution:
+    v = ex.values[:n] if n else ex.values
+    return Execution(ex.name, t0 + STEP * np.arange(len(v)), v, ex.features, ex.units, step=STEP)
+
+
+@pytest.fixture(scope="module")
+def real_trace(shared_data):
+    from ai4dl.io import load_traces
+
+    return load_traces(shared_data / "ai4dl_samples" / "sample-vr.csv")[0]
+
+
+@pytest.fixture(scope="module")
+def history(real_trace, trace_exporter, prometheus_binary, tmp_path_factory):
+    """(Prometheus URL, exporter): the backfilled history plus live scrapes of the exporter."""
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+    from e2e.prometheus.backfill import backfill, history_server, promtool_next_to
+
+    now = time.time() // STEP * STEP
+    pieces = [real_trace.slice(i * 600, (i + 1) * 600) for i in range(4)]
+    end = now - 600
+    runs = {("hist", f"train-{i}", "main"): [_at(p, end - (4 - i) * 3 * 3600)]
+            for i, p in enumerate(pieces)}
+    # a restart: the same container, a new container id two minutes after the first run ended
+    first = _at(pieces[1], end - 20 * 3600, 300)
+    runs[("hist", "train-r", "main")] = [
+        first, _at(pieces[2], float(first.times[-1]) + 120, 300)]
+    # a long gap (one hour) in one run: two executions of one pod
+    a, b = _at(pieces[3], end - 18 * 3600, 250), _at(pieces[0], end - 17 * 3600 + 3600, 250)
+    runs[("hist", "train-g", "main")] = [Execution("g", np.r_[a.times, b.times],
+                                                   np.vstack([a.values, b.values]),
+                                                   a.features, a.units, step=STEP)]
+    exporter = trace_exporter({}, speed=1.0, loop=True)
+    srv = history_server(targets=[exporter.url], workdir=tmp_path_factory.mktemp("prom-hist"),
+                         scrape_interval="1s", binary=prometheus_binary)
+    backfill(runs, srv.storage_path, promtool_next_to(prometheus_binary))
+    srv.start()
+    yield srv.url, exporter
+    srv.stop()
+
+
+def _client(kube_cluster):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(kube_cluster.api_client)
+
+
+def make_pm(kube_cluster, ns, name, model=None, window=600, **policy):
+    spec = {"selector": {"matchLabels": {"app": "train"}}, "stepSeconds": int(STEP),
+            "windowSeconds": window, "policy": {"mode": "Recommend", **policy}}
+    if model is not None:
+        spec["model"] = model
+    return _client(kube_cluster).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
+                                     "metadata": {"name": name}, "spec": spec})
+
+
+def read_pm(kube_cluster, ns, name):
+    return _client(kube_cluster).get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+
+def doc_of(model: PhaseModel) -> dict:
+    return json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+
+
+@pytest.fixture(scope="module")
+def synthetic_doc():
+    """A model of synthetic jobs (other scales, other phases): a poor current model for the
+    real history, which a refit should beat."""
+    traces, _ = synthetic.generate(30, seed=21, config=synthetic.SyntheticConfig(n_features=2))
+    return doc_of(PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces))
+
+
+def train(kube_cluster, url, *args) -> int:
+    return cli_main(["train", "--prometheus", url, "--selector", SELECTOR, "--since", "2d",
+                     "--kubeconfig", str(kube_cluster.kubeconfig), "--prometheus-retries", "0",
+                     "--log-format", "json", *args])
+
+
+def error_line(capsys) -> dict:
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    return lines[-1]
+
+
+# ----------------------------------------------------------------------------- the CronJob run
+def test_cronjob_refit_is_applied_and_used_by_the_operator(
+        kube_cluster, k8s_namespace, fake_kubelet, history, real_trace, synthetic_doc,
+        operator_kubeconfig, crd, tmp_path):  # noqa: F811
+    from ai4dl.controller.pods import A_RECOMMENDATION
+    from ai4dl.controller.quantity import parse_quantity
+    from ai4dl.policy.policies import make_phase_policy
+
+    url, exporter = history
+    ns = k8s_namespace
+    # live pods in the test namespace, played in real time (15 s steps, as the history)
+    for i in range(2):
+        fake_kubelet.create_pod(f"live-{i}", namespace=ns,
+                                requests={"cpu": "4", "memory": "32Gi"},
+                                labels={OPT_IN_LABEL: "true", "app": "train"},
+                                annotations={MODEL_ANNOTATION: "pm"})
+        exporter.add_pod((ns, f"live-{i}", "main"), real_trace, offset=(1 + i) * 3000.0)
+    make_pm(kube_cluster, ns, "pm", synthetic_doc, window=15, maxDecrease=1.0, minChange=0.0,
+            cooldownWindows=0, memoryMargin=0.0)
+    op = Operator(operator_kubeconfig, url, tmp_path / "operator.log").start()
+    try:
+        env = dict(os.environ, KUBECONFIG=str(kube_cluster.kubeconfig))
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        ai4dl = Path(sys.executable).with_name("ai4dl")
+        cmd = [str(ai4dl), "train", "--prometheus", url, "--selector", SELECTOR,
+               "--since", "14d", "--phasemodel", f"{ns}/pm"]
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stderr[-2000:]
+        logs = [json.loads(line) for line in run.stderr.splitlines()]   # JSON lines in a Job
+        assert logs[-1]["event"] == "applied", logs[-1]
+        history_log = next(x for x in logs if x["event"] == "history")
+        assert history_log["containers"] == 6 and history_log["executions"] == 8
+
+        pm = read_pm(kube_cluster, ns, "pm")
+        training = pm["status"]["training"]
+        assert training["decision"] == "applied"
+        assert training["candidateScore"] <= training["currentScore"] * (1 + training["tolerance"])
+        assert training["executions"] >= 3 and training["heldOutExecutions"] >= 1
+        for key in ("samples", "fitSeconds", "reconstructionError", "noveltyRate", "phases",
+                    "trainedAt"):
+            assert key in training, key
+        assert pm["spec"]["previousModel"] == synthetic_doc
+        new_doc = pm["spec"]["model"]
+        assert new_doc != synthetic_doc and len(new_doc["centroids"]) == training["phases"]
+        managers = {m["manager"]: m for m in pm["metadata"]["managedFields"]}
+        assert "ai4dl-trainer" in managers
+        assert pm["spec"]["policy"]["mode"] == "Recommend"   # the user's fields untouched
+
+        # The operator's next window uses the new model: each pod's cpu recommendation is the
+        # new model's level (mean + 2 std) of the phase it reports.
+        new_levels = make_phase_policy(PhaseModel.from_document(new_doc), ("cpu", "memory")).levels
+        old_levels = make_phase_policy(PhaseModel.from_document(synthetic_doc),
+                                       ("cpu", "memory")).levels
+
+        def uses_new_model():
+            out = []
+            for i in range(2):
+                ann = kube_cluster.core.read_namespaced_pod(f"live-{i}", ns).metadata.annotations
+                rec = json.loads((ann or {}).get(A_RECOMMENDATION, "{}")).get("main")
+                if not rec or rec["phase"] >= len(new_levels):
+                    return None
+                cpu = parse_quantity(rec["cpu"])
+                if abs(cpu - new_levels[rec["phase"], 0]) > 0.002 + 0.01 * cpu:
+                    return None
+                out.append((rec["phase"], cpu))
+            return out
+
+        try:
+            got = wait_for(uses_new_model, 60, what="recommendations from the new model")
+        except AssertionError:
+            print(op.tail())
+            raise
+        assert all(abs(cpu - old_levels[:, 0]).min() > 0.002 for _, cpu in got)
+    finally:
+        op.stop()
+
+
+# ----------------------------------------------------------------------------- decisions
+def test_rejected_forced_and_rolled_back(kube_cluster, k8s_namespace, history, crd,  # noqa: F811
+                                         capsys):
+    url, _ = history
+    ns = k8s_namespace
+    make_pm(kube_cluster, ns, "pm")
+    assert train(kube_cluster, url, "--phasemodel", f"{ns}/pm") == 0
+    pm = read_pm(kube_cluster, ns, "pm")
+    good = pm["spec"]["model"]
+    assert pm["status"]["training"]["decision"] == "applied"
+    assert pm["status"]["training"]["reason"] == "no current model"
+    assert "previousModel" not in pm["spec"]
+
+    # a one-phase candidate provisions worse: rejected, the reason recorded, the model kept
+    assert train(kube_cluster, url, "--phasemodel", f"{ns}/pm", "--phases", "1") == 0
+    pm = read_pm(kube_cluster, ns, "pm")
+    t = pm["status"]["training"]
+    assert t["decision"] == "rejected" and "worse by more than" in t["reason"]
+    assert t["candidateScore"] > t["currentScore"] * (1 + t["tolerance"])
+    assert pm["spec"]["model"] == good and "previousModel" not in pm["spec"]
+    assert train(kube_cluster, url, "--phasemodel", f"{ns}/pm", "--phases", "1",
+                 "--fail-on-reject") == 4
+
+    # --force applies it anyway and keeps the good one for rollback
+    assert train(kube_cluster, url, "--phasemodel", f"{ns}/pm", "--phases", "1",
+                 "--force") == 0
+    pm = read_pm(kube_cluster, ns, "pm")
+    assert pm["status"]["training"]["decision"] == "forced"
+    assert len(pm["spec"]["model"]["centroids"]) == 1 and pm["spec"]["previousModel"] == good
+    forced = pm["spec"]["model"]
+
+    # one command puts the good model back (and keeps the forced one as previous)
+    kc = str(kube_cluster.kubeconfig)
+    assert cli_main(["rollback", "--phasemodel", f"{ns}/pm", "--kubeconfig", kc]) == 0
+    pm = read_pm(kube_cluster, ns, "pm")
+    assert pm["spec"]["model"] == good and pm["spec"]["previousModel"] == forced
+    assert pm["status"]["training"]["decision"] == "rolled-back"
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_input_exit_codes_and_one_line_errors(kube_cluster, k8s_namespace, history,
+                                                  crd, capsys):  # noqa: F811
+    from ai4dl.sources.prometheus import PrometheusSource  # noqa: F401  (import cost outside)
+    from e2e.prometheus.server import free_port
+
+    url, _ = history
+    ns = k8s_namespace
+    make_pm(kube_cluster, ns, "pm")
+    capsys.readouterr()
+
+    assert train(kube_cluster, url, "--phasemodel", f"{ns}/missing") == 2
+    assert error_line(capsys)["message"] == (
+        f"ai4dl: error: PhaseModel {ns}/missing not found (create it first, or pass --create "
+        "to create it with the default features and policy)")
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert train(kube_cluster, dead, "--phasemodel", f"{ns}/pm") == 3
+    err = error_line(capsys)
+    assert err["exitCode"] == 3 and "connection refused" in err["message"]
+
+    assert cli_main(["train", "--prometheus", url, "--selector", 'namespace="nothing-here"',
+                     "--phasemodel", f"{ns}/pm", "--kubeconfig", str(kube_cluster.kubeconfig),
+                     "--log-format", "json"]) == 2
+    assert "no data for selector {namespace=\"nothing-here\"}" in error_line(capsys)["message"]
+
+    assert cli_main(["train", "--prometheus", url, "--selector", 'namespace="hist",pod="train-0"',
+                     "--phasemodel", f"{ns}/pm", "--kubeconfig", str(kube_cluster.kubeconfig),
+                     "--log-format", "json"]) == 2
+    assert "too few executions to fit" in error_line(capsys)["message"]
+
+    assert train(kube_cluster, url, "--phasemodel", f"{ns}/pm", "--selector", "pod=~(") == 2
+    assert "rejected the query" in error_line(capsys)["message"]
+    pm = read_pm(kube_cluster, ns, "pm")
+    assert "model" not in pm["spec"] and "training" not in (pm.get("status") or {})
+
+
+def test_traces_create_and_if_due(kube_cluster, k8s_namespace, history, crd, tmp_path,  # noqa: F811
+                                  capsys):
+    """From a trace file into a PhaseModel that does not exist yet (--create); then --if-due
+    skips until the operator recommends a refit."""
+    from ai4dl.io.writers import write_long_csv
+    from ai4dl.sources.prometheus import FeatureQuery, PrometheusSource
+    from ai4dl.sources.prometheus_history import PrometheusHistory
+    from ai4dl.crd import default_features
+    from ai4dl.traces import TraceSet
+
+    url, _ = history
+    ns = k8s_namespace
+    kc = str(kube_cluster.kubeconfig)
+    with PrometheusSource(url) as src:
+        got = PrometheusHistory(src, [FeatureQuery(f.name, f.query) for f in default_features()],
+                                SELECTOR, STEP).executions(time.time() - 86400, time.time())
+    path = write_long_csv(TraceSet(got.executions), tmp_path / "history.csv")
+
+    base = ["train", str(path), "--phasemodel", f"{ns}/fresh", "--kubeconfig", kc,
+            "--epochs", "5", "--log-format", "json"]
+    assert cli_main(base) == 2                          # missing without --create
+    assert cli_main(base + ["--create"]) == 0
+    pm = read_pm(kube_cluster, ns, "fresh")
+    assert pm["spec"]["policy"]["mode"] == "Recommend"   # API server defaults filled in
+    first = pm["status"]["training"]
+    assert first["decision"] == "applied" and first["source"].startswith("traces ")
+
+    capsys.readouterr()
+    assert cli_main(base + ["--if-due"]) == 0           # just trained: not due, no fit
+    logs = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
+    assert [x["event"] for x in logs] == ["not-due"]
+    assert read_pm(kube_cluster, ns, "fresh")["status"]["training"] == first
+
+    # the operator's recommendation, set after the last run, makes it due
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 2))
+    _client(kube_cluster).patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, PLURAL, "fresh", {"status": {"conditions": [
+            {"type": "RefitRecommended", "status": "True", "reason": "NoveltyAbove",
+             "message": "35% of windows novel", "lastTransitionTime": later}]}})
+    time.sleep(2.5)
+    assert cli_main(base + ["--if-due"]) == 0
+    logs = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
+    assert logs[0]["event"] == "due" and "35% of windows novel" in logs[0]["message"]
+    second = read_pm(kube_cluster, ns, "fresh")["status"]["training"]
+    assert second["trainedAt"] > first["trainedAt"]
+    assert second["decision"] in ("applied", "rejected")
+    # answered: not due again although the condition is still True
+    assert cli_main(base + ["--if-due"]) == 0
+    assert [json.loads(x)["event"] for x in capsys.readouterr().err.splitlines()] == ["not-due"]
