@@ -183,6 +183,22 @@ class TrainingStatus(_Base):
     tolerance: float | None = None
 
 
+class NoveltyWindow(_Base):
+    novel: int = Field(ge=0, description="containers whose window was novel")
+    total: int = Field(ge=0, description="containers classified in the window")
+
+
+class NoveltyStatus(_Base):
+    """The operator's count of novel windows under the current model (reset when the model
+    changes): the state behind the ``RefitRecommended`` condition, kept in status so a
+    restarted operator goes on counting."""
+    model: str = Field("", description="hash of the model document these windows were read with")
+    last_window: float | None = Field(None, alias="lastWindow",
+                                      description="start (unix s) of the last window counted")
+    recent: list[NoveltyWindow] = Field(default_factory=list, max_length=10000)
+    share: float = Field(0.0, ge=0, le=1, description="novel ÷ total over the recent windows")
+
+
 class PhaseModelStatus(_Base):
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(None, alias="observedGeneration")
@@ -193,6 +209,7 @@ class PhaseModelStatus(_Base):
     last_window_time: str | None = Field(None, alias="lastWindowTime")
     last_error: str | None = Field(None, alias="lastError")
     training: TrainingStatus | None = None
+    novelty: NoveltyStatus | None = None
 
 
 class PhaseModelResource(_Base):

@@ -18,6 +18,8 @@ from typing import Sequence
 from pydantic import ValidationError
 
 from ai4dl.controller import metrics as m
+from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
+from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
 from ai4dl.controller.plan import WindowPlan, plan_window, window_samples
 from ai4dl.controller.pods import PodInfo
 from ai4dl.crd import GROUP, PLURAL, VERSION, LabelSelector, PhaseModelSpec
@@ -67,6 +69,8 @@ class WindowReport:
     degraded_reason: str | None = None
     seconds: float = 0.0
     plan: WindowPlan | None = None
+    novel: int = 0              # containers whose window was novel
+    classified: int = 0         # containers given a phase
 
 
 class ModelCache:
@@ -75,9 +79,13 @@ class ModelCache:
     def __init__(self):
         self._cache: dict[str, PhaseModel] = {}
 
+    @staticmethod
+    def key(spec: PhaseModelSpec) -> str:
+        return hashlib.sha256(json.dumps(spec.model, sort_keys=True).encode()).hexdigest()
+
     def get(self, spec: PhaseModelSpec) -> PhaseModel:
         doc = spec.validated_model()            # ValueError with one line when malformed
-        key = hashlib.sha256(json.dumps(spec.model, sort_keys=True).encode()).hexdigest()
+        key = self.key(spec)
         if key not in self._cache:
             self._cache.clear()
             self._cache[key] = PhaseModel.from_document(doc)
@@ -147,9 +155,12 @@ class WindowRunner:
         self._apply(plan, spec, report)
         report.seconds = time.perf_counter() - started
         m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)
+        novelty = update_novelty((body.get("status") or {}).get("novelty"),
+                                 ModelCache.key(spec)[:16], start, report.novel,
+                                 report.classified, spec.refit)
         self._status(body, report, ready=True, reason="WindowProcessed",
                      message=f"{report.pods} pods, {report.resized} resized",
-                     per_phase=plan.pods_per_phase())
+                     per_phase=plan.pods_per_phase(), novelty=novelty)
         return report
 
     # ------------------------------------------------------------------ writes
@@ -171,6 +182,7 @@ class WindowRunner:
                         m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
                                                 self.name).set(v)
         m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
+        report.novel, report.classified = novel, total
         work = [p for p in plan.pods if p.resize is not None or p.annotations or p.events]
         if not work:
             return
@@ -237,7 +249,8 @@ class WindowRunner:
         return report
 
     def _status(self, body: dict, report: WindowReport, ready: bool, reason: str, message: str,
-                per_phase: dict[str, int] | None = None) -> None:
+                per_phase: dict[str, int] | None = None,
+                novelty: NoveltyVerdict | None = None) -> None:
         from kubernetes.client.exceptions import ApiException
 
         old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -249,10 +262,17 @@ class WindowRunner:
             return {"type": ctype, "status": status, "reason": r, "message": msg[:1000],
                     "lastTransitionTime": now if changed else prev.get("lastTransitionTime", now)}
 
+        conditions = [cond("Ready", "True" if ready else "False", reason, message),
+                      cond("Degraded", "False" if ready else "True", reason,
+                           "" if ready else message)]
+        if novelty is not None:
+            conditions.append(cond(NOVELTY_CONDITION, "True" if novelty.recommended else "False",
+                                   novelty.reason, novelty.message))
+        # A merge patch replaces the whole list: conditions not decided here are carried over.
+        decided = {c["type"] for c in conditions}
+        conditions += [c for t, c in old.items() if t not in decided]
         status = {
-            "conditions": [cond("Ready", "True" if ready else "False", reason, message),
-                           cond("Degraded", "False" if ready else "True", reason,
-                                "" if ready else message)],
+            "conditions": conditions,
             "observedGeneration": (body.get("metadata") or {}).get("generation"),
             "lastWindowTime": now_iso(report.window_start) if report.window_start else None,
             "lastError": None if ready else message,
@@ -261,6 +281,8 @@ class WindowRunner:
             status["podsTracked"] = report.pods
             status["podsPerPhase"] = per_phase
             status["phaseSummary"] = " ".join(f"{k}:{v}" for k, v in per_phase.items())
+        if novelty is not None:
+            status["novelty"] = novelty.status
         try:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": status})
