@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: env e2e-deps demo test bench clean
+.PHONY: env e2e-deps generate demo test bench clean
 env: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -21,9 +21,20 @@ demo: $(STAMP)
 # The real components the integration tests run against: Prometheus (Debian package, unpacked
 # into ~/.cache/ai4dl) and kube-apiserver + etcd + kubectl built from the Go module proxy
 # (cached in ~/.cache/ai4dl/bin; a cold build takes about 13 minutes on 2 cores, then 0.2 s).
+# helm (v3, from the Go module proxy as well; same Go caches) for the chart tests.
 e2e-deps:
 	bash e2e/prometheus/install.sh
 	bash e2e/controlplane/build.sh
+	bash e2e/helm/build.sh
+
+# Everything generated from a source of truth: the CRD from the pydantic models (ai4dl/crd.py),
+# its copy in the Helm chart, and the plain manifests in deploy/ rendered from the chart.
+generate: $(STAMP)
+	$(BIN)/python -m ai4dl.crd > crds/phasemodels.ai4dl.io.yaml.tmp
+	mv -f crds/phasemodels.ai4dl.io.yaml.tmp crds/phasemodels.ai4dl.io.yaml
+	cp crds/phasemodels.ai4dl.io.yaml charts/ai4dl-operator/crds/phasemodels.ai4dl.io.yaml
+	bash e2e/helm/build.sh
+	bash deploy/render.sh
 
 test: $(STAMP) e2e-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -1,0 +1,48 @@
+# syntax=docker/dockerfile:1
+# Two images from one Dockerfile:
+#   docker build --target operator -t ghcr.io/ai4dl/ai4dl-operator:0.1.0 .   # numpy runtime, no torch
+#   docker build --target trainer  -t ghcr.io/ai4dl/ai4dl-trainer:0.1.0 .    # + torch (`train` extra)
+# Both install with docker/install.sh, the command tests/test_packaging.py runs in a fresh venv
+# (it asserts that the operator's install imports nothing from torch and that the entrypoints
+# start). For a CPU-only trainer (smaller): --build-arg PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PYTHON_VERSION=3.12
+
+# ---------------------------------------------------------------- build stages
+FROM python:${PYTHON_VERSION}-slim AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator ./operator
+COPY docker/install.sh /usr/local/bin/ai4dl-install
+RUN python -m venv /opt/ai4dl
+
+FROM build AS build-operator
+RUN ai4dl-install operator /opt/ai4dl/bin/python /src \
+ && /opt/ai4dl/bin/python -c "import importlib.util as u; assert u.find_spec('torch') is None, 'torch in the operator image'" \
+ && /opt/ai4dl/bin/ai4dl-operator --help >/dev/null
+
+FROM build AS build-trainer
+ARG PIP_EXTRA_INDEX_URL=""
+RUN PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" ai4dl-install trainer /opt/ai4dl/bin/python /src \
+ && /opt/ai4dl/bin/ai4dl --help >/dev/null
+
+# ---------------------------------------------------------------- runtime images
+FROM python:${PYTHON_VERSION}-slim AS runtime
+ENV PATH=/opt/ai4dl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
+# Non-root, numeric (so runAsNonRoot can verify it); 65532 = "nonroot" as in distroless.
+USER 65532:65532
+WORKDIR /tmp
+
+FROM runtime AS trainer
+COPY --from=build-trainer /opt/ai4dl /opt/ai4dl
+ENTRYPOINT ["ai4dl"]
+CMD ["--help"]
+
+# The default target (last stage): the operator.
+FROM runtime AS operator
+COPY --from=build-operator /opt/ai4dl /opt/ai4dl
+LABEL org.opencontainers.image.title="ai4dl-operator" \
+      org.opencontainers.image.description="Phase-based vertical autoscaling of DL pods (kopf operator)" \
+      org.opencontainers.image.licenses="Apache-2.0"
+EXPOSE 8080 8081
+ENTRYPOINT ["ai4dl-operator"]

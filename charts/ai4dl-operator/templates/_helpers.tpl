@@ -1,0 +1,77 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "ai4dl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name when it already contains the chart name. */}}
+{{- define "ai4dl.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "ai4dl.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ai4dl.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ai4dl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "ai4dl.labels" -}}
+helm.sh/chart: {{ include "ai4dl.chart" . }}
+{{ include "ai4dl.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ai4dl
+{{- end }}
+
+{{- define "ai4dl.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ai4dl.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "ai4dl.trainerName" -}}
+{{- printf "%s-trainer" (include "ai4dl.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ai4dl.prometheusUrl" -}}
+{{- required "prometheus.url is required: helm install ... --set prometheus.url=http://PROMETHEUS:9090" .Values.prometheus.url }}
+{{- end }}
+
+{{- define "ai4dl.image" -}}
+{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) }}
+{{- end }}
+
+{{/* The operator's command-line arguments (the entrypoint is ai4dl-operator). */}}
+{{- define "ai4dl.operatorArgs" -}}
+- {{ printf "--prometheus-url=%s" (include "ai4dl.prometheusUrl" .) | quote }}
+- {{ printf "--prometheus-timeout=%v" .Values.prometheus.timeout | quote }}
+- {{ printf "--prometheus-retries=%v" .Values.prometheus.retries | quote }}
+- {{ printf "--settle-seconds=%v" .Values.operator.settleSeconds | quote }}
+- {{ printf "--metrics-port=%v" .Values.metrics.port | quote }}
+- {{ printf "--liveness=http://0.0.0.0:%v/healthz" .Values.probes.port | quote }}
+{{- range .Values.operator.watchNamespaces }}
+- {{ printf "--namespace=%s" . | quote }}
+{{- end }}
+{{- if .Values.peering.enabled }}
+- {{ printf "--peering=%s" .Values.peering.name | quote }}
+{{- end }}
+{{- if .Values.operator.verbose }}
+- --verbose
+{{- end }}
+{{- range .Values.operator.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}

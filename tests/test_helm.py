@@ -1,0 +1,453 @@
+"""The Helm chart (charts/ai4dl-operator) and the plain manifests rendered from it (deploy/).
+
+Offline checks (helm only): lint, the values schema's one-line errors, what the templates render
+(security context, probes, least-privilege RBAC), the chart's CRD = the generated CRD, deploy/ in
+sync with the chart. Against the real API server (``kube_cluster``; marked ``integration``):
+server-side dry runs of everything rendered, and ``helm install`` -> the operator started from
+the entrypoint and arguments of the installed Deployment, as the chart's ServiceAccount -> a
+PhaseModel gets its status -> ``helm uninstall`` leaves nothing behind but the CRD (Helm never
+deletes CRDs from a chart's crds/ folder, by design).
+
+helm comes from ``e2e/helm/build.sh`` (Go module proxy, cached in ~/.cache/ai4dl/bin); if it
+cannot be built the tests skip, unless ``CI`` is set (then they fail).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, default_features
+from e2e.controlplane import cluster as _cp
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "charts" / "ai4dl-operator"
+ALL_FEATURES = CHART / "ci" / "all-features-values.yaml"
+URL = "http://prometheus.example:9090"
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    path = _cp.bin_dir() / "helm"
+    r = subprocess.run(["bash", str(REPO / "e2e" / "helm" / "build.sh")], capture_output=True,
+                       text=True, timeout=1800)
+    if r.returncode != 0 or not path.is_file():
+        msg = f"cannot build helm (e2e/helm/build.sh): {(r.stderr.strip().splitlines() or ['?'])[-1]}"
+        if _ci():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture(scope="session")
+def helm_env(tmp_path_factory) -> dict:
+    """helm's config/cache/data in a temporary folder (nothing written to ~/.config/helm)."""
+    home = tmp_path_factory.mktemp("helm-home")
+    return {**os.environ, "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_CACHE_HOME": str(home / "cache"), "HELM_DATA_HOME": str(home / "data")}
+
+
+def run(cmd, env=None, check=True, timeout=120) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n"
+                             f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return r
+
+
+def template(helm, helm_env, *args, release="ai4dl-operator", namespace="ai4dl-system"):
+    out = run([helm, "template", release, CHART, "--namespace", namespace, *args], helm_env).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- offline
+def test_chart_crd_is_the_generated_crd():
+    chart_crd = CHART / "crds" / "phasemodels.ai4dl.io.yaml"
+    assert chart_crd.read_bytes() == (REPO / "crds" / "phasemodels.ai4dl.io.yaml").read_bytes(), (
+        "charts/ai4dl-operator/crds/ differs from crds/: run `make generate`")
+
+
+@pytest.mark.parametrize("values", [["--set", f"prometheus.url={URL}"],
+                                    ["-f", str(ALL_FEATURES)]], ids=["defaults", "all-features"])
+def test_helm_lint(helm, helm_env, values):
+    r = run([helm, "lint", CHART, "--strict", *values], helm_env)
+    assert "0 chart(s) failed" in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "prometheus.url is required: helm install ... --set prometheus.url=http://PROMETHEUS:9090"),
+    (["--set", "prometheus.url=prometheus:9090"], "at '/prometheus/url': 'prometheus:9090' does not match pattern"),
+    (["--set", f"prometheus.url={URL}", "--set", "operator.replicas=2"], "at '/operator/replicas': maximum: got 2, want 1"),
+    (["--set", f"prometheus.url={URL}", "--set", "promethues.timeout=3"], "additional properties 'promethues' not allowed"),
+    (["--set", f"prometheus.url={URL}", "--set", "examplePhaseModel.enabled=true",
+      "--set", "examplePhaseModel.policy.mode=Auto"], "at '/examplePhaseModel/policy/mode': value must be one of 'Off', 'Recommend', 'InPlace'"),
+    (["--set", f"prometheus.url={URL}", "--set", "trainer.enabled=true"], "trainer.enabled needs at least one entry in trainer.phaseModels"),
+], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models"])
+def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
+    r = run([helm, "template", "x", CHART, *args], helm_env, check=False)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+
+
+RESTRICTED = {"runAsNonRoot": True, "runAsUser": 65532, "readOnlyRootFilesystem": True,
+              "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+              "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_default_render(helm, helm_env):
+    docs = template(helm, helm_env, "--set", f"prometheus.url={URL}")
+    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding", "Deployment",
+                                               "Service", "ServiceAccount"]
+    (dep,) = by_kind(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["command"] == ["ai4dl-operator"]
+    assert f"--prometheus-url={URL}" in c["args"] and "--metrics-port=8080" in c["args"]
+    assert "--liveness=http://0.0.0.0:8081/healthz" in c["args"]
+    assert not any(a.startswith("--peering") for a in c["args"])
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 8080, "health": 8081}
+    assert c["securityContext"] == RESTRICTED
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert pod["serviceAccountName"] == "ai4dl-operator"
+    (svc,) = by_kind(docs, "Service")
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics",
+                                     "protocol": "TCP"}]
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    (role,) = by_kind(docs, "ClusterRole")
+    rules = {(g, r): set(rule["verbs"]) for rule in role["rules"]
+             for g in rule["apiGroups"] for r in rule["resources"]}
+    assert rules[("", "pods")] == {"get", "list", "watch", "patch"}
+    assert rules[("", "pods/resize")] == {"patch"}
+    assert rules[("", "pods/status")] == {"get"}
+    assert rules[("", "events")] >= {"create"}
+    assert rules[(GROUP, PLURAL)] >= {"get", "list", "watch", "patch"}
+    assert rules[(GROUP, f"{PLURAL}/status")] >= {"patch"}
+    # least privilege: no Secrets, no wildcards, no writes beyond these, no peering when standalone
+    assert not any(r in ("secrets", "configmaps", "*") or g == "*" for g, r in rules)
+    assert not any(v in ("*", "delete", "deletecollection", "create") for (g, r), vs in rules.items()
+                   if r != "events" for v in vs)
+    assert not any(g in ("kopf.dev", "coordination.k8s.io") for g, _ in rules)
+
+
+def test_all_features_render(helm, helm_env):
+    docs = template(helm, helm_env, "-f", ALL_FEATURES, release="r", namespace="ops")
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds.count("CronJob") == 2 and kinds.count("PhaseModel") == 1
+    assert kinds.count("ServiceMonitor") == 1 and kinds.count("RoleBinding") == 2
+    (dep,) = by_kind(docs, "Deployment")
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--peering=ai4dl", "--namespace=ml", "--namespace=vision", "--verbose"} <= set(args)
+    role = next(d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"] == "r-ai4dl-operator")
+    assert any("kopf.dev" in rule["apiGroups"] and set(rule["resources"]) ==
+               {"clusterkopfpeerings", "kopfpeerings"} for rule in role["rules"])
+    jobs = {j["metadata"]["annotations"]["ai4dl.io/phasemodel"]: j for j in by_kind(docs, "CronJob")}
+    assert set(jobs) == {"ops/resnet", "nlp/bert"}
+    bert = jobs["nlp/bert"]
+    assert bert["spec"]["concurrencyPolicy"] == "Forbid" and bert["spec"]["schedule"] == "30 2 * * 0"
+    c = bert["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] + c["args"] == [
+        "ai4dl", "train", f"--prometheus={URL.replace('prometheus.example', 'prometheus-server.monitoring.svc')}",
+        '--selector=namespace="nlp",pod=~"bert-(train|finetune)-.*"', "--since=30d",
+        "--phasemodel=nlp/bert", "--if-due"]
+    assert c["image"].startswith("ghcr.io/ai4dl/ai4dl-trainer:")
+    # the real CLIs accept what the templates render
+    from ai4dl.cli import build_parser as cli_parser
+    from ai4dl.controller.__main__ import build_parser as operator_parser
+
+    parsed = cli_parser().parse_args(c["command"][1:] + c["args"])
+    assert (parsed.phasemodel, parsed.since, parsed.if_due) == ("nlp/bert", "30d", True)
+    parsed = operator_parser().parse_args(args)
+    assert parsed.peering == "ai4dl" and parsed.namespace == ["ml", "vision"]
+    assert c["securityContext"] == RESTRICTED
+    # the trainer may patch PhaseModels in the listed namespaces only
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["nlp", "ops"]
+    trole = next(d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-trainer"))
+    assert trole["rules"] == [
+        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "patch"]},
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]}]
+
+
+def test_deploy_manifests_are_rendered_from_the_chart(helm, tmp_path):
+    run(["bash", REPO / "deploy" / "render.sh", tmp_path], {**os.environ, "HELM": str(helm)})
+    for name in ("ai4dl-operator.yaml", "rbac.yaml"):
+        assert filecmp.cmp(tmp_path / name, REPO / "deploy" / name, shallow=False), (
+            f"deploy/{name} is out of date with charts/ai4dl-operator: run `make generate`")
+    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text())]
+    # tests/test_operator_integration.py binds this file for SA ai4dl-system/ai4dl-operator
+    assert [d and d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    assert docs[0]["metadata"] == {**docs[0]["metadata"], "name": "ai4dl-operator",
+                                   "namespace": "ai4dl-system"}
+    assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "ai4dl-operator",
+                                    "namespace": "ai4dl-system"}]
+
+
+def test_examples_opt_pods_in():
+    job = list(yaml.safe_load_all((REPO / "deploy" / "examples" / "job.yaml").read_text()))
+    pm = next(d for d in job if d["kind"] == "PhaseModel")
+    templates = [next(d for d in job if d["kind"] == "Job")["spec"]["template"]]
+    ptj = yaml.safe_load((REPO / "deploy" / "examples" / "pytorchjob.yaml").read_text())
+    templates += [r["template"] for r in ptj["spec"]["pytorchReplicaSpecs"].values()]
+    for t in templates:
+        assert t["metadata"]["labels"][OPT_IN_LABEL] == "true"
+        assert t["metadata"]["annotations"][MODEL_ANNOTATION] == pm["metadata"]["name"]
+        assert pm["spec"]["selector"]["matchLabels"].items() <= t["metadata"]["labels"].items()
+
+
+def test_prometheus_scrape_config_keeps_what_the_operator_reads():
+    cfg = yaml.safe_load((REPO / "deploy" / "prometheus-scrape.yaml").read_text())
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    cadvisor = jobs["kubernetes-cadvisor"]
+    assert cadvisor["metrics_path"] == "/metrics/cadvisor"
+    import re
+
+    keep = next(r for r in cadvisor["metric_relabel_configs"] if r["action"] == "keep")
+    for feature in default_features():   # the metric names in the default PromQL templates
+        name = re.search(r"(container_[a-z_]+)\{", feature.query).group(1)
+        assert re.fullmatch(keep["regex"], name), name
+    assert jobs["ai4dl-operator"]["relabel_configs"][0]["regex"] == "ai4dl-operator;metrics"
+
+
+# ----------------------------------------------------------------------------- API server
+@pytest.fixture(scope="module")
+def kubectl(kube_cluster):
+    path = _cp.bin_dir() / "kubectl"
+    if kube_cluster.control_plane is None:   # an existing cluster: kubectl from PATH
+        import shutil
+
+        path = Path(shutil.which("kubectl") or path)
+    if not path.is_file():
+        pytest.skip(f"no kubectl at {path}")
+
+    def kc(*args, check=True, timeout=60):
+        return run([path, "--kubeconfig", kube_cluster.kubeconfig, *args], check=check,
+                   timeout=timeout)
+    return kc
+
+
+@pytest.fixture(scope="module")
+def crd_established(kube_cluster, kubectl):
+    kubectl("apply", "--server-side", "--field-manager=ai4dl-tests", "--force-conflicts",
+            "-f", CHART / "crds" / "phasemodels.ai4dl.io.yaml")
+    kubectl("wait", "--for=condition=Established", "--timeout=30s",
+            f"crd/{PLURAL}.{GROUP}")
+
+
+def ensure_namespace(kube_cluster, name):
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        kube_cluster.core.create_namespace({"metadata": {"name": name}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+
+
+@pytest.mark.integration
+def test_server_side_dry_run(kube_cluster, kubectl, crd_established, helm, helm_env, k8s_namespace,
+                             tmp_path):
+    # the plain manifests, as users apply them
+    ensure_namespace(kube_cluster, "ai4dl-system")
+    # (--force-conflicts: in this shared test cluster other fixtures own the CRD already)
+    r = kubectl("apply", "--server-side", "--dry-run=server", "--force-conflicts", "-f",
+                REPO / "deploy" / "ai4dl-operator.yaml")
+    assert "deployment.apps/ai4dl-operator serverside-applied (server dry run)" in r.stdout
+    # every optional piece, in a fresh namespace (the ServiceMonitor needs the Prometheus
+    # Operator's CRD, which this cluster has not: checked by the render test only)
+    ns = k8s_namespace
+    ensure_namespace(kube_cluster, "nlp")
+    docs = [d for d in template(helm, helm_env, "-f", ALL_FEATURES, release="dry", namespace=ns)
+            if d["kind"] != "ServiceMonitor"]
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
+    r = kubectl("apply", "--server-side", "--dry-run=server", "-f", tmp_path / "all.yaml")
+    assert r.stdout.count("(server dry run)") == len(docs)
+    # the examples (namespace rewritten to the test's; the PyTorchJob CRD is not installed)
+    job = list(yaml.safe_load_all((REPO / "deploy" / "examples" / "job.yaml").read_text()))
+    for d in job:
+        d["metadata"]["namespace"] = ns
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump_all(job))
+    r = kubectl("apply", "--server-side", "--dry-run=server", "-f", tmp_path / "job.yaml")
+    assert r.stdout.count("(server dry run)") == 2
+
+
+class OperatorProcess:
+    def __init__(self, cmd, kubeconfig, log):
+        self.log = log
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env.pop("AI4DL_PROMETHEUS_URL", None)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def tail(self, n=30) -> str:
+        return "\n".join(self.log.read_text().splitlines()[-n:])
+
+
+def wait_for(predicate, timeout, what, interval=0.3):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as exc:   # noqa: BLE001 - not up yet
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def http_get(url):
+    with urllib.request.urlopen(url, timeout=3) as r:
+        return r.status, r.read().decode()
+
+
+@pytest.mark.integration
+def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, helm_env,
+                               k8s_namespace, tmp_path):
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    ns, release = f"ai4dl-helm-{uuid.uuid4().hex[:6]}", "pkgtest"
+    full, sa = f"{release}-ai4dl-operator", f"{release}-ai4dl-operator"
+    metrics_port, health_port = free_port(), free_port()
+    dead_prometheus = f"http://127.0.0.1:{free_port()}"   # nothing listens: never queried here
+    helm_cmd = [helm, "--kubeconfig", kube_cluster.kubeconfig]
+    op = None
+    try:
+        r = run([*helm_cmd, "install", release, CHART, "--namespace", ns, "--create-namespace",
+                 "--set", f"prometheus.url={dead_prometheus}",
+                 "--set", f"metrics.port={metrics_port}", "--set", f"probes.port={health_port}",
+                 "--set", "operator.settleSeconds=0.2", "--timeout", "60s"], helm_env)
+        assert "STATUS: deployed" in r.stdout
+        assert "kubectl get pm -A" in r.stdout   # NOTES.txt
+
+        # RBAC, as the API server decides it for the chart's ServiceAccount
+        who = f"system:serviceaccount:{ns}:{sa}"
+        can = lambda *a: kubectl("auth", "can-i", *a, "--as", who, "-n", k8s_namespace,  # noqa: E731
+                                 check=False).stdout.strip()
+        assert can("patch", "pods", "--subresource=resize") == "yes"
+        assert can("list", "pods") == "yes" and can("watch", "pods") == "yes"
+        assert can("patch", f"{PLURAL}.{GROUP}", "--subresource=status") == "yes"
+        assert can("get", "secrets") == "no" and can("list", "secrets") == "no"
+        assert can("delete", "pods") == "no" and can("create", "pods") == "no"
+        assert can("update", "pods", "--subresource=resize") == "no"
+
+        # the operator from the installed Deployment's entrypoint and args, as its ServiceAccount
+        apps = client.AppsV1Api(kube_cluster.api_client)
+        c = apps.read_namespaced_deployment(full, ns).spec.template.spec.containers[0]
+        assert c.command == ["ai4dl-operator"]
+        entry = Path(sys.executable).parent / c.command[0]
+        token = kube_cluster.service_account_token(ns, sa, create=False)
+        cfg = yaml.safe_load(Path(kube_cluster.kubeconfig).read_text())
+        cfg["users"] = [{"name": sa, "user": {"token": token}}]
+        for ctx in cfg["contexts"]:
+            ctx["context"]["user"] = sa
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(cfg))
+        op = OperatorProcess([str(entry), *c.args], kubeconfig, tmp_path / "operator.log")
+
+        try:
+            assert wait_for(lambda: http_get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200,
+                            60, "the liveness endpoint")
+            status, text = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
+            assert status == 200 and "# TYPE ai4dl_pod_phase gauge" in text
+            # a PhaseModel without a model: the operator reports it on the status
+            custom = client.CustomObjectsApi(kube_cluster.api_client)
+            custom.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
+                "metadata": {"name": "untrained"},
+                "spec": {"selector": {"matchLabels": {"app": "train"}}, "windowSeconds": 2}})
+
+            def degraded():
+                pm = custom.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
+                                                         "untrained")
+                conds = {c["type"]: c for c in (pm.get("status") or {}).get("conditions", [])}
+                return conds.get("Ready", {}).get("reason") == "InvalidModel" and conds
+            conds = wait_for(degraded, 30, "PhaseModel status Ready=False/InvalidModel")
+            assert conds["Ready"]["status"] == "False"
+            assert "spec.model is empty" in conds["Ready"]["message"]
+            out = kubectl("get", "pm", "-n", k8s_namespace).stdout.splitlines()
+            assert out[0].split() == ["NAME", "PHASES", "PODS", "MODE", "READY", "AGE"]
+            assert out[1].split()[:4] == ["untrained", "0", "Recommend", "False"]
+            # deleted while the operator runs: it releases its finalizer
+            custom.delete_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
+                                                   "untrained")
+            wait_for(lambda: not any(p["metadata"]["name"] == "untrained" for p in
+                                     custom.list_namespaced_custom_object(
+                                         GROUP, VERSION, k8s_namespace, PLURAL)["items"]),
+                     30, "the PhaseModel deleted")
+        except AssertionError:
+            print(op.tail())
+            raise
+        assert op.stop() == 0, op.tail()
+        log = op.log.read_text()
+        assert "Forbidden" not in log and " 403" not in log, op.tail(80)   # the RBAC sufficed
+
+        r = run([*helm_cmd, "uninstall", release, "--namespace", ns, "--wait", "--timeout", "60s"],
+                helm_env)
+        assert "uninstalled" in r.stdout
+        release = None
+        # nothing left in the namespace (Helm's release records are Secrets there: gone too)
+        kinds = kubectl("api-resources", "--verbs=list", "--namespaced", "-o", "name").stdout.split()
+        left = kubectl("get", ",".join(kinds), "-n", ns, "-o", "name",
+                       "--ignore-not-found").stdout.split()
+        assert left == [], left
+        # nor cluster-wide
+        rbac = client.RbacAuthorizationV1Api(kube_cluster.api_client)
+        for read in (rbac.read_cluster_role, rbac.read_cluster_role_binding):
+            with pytest.raises(ApiException) as err:
+                read(full)
+            assert err.value.status == 404
+        left = kubectl("get", "clusterroles,clusterrolebindings", "-l",
+                       "app.kubernetes.io/instance=pkgtest", "-o", "name").stdout.split()
+        assert left == [], left
+        # the CRD stays: Helm installs crds/ once and never deletes them (users' PhaseModels
+        # would go with it); README: kubectl delete crd phasemodels.ai4dl.io
+        kubectl("get", f"crd/{PLURAL}.{GROUP}")
+    finally:
+        if op is not None:
+            op.stop()
+        if release is not None:
+            run([*helm_cmd, "uninstall", release, "--namespace", ns], helm_env, check=False)
+        try:
+            kube_cluster.core.delete_namespace(ns)   # stays Terminating: no namespace controller
+        except ApiException:
+            pass

@@ -1,0 +1,96 @@
+"""The operator image's install, without a Docker engine: the Dockerfile's `operator` target runs
+docker/install.sh; here the same command installs the project into a fresh virtual environment
+(uv, from uv's cache when warm; PyPI otherwise) and the result must serve without torch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+INSTALL = REPO / "docker" / "install.sh"
+UV = Path(sys.executable).parent / "uv"
+
+pytestmark = pytest.mark.skipif(not UV.is_file(), reason=f"{UV} missing (make env installs it)")
+
+PROBE = r"""
+import contextlib, importlib.util, io, sys
+import ai4dl.controller.handlers, ai4dl.controller.__main__, ai4dl.cli
+for main in (ai4dl.controller.__main__.main, ai4dl.cli.main):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(["--help"])
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "sklearn", "matplotlib"))
+print("installed:", importlib.util.find_spec("torch") is not None)
+print("imported:", ",".join(heavy) or "-")
+"""
+
+
+@pytest.fixture(scope="module")
+def operator_venv(tmp_path_factory) -> Path:
+    """A fresh venv with what the operator image installs (the project copied like the
+    Dockerfile's COPY lines, so no build/ or *.egg-info lands in the working tree)."""
+    root = tmp_path_factory.mktemp("image")
+    src = root / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "operator", src / "operator",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    venv = root / "venv"
+    env = dict(os.environ, UV=str(UV))
+    env.pop("VIRTUAL_ENV", None)
+    run = lambda *cmd: subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)  # noqa: E731
+    r = run(str(UV), "venv", "--quiet", "--python", sys.executable, str(venv))
+    assert r.returncode == 0, r.stderr
+    r = run("sh", str(INSTALL), "operator", str(venv / "bin" / "python"), str(src))
+    assert r.returncode == 0, f"docker/install.sh operator failed:\n{r.stdout}\n{r.stderr}"
+    return venv
+
+
+def test_dockerfile_uses_the_tested_install_command():
+    text = (REPO / "Dockerfile").read_text()
+    assert "COPY docker/install.sh /usr/local/bin/ai4dl-install" in text
+    assert "ai4dl-install operator /opt/ai4dl/bin/python /src" in text
+    assert "ai4dl-install trainer /opt/ai4dl/bin/python /src" in text
+    for target in ("AS operator", "AS trainer"):
+        assert target in text
+    assert "USER 65532:65532" in text
+    ignore = (REPO / ".dockerignore").read_text()
+    assert "!docker/install.sh" in ignore and "!operator/" in ignore
+
+
+def test_operator_install_has_no_torch(operator_venv):
+    py = operator_venv / "bin" / "python"
+    r = subprocess.run([str(py), "-c", PROBE], capture_output=True, text=True, timeout=120,
+                       cwd=operator_venv)
+    assert r.returncode == 0, r.stderr
+    assert "installed: False" in r.stdout, "the operator install pulled in torch"
+    assert "imported: -" in r.stdout, r.stdout
+    # and the package comes from the venv, not from the working tree
+    r = subprocess.run([str(py), "-c", "import ai4dl; print(ai4dl.__file__)"],
+                       capture_output=True, text=True, timeout=60, cwd=operator_venv)
+    assert str(operator_venv) in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("script, words", [("ai4dl-operator", "--prometheus-url"),
+                                           ("ai4dl", "train")])
+def test_entrypoints_start(operator_venv, script, words):
+    exe = operator_venv / "bin" / script
+    r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120,
+                       cwd=operator_venv, env={**os.environ, "PYTHONPATH": ""})
+    assert r.returncode == 0, r.stderr
+    assert words in r.stdout
+
+
+def test_operator_entrypoint_refuses_a_missing_prometheus_url(operator_venv):
+    env = {k: v for k, v in os.environ.items() if k != "AI4DL_PROMETHEUS_URL"}
+    r = subprocess.run([str(operator_venv / "bin" / "ai4dl-operator")], capture_output=True,
+                       text=True, timeout=120, cwd=operator_venv, env=env)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "ai4dl-operator: error: --prometheus-url (or AI4DL_PROMETHEUS_URL) is required"]
