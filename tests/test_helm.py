@@ -180,6 +180,10 @@ def test_all_features_render(helm, helm_env):
         '--selector=namespace="nlp",pod=~"bert-(train|finetune)-.*"', "--since=30d",
         "--phasemodel=nlp/bert", "--if-due"]
     assert c["image"].startswith("ghcr.io/ai4dl/ai4dl-trainer:")
+    # peering: a KopfPeering per watched namespace, the pod name as kopf's identity
+    assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["ml", "vision"]
+    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
     # the real CLIs accept what the templates render
     from ai4dl.cli import build_parser as cli_parser
     from ai4dl.controller.__main__ import build_parser as operator_parser
@@ -262,6 +266,46 @@ def crd_established(kube_cluster, kubectl):
             f"crd/{PLURAL}.{GROUP}")
 
 
+# kopf's peering CRDs (kopf.dev/v1, as kopf's peering.yaml declares them): a prerequisite the
+# chart documents for peering.enabled.
+KOPF_PEERING_CRDS = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: clusterkopfpeerings.kopf.dev}
+spec:
+  scope: Cluster
+  group: kopf.dev
+  names: {kind: ClusterKopfPeering, plural: clusterkopfpeerings, singular: clusterkopfpeering}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: kopfpeerings.kopf.dev}
+spec:
+  scope: Namespaced
+  group: kopf.dev
+  names: {kind: KopfPeering, plural: kopfpeerings, singular: kopfpeering}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"""
+
+
+@pytest.fixture(scope="module")
+def kopf_peering_crds(kube_cluster, kubectl, tmp_path_factory):
+    path = tmp_path_factory.mktemp("kopf") / "peering-crds.yaml"
+    path.write_text(KOPF_PEERING_CRDS)
+    kubectl("apply", "--server-side", "--field-manager=ai4dl-tests", "-f", path)
+    kubectl("wait", "--for=condition=Established", "--timeout=30s",
+            "crd/clusterkopfpeerings.kopf.dev", "crd/kopfpeerings.kopf.dev")
+
+
 def ensure_namespace(kube_cluster, name):
     from kubernetes.client.exceptions import ApiException
 
@@ -273,8 +317,8 @@ def ensure_namespace(kube_cluster, name):
 
 
 @pytest.mark.integration
-def test_server_side_dry_run(kube_cluster, kubectl, crd_established, helm, helm_env, k8s_namespace,
-                             tmp_path):
+def test_server_side_dry_run(kube_cluster, kubectl, crd_established, kopf_peering_crds, helm,
+                             helm_env, k8s_namespace, tmp_path):
     # the plain manifests, as users apply them
     ensure_namespace(kube_cluster, "ai4dl-system")
     # (--force-conflicts: in this shared test cluster other fixtures own the CRD already)
@@ -284,7 +328,8 @@ def test_server_side_dry_run(kube_cluster, kubectl, crd_established, helm, helm_
     # every optional piece, in a fresh namespace (the ServiceMonitor needs the Prometheus
     # Operator's CRD, which this cluster has not: checked by the render test only)
     ns = k8s_namespace
-    ensure_namespace(kube_cluster, "nlp")
+    for other in ("nlp", "ml", "vision"):    # the values file's namespaces
+        ensure_namespace(kube_cluster, other)
     docs = [d for d in template(helm, helm_env, "-f", ALL_FEATURES, release="dry", namespace=ns)
             if d["kind"] != "ServiceMonitor"]
     (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
@@ -339,6 +384,25 @@ def http_get(url):
         return r.status, r.read().decode()
 
 
+def start_installed_operator(kube_cluster, ns, deployment, sa, tmp_path) -> OperatorProcess:
+    """The operator from the installed Deployment's entrypoint and args (what the image runs),
+    authenticated as the chart's ServiceAccount (a TokenRequest token)."""
+    from kubernetes import client
+
+    apps = client.AppsV1Api(kube_cluster.api_client)
+    c = apps.read_namespaced_deployment(deployment, ns).spec.template.spec.containers[0]
+    assert c.command == ["ai4dl-operator"]
+    entry = Path(sys.executable).parent / c.command[0]
+    token = kube_cluster.service_account_token(ns, sa, create=False)
+    cfg = yaml.safe_load(Path(kube_cluster.kubeconfig).read_text())
+    cfg["users"] = [{"name": sa, "user": {"token": token}}]
+    for ctx in cfg["contexts"]:
+        ctx["context"]["user"] = sa
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(cfg))
+    return OperatorProcess([str(entry), *c.args], kubeconfig, tmp_path / "operator.log")
+
+
 @pytest.mark.integration
 def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, helm_env,
                                k8s_namespace, tmp_path):
@@ -370,19 +434,7 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
         assert can("delete", "pods") == "no" and can("create", "pods") == "no"
         assert can("update", "pods", "--subresource=resize") == "no"
 
-        # the operator from the installed Deployment's entrypoint and args, as its ServiceAccount
-        apps = client.AppsV1Api(kube_cluster.api_client)
-        c = apps.read_namespaced_deployment(full, ns).spec.template.spec.containers[0]
-        assert c.command == ["ai4dl-operator"]
-        entry = Path(sys.executable).parent / c.command[0]
-        token = kube_cluster.service_account_token(ns, sa, create=False)
-        cfg = yaml.safe_load(Path(kube_cluster.kubeconfig).read_text())
-        cfg["users"] = [{"name": sa, "user": {"token": token}}]
-        for ctx in cfg["contexts"]:
-            ctx["context"]["user"] = sa
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(cfg))
-        op = OperatorProcess([str(entry), *c.args], kubeconfig, tmp_path / "operator.log")
+        op = start_installed_operator(kube_cluster, ns, full, sa, tmp_path)
 
         try:
             assert wait_for(lambda: http_get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200,
@@ -451,3 +503,93 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
             kube_cluster.core.delete_namespace(ns)   # stays Terminating: no namespace controller
         except ApiException:
             pass
+
+
+@pytest.mark.integration
+def test_peering_install_runs_with_its_rbac(kube_cluster, kubectl, crd_established,
+                                            kopf_peering_crds, helm, helm_env, tmp_path):
+    """peering.enabled: the chart creates the ClusterKopfPeering and the RBAC kopf needs; the
+    operator keeps its peer record alive in the peering's status, and uninstall removes it."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    suffix = uuid.uuid4().hex[:6]
+    ns, release, peering = f"ai4dl-peer-{suffix}", "peertest", f"ai4dl-{suffix}"
+    full = f"{release}-ai4dl-operator"
+    health_port = free_port()
+    helm_cmd = [helm, "--kubeconfig", kube_cluster.kubeconfig]
+    custom = client.CustomObjectsApi(kube_cluster.api_client)
+    read_peering = lambda: custom.get_cluster_custom_object(  # noqa: E731
+        "kopf.dev", "v1", "clusterkopfpeerings", peering)
+    op = None
+    try:
+        run([*helm_cmd, "install", release, CHART, "--namespace", ns, "--create-namespace",
+             "--set", f"prometheus.url=http://127.0.0.1:{free_port()}",
+             "--set", "peering.enabled=true", "--set", f"peering.name={peering}",
+             "--set", f"metrics.port={free_port()}", "--set", f"probes.port={health_port}"],
+            helm_env)
+        assert read_peering()["metadata"]["labels"]["app.kubernetes.io/instance"] == release
+        who = f"system:serviceaccount:{ns}:{full}"
+        assert kubectl("auth", "can-i", "patch", "clusterkopfpeerings.kopf.dev", "--as", who,
+                       check=False).stdout.strip() == "yes"
+        op = start_installed_operator(kube_cluster, ns, full, full, tmp_path)
+        assert f"--peering={peering}" in op.proc.args
+        try:
+            wait_for(lambda: http_get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200,
+                     60, "the liveness endpoint")
+            peers = wait_for(lambda: read_peering().get("status"), 30,
+                             "the operator's record in the ClusterKopfPeering status")
+        except AssertionError:
+            print(op.tail())
+            raise
+        assert len(peers) == 1 and next(iter(peers.values()))["priority"] == 0
+        assert op.stop() == 0, op.tail()
+        log = op.log.read_text()
+        assert "Forbidden" not in log and " 403" not in log, op.tail(80)
+        run([*helm_cmd, "uninstall", release, "--namespace", ns, "--wait"], helm_env)
+        release = None
+        with pytest.raises(ApiException) as err:
+            read_peering()
+        assert err.value.status == 404
+    finally:
+        if op is not None:
+            op.stop()
+        if release is not None:
+            run([*helm_cmd, "uninstall", release, "--namespace", ns], helm_env, check=False)
+        try:
+            kube_cluster.core.delete_namespace(ns)
+        except ApiException:
+            pass
+
+
+@pytest.mark.integration
+def test_pods_pass_the_restricted_pod_security_standard(kube_cluster, helm, helm_env, tmp_path):
+    """The operator's and the trainer's pods, created (server dry run) in a namespace that
+    enforces Pod Security "restricted"; a pod without the security context is refused there."""
+    from kubernetes.client.exceptions import ApiException
+
+    ns = f"ai4dl-psa-{uuid.uuid4().hex[:6]}"
+    kube_cluster.core.create_namespace({"metadata": {"name": ns, "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted"}}})
+    try:
+        docs = template(helm, helm_env, "-f", ALL_FEATURES, release="psa", namespace=ns)
+        specs = [by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]]
+        specs += [j["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+                  for j in by_kind(docs, "CronJob")]
+        for i, spec in enumerate(specs):
+            kube_cluster.core.create_namespaced_pod(
+                ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}"},
+                     "spec": spec}, dry_run="All")
+        bare = {**specs[0], "securityContext": {},
+                "containers": [{**specs[0]["containers"][0], "securityContext": {}}]}
+        with pytest.raises(ApiException) as err:
+            kube_cluster.core.create_namespaced_pod(
+                ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"},
+                     "spec": bare}, dry_run="All")
+        assert err.value.status == 403 and "restricted" in err.value.body
+    finally:
+        try:
+            kube_cluster.core.delete_namespace(ns)
+        except ApiException:
+            pass
+
