@@ -60,6 +60,19 @@ def test_dockerfile_uses_the_tested_install_command():
     for target in ("AS operator", "AS trainer"):
         assert target in text
     assert "USER 65532:65532" in text
+    # every COPY --from / FROM names a stage defined above it
+    import re
+
+    stages: list[str] = []
+    for line in text.splitlines():
+        if m := re.match(r"FROM (\S+)(?: AS (\S+))?", line):
+            base, name = m.groups()
+            assert "/" in base or ":" in base or base in stages, f"unknown stage {base}"
+            stages.append(name)
+        elif m := re.match(r"COPY --from=(\S+)", line):
+            assert m.group(1) in stages, f"COPY from unknown stage {m.group(1)}"
+    assert stages[-1] == "operator", "the default target (last stage) must be the operator"
+    assert {"operator", "trainer"} <= set(stages)
     ignore = (REPO / ".dockerignore").read_text()
     assert "!docker/install.sh" in ignore and "!operator/" in ignore
 
