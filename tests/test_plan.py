@@ -210,3 +210,20 @@ def test_resizes_are_rate_limited_largest_change_first(fitted_model, window):
                 pods2, {("ns", f"p{i}", "main"): window for i in range(5)})
     same = next(p for p in again.pods if p.pod.name == deferred.pod.name)
     assert same.skipped == "rate-limited" and not same.annotations and not same.events
+
+
+def test_label_selector_pushes_the_phasemodel_selector_to_the_api_server():
+    from ai4dl.controller.runtime import label_selector, selector_matches
+    from ai4dl.crd import LabelSelector
+
+    sel = LabelSelector.model_validate({
+        "matchLabels": {"app": "train", "team": "a"},
+        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu", "cpu"]},
+                             {"key": "debug", "operator": "DoesNotExist"},
+                             {"key": "owner", "operator": "Exists"},
+                             {"key": "zone", "operator": "NotIn", "values": ["x"]}]})
+    assert label_selector(sel) == ("ai4dl.io/managed=true,app=train,team=a,tier in (gpu,cpu),"
+                                   "!debug,owner,zone notin (x)")
+    assert label_selector(LabelSelector()) == "ai4dl.io/managed=true"
+    ok = {"app": "train", "team": "a", "tier": "gpu", "owner": "me"}
+    assert selector_matches(sel, ok) and not selector_matches(sel, {**ok, "debug": "1"})

@@ -1,7 +1,7 @@
-"""kopf registration: small handlers that call the runtime. Only an index of opted-in pods
-(server-side label selector: the operator never lists or caches other pods) and one daemon per
-PhaseModel (one loop per model, never one timer per pod). No create/update handlers on pods,
-so kopf writes none of its last-handled annotations onto them."""
+"""kopf registration: one daemon per PhaseModel (one loop per model, never one timer per pod).
+kopf does not watch pods at all: each window lists the model's opted-in pods once, filtered by
+the API server (ai4dl.controller.runtime.WindowRunner.list_pods), so the operator never reads
+or caches other pods, and kopf writes none of its last-handled annotations onto pods."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import time
 
 import kopf
 
-from ai4dl.controller.pods import pod_info
 from ai4dl.controller.runtime import WindowRunner, window_start
-from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from ai4dl.crd import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("ai4dl.operator")
 
@@ -25,19 +24,8 @@ CONFIG: dict = {"prometheus_url": os.environ.get("AI4DL_PROMETHEUS_URL", ""),
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_) -> None:
-    # Server-side filtering: the watch asks the API server for opted-in pods only.
-    settings.watching.label_selectors["v1", "pods"] = f"{OPT_IN_LABEL}=true"
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 4
-
-
-@kopf.index("pods")
-def opted_in_pods(namespace, name, body, **_):
-    """(namespace, PhaseModel name) -> the pods that name it."""
-    model = (body.get("metadata", {}).get("annotations") or {}).get(MODEL_ANNOTATION)
-    if not model:
-        return None
-    return {(namespace, model): pod_info(dict(body))}
 
 
 def _clients():
@@ -65,7 +53,7 @@ def _source():
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
-async def phasemodel_windows(namespace, name, body, stopped, opted_in_pods: kopf.Index, **_):
+async def phasemodel_windows(namespace, name, body, stopped, **_):
     """One loop per PhaseModel: at each window boundary, process all its pods at once."""
     core, custom = _clients()
     runner = WindowRunner(core, custom, _source(), namespace, name)
@@ -77,11 +65,10 @@ async def phasemodel_windows(namespace, name, body, stopped, opted_in_pods: kopf
         await stopped.wait(delay)
         if stopped:
             break
-        pods = list(opted_in_pods.get((namespace, name), []))
         snapshot = {"spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {}),
                     "metadata": dict(body.get("metadata") or {})}
         try:
-            report = await asyncio.to_thread(runner.run, snapshot, pods)
+            report = await asyncio.to_thread(runner.run, snapshot)
             log.info("PhaseModel %s/%s window %s: %d pods, %d resized, skipped %s", namespace,
                      name, report.window_start, report.pods, report.resized, report.skipped)
         except Exception:   # one bad window must not end the loop of this PhaseModel

@@ -21,14 +21,15 @@ from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
 from ai4dl.controller.plan import WindowPlan, plan_window, window_samples
-from ai4dl.controller.pods import PodInfo
-from ai4dl.crd import GROUP, PLURAL, VERSION, LabelSelector, PhaseModelSpec
+from ai4dl.controller.pods import PodInfo, pod_info
+from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
 from ai4dl.model import PhaseModel
 
 log = logging.getLogger("ai4dl.operator")
 
 WRITERS = 8   # concurrent pod writes per window (the client's connection pool is sized to match)
+LIST_PAGE = 500   # pods per LIST page: bounds the raw JSON held at once
 
 
 def now_iso(t: float | None = None) -> str:
@@ -40,6 +41,18 @@ def window_start(now: float, window_seconds: int) -> float:
     """Windows are aligned to multiples of their length (so a restarted operator computes the
     same window id and does not handle a window twice)."""
     return float(int(now // window_seconds) * window_seconds)
+
+
+def label_selector(selector: LabelSelector) -> str:
+    """The opt-in label and a PhaseModel's selector as one server-side label selector."""
+    terms = [f"{OPT_IN_LABEL}=true"]
+    terms += [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
+    for e in selector.match_expressions:
+        if e.operator in ("In", "NotIn"):
+            terms.append(f"{e.key} {e.operator.lower()} ({','.join(e.values)})")
+        else:
+            terms.append(e.key if e.operator == "Exists" else f"!{e.key}")
+    return ",".join(terms)
 
 
 def selector_matches(selector: LabelSelector, labels: dict[str, str]) -> bool:
@@ -99,9 +112,33 @@ class WindowRunner:
         self.core, self.custom, self.source = core_api, custom_api, source
         self.namespace, self.name = namespace, name
         self.models = ModelCache()
+        # Containers given metrics last window (memory only: after a restart the first
+        # window's vanished pods keep their series until the process ends, nothing worse).
+        self._in_metrics: set[tuple[str, str, str]] = set()
 
     # ------------------------------------------------------------------ one window
-    def run(self, body: dict, pods: Sequence[PodInfo], now: float | None = None) -> WindowReport:
+    def list_pods(self, spec: PhaseModelSpec) -> list[PodInfo]:
+        """The PhaseModel's opted-in pods, read once per window: one paged LIST in its
+        namespace, filtered by the API server (opt-in label + spec.selector). A watch would
+        also echo back every write of ours as an event to parse (two per resized pod), which
+        cost more CPU than the writes themselves; between windows the operator needs nothing
+        about pods, and it keeps none in memory."""
+        pods: list[PodInfo] = []
+        token = None
+        while True:
+            resp = self.core.list_namespaced_pod(
+                self.namespace, label_selector=label_selector(spec.selector), limit=LIST_PAGE,
+                _continue=token, _preload_content=False)
+            page = json.loads(resp.data)
+            resp.release_conn()
+            pods += [pod_info(item) for item in page.get("items") or []]
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return pods
+
+    def run(self, body: dict, pods: Sequence[PodInfo] | None = None,
+            now: float | None = None) -> WindowReport:
+        """One window; ``pods`` None lists them (tests and benchmarks may pass their own)."""
         started = time.perf_counter()
         now = time.time() if now is None else now
         labels = (self.namespace, self.name)
@@ -121,6 +158,20 @@ class WindowRunner:
         except (ValueError, Ai4dlError) as err:
             return self._degraded(body, report, "InvalidModel", str(err))
 
+        if pods is None:
+            from kubernetes.client.exceptions import ApiException
+
+            try:
+                pods = self.list_pods(spec)
+            except ApiException as err:
+                m.ERRORS.labels(*labels, f"api-{err.status}").inc()
+                return self._degraded(body, report, "PodListFailed",
+                                      f"listing pods: {_api_message(err)}", skip=True)
+            except OSError as err:      # urllib3 connection errors are OSErrors
+                m.ERRORS.labels(*labels, "api-unreachable").inc()
+                return self._degraded(body, report, "PodListFailed",
+                                      f"listing pods: {type(err).__name__}: {err}"[:300],
+                                      skip=True)
         mine = [p for p in pods if p.running and not p.deleting and p.phasemodel == self.name
                 and selector_matches(spec.selector, p.labels)]
         report.pods = len(mine)
@@ -183,6 +234,16 @@ class WindowRunner:
                                                 self.name).set(v)
         m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
         report.novel, report.classified = novel, total
+        # Pods that are gone (or no longer opted in) lose their series: /metrics must not grow
+        # with every pod ever seen.
+        # (A pod still here but skipped this window keeps its last values.)
+        present = {p.pod.key for p in plan.pods}
+        for key in list(self._in_metrics):
+            if key[:2] not in present:
+                m.forget_pod(*key, self.name, plan.resources)
+                self._in_metrics.discard(key)
+        self._in_metrics |= {(*p.pod.key, c.name) for p in plan.pods for c in p.containers
+                             if c.phase is not None}
         work = [p for p in plan.pods if p.resize is not None or p.annotations or p.events]
         if not work:
             return
