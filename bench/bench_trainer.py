@@ -4,7 +4,7 @@ nothing.
     .venv/bin/python bench/bench_trainer.py [--pods 1000] [--hours 24] [--epochs 60]
 
 --pods containers of synthetic DL jobs (ai4dl.synthetic.generate_fixed_length, cpu cores and
-memory bytes; 100 distinct jobs shared round-robin) with --hours of 15 s samples each (two jobs in a row: two container runs), ending
+memory bytes; 100 distinct jobs shared round-robin) with --hours of 15 s samples each (four 6 h jobs in a row: four container runs), ending
 ten minutes ago, are written as cAdvisor series (e2e/prometheus/backfill.py: OpenMetrics, then
 ``promtool tsdb create-blocks-from openmetrics``) into the storage of a real Prometheus (the
 test server, install.sh). Then a fresh child process does what ``ai4dl train --prometheus``
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+RUNS = 4   # container runs per pod (synthetic jobs last 8-20 h)
 sys.path.insert(0, str(REPO))
 
 
@@ -92,20 +93,19 @@ def main() -> None:
     binary = find_prometheus(install=True)
     with tempfile.TemporaryDirectory(prefix="ai4dl-bench-trainer-") as tmp:
         t = time.perf_counter()
-        # Synthetic jobs are shorter than a day: each pod runs two in a row (two container
-        # runs, as after a restart), n // 2 samples each.
-        half = n // 2
-        jobs = generate_fixed_length(min(200, 2 * args.pods), half, seed=0, n_features=2)
+        # Synthetic jobs are shorter than a day: each pod runs RUNS in a row (container runs,
+        # as after restarts), n // RUNS samples each.
+        part = n // RUNS
+        jobs = generate_fixed_length(min(200, RUNS * args.pods), part, seed=0, n_features=2)
         end = time.time() // 15 * 15 - 600
-        t0 = end - 15.0 * (n - 1)
-        steps = 15.0 * np.arange(half)
+        t0 = end - 15.0 * (RUNS * part - 1)
+        steps = 15.0 * np.arange(part)
         runs = {}
         for i in range(args.pods):
-            a, b = jobs[(2 * i) % len(jobs)], jobs[(2 * i + 1) % len(jobs)]
             runs[("bench", f"job-{i:05d}", "main")] = [
-                Execution(a.name, t0 + steps, a.values, a.features, a.units, step=15.0),
-                Execution(b.name, t0 + 15.0 * half + steps, b.values, b.features, b.units,
-                          step=15.0)]
+                Execution(j.name, t0 + 15.0 * part * r + steps, j.values, j.features, j.units,
+                          step=15.0)
+                for r, j in enumerate(jobs[(RUNS * i + r) % len(jobs)] for r in range(RUNS))]
         gen_s = time.perf_counter() - t
         srv = history_server(targets=[], workdir=Path(tmp) / "prom", binary=binary)
         t = time.perf_counter()
