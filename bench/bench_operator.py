@@ -943,10 +943,10 @@ def report(args, results: dict) -> None:
         cpu = bd.get("cpu") or {}
         print(f"\nCPU seconds during that run ({total:.2f} s wall, 2 cores): "
               + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
-              + f". Not in the window: model built from the document once "
+              + f". Not in the window above: model built from the document once "
               f"{bd['model_build']:.2f} s (first window only); list + pod_info of {bd['pods']} "
-              f"pods {bd['snapshot']:.2f} s (the operator keeps them in a kopf index, updated by "
-              f"its watch). Range queries sent: {bd['queries']}.")
+              f"pods {bd['snapshot']:.2f} s (the operator does the same LIST at the start of "
+              f"each window). Range queries sent: {bd['queries']}.")
     wi = results.get("whatif")
     if wi:
         print("\n## What-if: the same annotation patches (+1 changing key), other ways\n")
