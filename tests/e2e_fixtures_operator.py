@@ -2,8 +2,6 @@
 for the operator's own ServiceAccount (bound by deploy/rbac.yaml), and :class:`Operator`.
 
 Import the fixtures into a test module (``from e2e_fixtures_operator import crd, ...``).
-The same helpers live in tests/test_operator_integration.py, which was being edited by
-someone else when this module was written; it can import them from here.
 """
 
 from __future__ import annotations

@@ -13,92 +13,26 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from ai4dl import synthetic
 from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE
 from ai4dl.controller.quantity import parse_quantity
-from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, crd_manifest
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from ai4dl.model import PhaseModel
+from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401 (fixtures)
+                                   wait_for)
 
 REPO = Path(__file__).resolve().parent.parent
 WINDOW, STEP = 10, 1
 SPEED = 15.0
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# ----------------------------------------------------------------------------- module fixtures
-@pytest.fixture(scope="module")
-def crd(kube_cluster):
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    ext = client.ApiextensionsV1Api(kube_cluster.api_client)
-    body = crd_manifest()
-    try:
-        ext.create_custom_resource_definition(body)
-    except ApiException as err:
-        if err.status != 409:
-            raise
-    wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
-                         (ext.read_custom_resource_definition(body["metadata"]["name"])
-                          .status.conditions or [])), 30, what="CRD Established")
-    return body
-
-
-@pytest.fixture(scope="module")
-def operator_kubeconfig(kube_cluster, tmp_path_factory):
-    """A kubeconfig for the operator's ServiceAccount, bound by deploy/rbac.yaml."""
-    from kubernetes import client, utils
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        kube_cluster.core.create_namespace({"metadata": {"name": "ai4dl-system"}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
-    for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
-        try:
-            utils.create_from_dict(kube_cluster.api_client, doc)
-        except utils.FailToCreateError as err:
-            if not all(e.status == 409 for e in err.api_exceptions):
-                raise
-    token = kube_cluster.service_account_token("ai4dl-system", "ai4dl-operator", create=False)
-    admin = yaml.safe_load(Path(kube_cluster.kubeconfig).read_text())
-    admin["users"] = [{"name": "ai4dl-operator", "user": {"token": token}}]
-    for ctx in admin["contexts"]:
-        ctx["context"]["user"] = "ai4dl-operator"
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    path.write_text(yaml.safe_dump(admin))
-    assert client  # imported for its side effect of configuring models
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -123,41 +57,6 @@ def stack(trace_exporter, prometheus_server):
     exporter = trace_exporter({}, speed=SPEED, loop=True)
     prom = prometheus_server([exporter], scrape_interval="1s")
     return exporter, prom
-
-
-class Operator:
-    """The operator process, started from its console entrypoint."""
-
-    def __init__(self, kubeconfig: Path, prometheus_url: str, log: Path):
-        self.kubeconfig, self.prometheus_url, self.log = kubeconfig, prometheus_url, log
-        self.metrics_port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "Operator":
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
-               "--metrics-port", str(self.metrics_port), "--liveness", "",
-               "--prometheus-timeout", "2", "--prometheus-retries", "1",
-               "--settle-seconds", "1.5"]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "a"),
-                                     stderr=subprocess.STDOUT)
-        return self
-
-    def stop(self, sig=signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def tail(self, n: int = 40) -> str:
-        return "\n".join(self.log.read_text().splitlines()[-n:]) if self.log.exists() else ""
 
 
 @pytest.fixture()
