@@ -93,8 +93,10 @@ def operator_kubeconfig(kube_cluster, tmp_path_factory):
 class Operator:
     """The operator process, started from its console entrypoint."""
 
-    def __init__(self, kubeconfig: Path, prometheus_url: str, log: Path):
+    def __init__(self, kubeconfig: Path, prometheus_url: str, log: Path,
+                 extra_args: tuple[str, ...] = ()):
         self.kubeconfig, self.prometheus_url, self.log = kubeconfig, prometheus_url, log
+        self.extra_args = tuple(extra_args)
         self.metrics_port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -103,7 +105,7 @@ class Operator:
         cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
                "--metrics-port", str(self.metrics_port), "--liveness", "",
                "--prometheus-timeout", "2", "--prometheus-retries", "1",
-               "--settle-seconds", "1.5"]
+               "--settle-seconds", "1.5", *self.extra_args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "a"),
                                      stderr=subprocess.STDOUT)
         return self

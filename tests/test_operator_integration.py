@@ -262,6 +262,35 @@ def test_malformed_phasemodels_are_refused_or_degraded(kube_cluster, k8s_namespa
     assert requests_of(kube_cluster, ns, "m1") == before
 
 
+def test_phasemodel_selector_shards_phasemodels(kube_cluster, k8s_namespace, fake_kubelet, stack,
+                                                 jobs, model_doc, operator_kubeconfig, crd,
+                                                 tmp_path):
+    """Two replicas with disjoint --phasemodel-selector never serve the same PhaseModel."""
+    from kubernetes import client
+
+    exporter, prom = stack
+    ns = k8s_namespace
+    start_pods(fake_kubelet, exporter, jobs, ns, ["s1"], model="pm-a")
+    start_pods(fake_kubelet, exporter, jobs, ns, ["s2"], model="pm-b")
+    custom = client.CustomObjectsApi(kube_cluster.api_client)
+    for name, shard in (("pm-a", "a"), ("pm-b", "b")):
+        make_phasemodel(kube_cluster, ns, name, model_doc, mode="Recommend")
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
+                                              {"metadata": {"labels": {"shard": shard}}})
+    op = Operator(operator_kubeconfig, prom.url, tmp_path / "shard-a.log",
+                  extra_args=("--phasemodel-selector", "shard=a")).start()
+    try:
+        wait_for(lambda: (read_pm(kube_cluster, ns, "pm-a").get("status") or {})
+                 .get("podsTracked") == 1, 2 * WINDOW + 12, what="shard a served")
+        time.sleep(WINDOW)
+        assert not (read_pm(kube_cluster, ns, "pm-b").get("status") or {}).get("conditions")
+        ann = kube_cluster.core.read_namespaced_pod("s2", ns).metadata.annotations or {}
+        assert A_PHASE not in ann and A_PHASE in (
+            kube_cluster.core.read_namespaced_pod("s1", ns).metadata.annotations or {})
+    finally:
+        op.stop()
+
+
 def test_operator_rbac_is_least_privilege(kube_cluster, operator_kubeconfig):
     from kubernetes import client
 

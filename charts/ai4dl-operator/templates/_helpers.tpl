@@ -65,6 +65,9 @@ app.kubernetes.io/part-of: ai4dl
 {{- range .Values.operator.watchNamespaces }}
 - {{ printf "--namespace=%s" . | quote }}
 {{- end }}
+{{- range $k, $v := .Values.operator.phaseModelSelector }}
+- {{ printf "--phasemodel-selector=%s=%s" $k $v | quote }}
+{{- end }}
 {{- if .Values.peering.enabled }}
 - {{ printf "--peering=%s" .Values.peering.name | quote }}
 {{- end }}

@@ -20,6 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                           "8080")))
     p.add_argument("--liveness", default="http://0.0.0.0:8081/healthz",
                    help="kopf liveness endpoint (empty to disable)")
+    p.add_argument("--phasemodel-selector", action="append", default=[], metavar="LABEL=VALUE",
+                   help="serve only PhaseModels with these labels (repeatable): shards one "
+                        "cluster's PhaseModels across operator replicas (docs/scaling.md)")
     p.add_argument("--peering", default="", help="kopf peering name for HA (default standalone)")
     p.add_argument("--prometheus-timeout", type=float, default=10.0)
     p.add_argument("--prometheus-retries", type=int, default=3)
@@ -35,6 +38,16 @@ def main(argv=None) -> int:
         print("ai4dl-operator: error: --prometheus-url (or AI4DL_PROMETHEUS_URL) is required",
               file=sys.stderr)
         return 2
+    shard = {}
+    for item in args.phasemodel_selector:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            print(f"ai4dl-operator: error: --phasemodel-selector {item!r}: expected LABEL=VALUE",
+                  file=sys.stderr)
+            return 2
+        shard[key] = value
+    # Read by the handlers module when it registers the PhaseModel daemon (import below).
+    os.environ["AI4DL_PHASEMODEL_SELECTOR"] = ",".join(f"{k}={v}" for k, v in shard.items())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import kopf

@@ -52,7 +52,14 @@ def _source():
                             retries=CONFIG["prometheus_retries"])
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
+def phasemodel_labels(text: str) -> dict[str, str] | None:
+    """'shard=a,team=x' -> kopf's label filter; None (every PhaseModel) when empty."""
+    pairs = [item.partition("=") for item in text.split(",") if item.strip()]
+    return {k.strip(): v.strip() for k, _, v in pairs} or None
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0,
+             labels=phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", "")))
 async def phasemodel_windows(namespace, name, body, stopped, **_):
     """One loop per PhaseModel: at each window boundary, process all its pods at once."""
     core, custom = _clients()
