@@ -32,6 +32,14 @@ Usage::
     ...
     exp.stop()
 
+Live processes: :meth:`TraceExporter.add_process` serves a running process tree (a workload
+started for a pod, see ``e2e/workloads/runner.py``) under a pod's labels instead of a trace:
+``container_cpu_usage_seconds_total`` is the tree's cumulative CPU seconds and
+``container_memory_working_set_bytes`` its memory (PSS sum), both read from ``/proc`` at each
+scrape (:class:`ai4dl.procstat.ProcessTree`). Once the process has exited (or after
+:meth:`~TraceExporter.remove_pod`) its series are no longer served, as cAdvisor drops a
+terminated container.
+
 Run ``python e2e/prometheus/exporter.py --help`` to serve a trace file by hand.
 """
 
@@ -47,6 +55,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ai4dl.procstat import ProcessTree, TreeSample, snapshot
 from ai4dl.traces import Execution
 
 PodKey = tuple[str, str, str]  # (namespace, pod, container)
@@ -157,6 +166,7 @@ class TraceExporter:
         self._clock = clock
         self._lock = threading.Lock()
         self._tracks: dict[PodKey, _Track] = {}
+        self._live: dict[PodKey, tuple[str, ProcessTree]] = {}  # key -> (labels, tree)
         self._digests: dict[int, tuple[Execution, _Digest]] = {}  # id(execution) -> digest
         self._paused = False
         self._server: ThreadingHTTPServer | None = None
@@ -185,10 +195,36 @@ class TraceExporter:
             tracks[key] = track
             self._tracks = tracks  # copy-on-write: a scrape in progress keeps its snapshot
 
+    def add_process(self, key: PodKey, pid: int) -> ProcessTree:
+        """Serve the live process ``pid`` and its descendants as pod ``key`` (replacing a pod
+        with that key). Returns the :class:`~ai4dl.procstat.ProcessTree` that is sampled at
+        each scrape (its counter starts at the tree's CPU time so far)."""
+        key = _key(key)
+        tree = ProcessTree(pid)
+        tree.sample()  # fixes the tree's root now: a later reuse of the pid is not followed
+        labels = _Track(key, None, 0.0, 0.0).labels
+        with self._lock:
+            if key in self._tracks:
+                tracks = dict(self._tracks)
+                del tracks[key]
+                self._tracks = tracks
+            live = dict(self._live)
+            live[key] = (labels, tree)
+            self._live = live
+        return tree
+
+    def process_values(self, key: PodKey) -> TreeSample:
+        """Sample the live pod ``key`` now (what the next scrape would serve)."""
+        return self._live[_key(key)][1].sample()
+
     def remove_pod(self, key: PodKey) -> None:
         """Stop serving pod ``key`` (Prometheus then marks its series stale). Unknown: no-op."""
         key = _key(key)
         with self._lock:
+            if key in self._live:
+                live = dict(self._live)
+                live.pop(key)[1].close()
+                self._live = live
             if key in self._tracks:
                 tracks = dict(self._tracks)
                 gone = tracks.pop(key).d
@@ -198,7 +234,7 @@ class TraceExporter:
 
     @property
     def pods(self) -> list[PodKey]:
-        return list(self._tracks)
+        return list(self._tracks) + [k for k in self._live if k not in self._tracks]
 
     def set_paused(self, paused: bool) -> None:
         """While paused, ``/metrics`` answers 503: scrapes fail and the series go stale."""
@@ -277,6 +313,14 @@ class TraceExporter:
                 v = d.gpu_memory[i]
                 if v == v:
                     gmem_lines.append(f"{GPU_MEMORY_METRIC}{{{lab}}} {v / MIB!r}\n")
+        live = list(self._live.values())
+        if live:
+            procs = snapshot()  # one pass over /proc for all live pods
+            for lab, tree in live:
+                s = tree.sample(procs)
+                if s.alive:  # an exited container has no series (as with cAdvisor)
+                    cpu_lines.append(f"{CPU_METRIC}{{{lab}}} {s.cpu_seconds!r}\n")
+                    mem_lines.append(f"{MEMORY_METRIC}{{{lab}}} {float(s.memory_bytes)!r}\n")
         parts = []
         for metric, lines in ((CPU_METRIC, cpu_lines), (MEMORY_METRIC, mem_lines),
                               (GPU_UTIL_METRIC, gutil_lines), (GPU_MEMORY_METRIC, gmem_lines)):

@@ -577,6 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "them (allocation ÷ oracle at matched fulfilment)")
     _add_evaluate_args(p)
     p.set_defaults(func=cmd_evaluate)
+
+    from ai4dl import record
+    record.add_parser(sub)
     return parser
 
 

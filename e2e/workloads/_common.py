@@ -1,0 +1,182 @@
+"""What the workloads share: command-line flags, the time plan, phase reporting, CPU pacing,
+checkpoints.
+
+The workloads are real PyTorch training programs, shrunk to run for a chosen time on a shared
+CPU. Each phase does its real work (generate data, step an optimizer, evaluate, serialise a
+checkpoint) inside a time box, and its CPU is capped by *pacing*: after each batch the program
+sleeps so that busy / (busy + sleep) equals the phase's duty cycle. That keeps the phases apart
+in CPU (training ~0.7 core, validation ~0.25) whatever the machine, and a run lasts
+``--duration`` seconds on a fast or a slow machine alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import io
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+START = time.time()
+
+PHASES = ("startup", "datagen", "train", "validate", "checkpoint", "evaluate", "done")
+
+
+class PhaseReporter:
+    """One stderr line per phase change (``[cnn] phase=train epoch=1 t=12.31``) and, with a
+    path, one ``timestamp,phase`` row per change (unix seconds): the ground truth tests compare
+    detected phases with."""
+
+    def __init__(self, program: str, log_path: str | None = None):
+        self.program = program
+        self.current: str | None = None
+        self._log = None
+        if log_path:
+            self._log = open(log_path, "w")
+            self._log.write("timestamp,phase\n")
+
+    def enter(self, phase: str, **info) -> None:
+        assert phase in PHASES, phase
+        if phase == self.current:
+            return
+        self.current = phase
+        now = time.time()
+        extra = "".join(f" {k}={v}" for k, v in info.items())
+        print(f"[{self.program}] phase={phase}{extra} t={now - START:.2f}", file=sys.stderr,
+              flush=True)
+        if self._log is not None:
+            self._log.write(f"{now:.3f},{phase}\n")
+            self._log.flush()
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class Pacer:
+    """Caps a loop's CPU at ``duty`` of one core: call :meth:`step` after each unit of work."""
+
+    def __init__(self, duty: float):
+        self.duty = min(1.0, max(0.01, duty))
+        self._t = time.perf_counter()
+
+    def step(self) -> None:
+        busy = time.perf_counter() - self._t
+        if self.duty < 1.0:
+            time.sleep(busy * (1.0 / self.duty - 1.0))
+        self._t = time.perf_counter()
+
+
+@dataclass
+class Plan:
+    """Seconds per phase for a run of ``duration`` seconds with ``epochs`` epochs."""
+
+    datagen: float
+    train: float        # per epoch
+    validate: float     # per epoch
+    checkpoint: float   # per checkpoint (every epoch)
+    evaluate: float
+
+    @classmethod
+    def for_run(cls, duration: float, epochs: int) -> "Plan":
+        # ``duration``: what is left of the run once start-up (imports, model) is done
+        body = max(6.0, duration)
+        per_epoch = 0.72 * body / epochs
+        return cls(datagen=0.15 * body, train=0.62 * per_epoch, validate=0.22 * per_epoch,
+                   checkpoint=0.16 * per_epoch, evaluate=0.13 * body)
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--duration", type=float, default=90.0,
+                   help="target run time in seconds (default 90); every phase is time-boxed")
+    p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="data-set size factor (default 1: ~100 MB of generated data)")
+    p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes "
+                   "for training (default 2)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--duty", type=float, default=0.7, help="share of a core the training loop "
+                   "may use (default 0.7); validation uses a third of it")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--phase-log", help="write 'timestamp,phase' rows (unix seconds) here")
+    p.add_argument("--checkpoint-dir", help="where checkpoints go (default: a temporary "
+                   "folder, removed at exit)")
+    return p
+
+
+def setup_torch(threads: int):
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set (imported twice in one process)
+        pass
+    return torch
+
+
+def worker_init(_worker_id: int) -> None:
+    """DataLoader workers: one thread each, like the parent (their CPU counts in the pod)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+class Checkpointer:
+    """``torch.save`` of a snapshot of model + optimizer state, as asynchronous checkpointers
+    do: copy the state (the memory spike), serialise it, write it to disk with fsync. The
+    phase is held for ``min_seconds`` with the snapshot in memory, standing in for the write
+    time of a model many times this size (the spike then spans a few samples)."""
+
+    def __init__(self, directory: str | None):
+        self.owned = directory is None
+        self.dir = directory or tempfile.mkdtemp(prefix="ai4dl-ckpt-")
+        os.makedirs(self.dir, exist_ok=True)
+
+    def save(self, model, optimizer, epoch: int, min_seconds: float) -> int:
+        import torch
+
+        t0 = time.monotonic()
+        snapshot = {"epoch": epoch,
+                    "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                    "optimizer": copy.deepcopy(optimizer.state_dict())}
+        buf = io.BytesIO()
+        torch.save(snapshot, buf)
+        data = buf.getbuffer()
+        path = os.path.join(self.dir, f"epoch-{epoch:03d}.pt")
+        with open(path + ".tmp", "wb") as fh:
+            for i in range(0, len(data), 1 << 22):
+                fh.write(data[i:i + (1 << 22)])
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(path + ".tmp", path)
+        size = len(data)
+        time.sleep(max(0.0, min_seconds - (time.monotonic() - t0)))
+        del data, buf, snapshot
+        gc.collect()
+        return size
+
+    def close(self) -> None:
+        if self.owned:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def timeboxed(make_iter, seconds: float):
+    """Items from ``make_iter()`` until ``seconds`` pass, starting a new pass when one ends."""
+    end = time.monotonic() + seconds
+    while True:
+        got = False
+        for item in make_iter():
+            got = True
+            yield item
+            if time.monotonic() >= end:
+                return
+        if not got or time.monotonic() >= end:
+            return

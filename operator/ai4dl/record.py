@@ -1,0 +1,193 @@
+"""``ai4dl record -- COMMAND...``: profile a job locally into the generic long trace format.
+
+Runs COMMAND, samples its process tree (:class:`ai4dl.procstat.ProcessTree`) every
+``--interval`` seconds and appends one row per sample to a long CSV::
+
+    execution,timestamp,cpu,memory
+    python cnn.py@20250101T120000,1735732815.012,0.8312,412385280
+
+``cpu`` is in cores: the growth of the tree's CPU counter over the interval divided by the
+interval (what ``rate(container_cpu_usage_seconds_total[...])`` gives in a cluster); ``memory``
+is the tree's working set in bytes (PSS sum) at the sample. A row stands for the interval that
+ends at its timestamp, so the first row comes one interval after the start. Each row is
+flushed as it is written: an interrupted recording keeps every sample taken. The file loads
+with ``ai4dl train/detect/evaluate`` (pass ``--step`` equal to the interval to keep every
+sample; the default step of 15 s averages them).
+
+Exit status: the command's own (128 + N when a signal N killed it), 127 when the command is
+not found, 126 when it cannot be run, 2 for our own usage errors. SIGINT and SIGTERM sent to
+the recorder are forwarded to the command, which decides when to stop; the file is finished
+when it has exited. A Ctrl-C typed at a terminal reaches the command directly (same process
+group), so it is not forwarded a second time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ai4dl.errors import Ai4dlError
+from ai4dl.procstat import ProcessTree
+
+EXIT_NOT_FOUND = 127
+EXIT_CANNOT_RUN = 126
+HEADER = ["execution", "timestamp", "cpu", "memory"]
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+_SI_KERNEL = 0x80  # si_code of signals the kernel sends, e.g. a terminal's Ctrl-C
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "record", help="run a command and record its CPU and memory as a long trace CSV",
+        description="Run COMMAND and sample its process tree (CPU cores, memory bytes) into "
+                    "the generic long trace format that train/detect/evaluate read.")
+    p.add_argument("-i", "--interval", type=float, default=15.0,
+                   help="seconds between samples (default 15, the operator's step)")
+    p.add_argument("-o", "--output", default="trace.csv", help="trace file (default trace.csv)")
+    p.add_argument("--name", help="execution name (default: the command and the start time)")
+    p.add_argument("--append", action="store_true",
+                   help="add rows to an existing trace file instead of replacing it")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                   help="the command to run, after --")
+    p.set_defaults(func=run)
+    return p
+
+
+def default_name(command: list[str], start: float) -> str:
+    """``python cnn.py@20250101T120000``: the program, its script when it has one, and the
+    start time, so several recordings appended to one file stay separate executions."""
+    parts = [Path(command[0]).name]
+    if len(command) > 1 and not command[1].startswith("-"):
+        parts.append(Path(command[1]).name)
+    return " ".join(parts) + "@" + time.strftime("%Y%m%dT%H%M%S", time.localtime(start))
+
+
+def _say(args: argparse.Namespace, msg: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(f"ai4dl: {msg}", file=sys.stderr, flush=True)
+
+
+def _open_output(path: Path, append: bool):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if append and path.exists() and path.stat().st_size > 0:
+        with open(path, newline="") as fh:
+            head = next(csv.reader(fh), None)
+        if head != HEADER:
+            raise Ai4dlError(f"{path}: --append needs a file written by 'ai4dl record' "
+                             f"(header {','.join(HEADER)}), found {','.join(head or [])!r}")
+        return open(path, "a", newline=""), False
+    return open(path, "w", newline=""), True
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise Ai4dlError("record: give the command to run after --, e.g. "
+                         "'ai4dl record -i 5 -- python train.py'")
+    if not (args.interval > 0 and args.interval < 1e6):
+        raise Ai4dlError(f"--interval must be a positive number of seconds, not {args.interval}")
+    exe = shutil.which(command[0]) if os.sep not in command[0] else command[0]
+    if exe is None or not os.path.exists(exe):
+        print(f"ai4dl: error: command not found: {command[0]}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    out = Path(args.output)
+    fh, new = _open_output(out, args.append)
+
+    # Signals are taken synchronously (sigtimedwait) rather than by handlers: the loop then
+    # waits for "next sample, child exited or signal" in one call, and sees who sent a signal.
+    waited = {*_FORWARDED, signal.SIGCHLD}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    start = time.time()
+    try:
+        try:
+            # the child must not inherit the blocked mask (exec keeps it)
+            proc = subprocess.Popen(command, preexec_fn=lambda: signal.pthread_sigmask(
+                signal.SIG_SETMASK, old_mask))
+        except PermissionError as err:
+            fh.close()
+            print(f"ai4dl: error: cannot run {command[0]}: {err.strerror}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+        except OSError as err:
+            fh.close()
+            code = EXIT_NOT_FOUND if isinstance(err, FileNotFoundError) else EXIT_CANNOT_RUN
+            print(f"ai4dl: error: cannot run {command[0]}: {err.strerror or err}", file=sys.stderr)
+            return code
+        name = args.name or default_name(command, start)
+        with fh:
+            writer = csv.writer(fh, lineterminator="\n")
+            if new:
+                writer.writerow(HEADER)
+                fh.flush()
+            rows, total_cpu, peak = _loop(proc, args.interval, name, writer, fh)
+        code = proc.wait()
+    finally:
+        # drop signals still pending (a Ctrl-C that also stopped the command): unblocked,
+        # they would interrupt us after the command's own exit status is known
+        while signal.sigtimedwait(list(waited), 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    elapsed = time.time() - start
+    status = code if code >= 0 else 128 - code  # Popen: -N when killed by signal N
+    if rows == 0:
+        print(f"ai4dl: warning: the command ended after {elapsed:.1f} s, before the first "
+              f"sample (-i {args.interval:g}): no rows written to {out}", file=sys.stderr)
+    _say(args, f"recorded {rows} samples of {name!r} to {out} ({elapsed:.1f} s, "
+         f"{total_cpu:.1f} CPU s, peak {peak / 2**20:.0f} MiB, exit {status})")
+    return status
+
+
+def _exited(pid: int) -> bool:
+    """Has the child exited? Peeks without reaping (WNOWAIT), so its /proc entry stays
+    readable as a zombie and the last sample can still read its final CPU times."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _loop(proc: subprocess.Popen, interval: float, name: str, writer, fh) -> tuple[int, float, int]:
+    tree = ProcessTree(proc.pid)
+    first = tree.sample()
+    last_t, last_cpu = time.monotonic(), first.cpu_seconds
+    next_t = last_t + interval
+    rows, peak = 0, first.memory_bytes
+    waited = [*_FORWARDED, signal.SIGCHLD]
+    while True:
+        exited = _exited(proc.pid)
+        if not exited:
+            info = signal.sigtimedwait(waited, max(0.0, next_t - time.monotonic()))
+            if info is not None and info.si_signo in _FORWARDED:
+                if not (info.si_signo == signal.SIGINT and info.si_code == _SI_KERNEL):
+                    try:
+                        proc.send_signal(info.si_signo)
+                    except ProcessLookupError:
+                        pass
+                continue
+            if info is not None:  # SIGCHLD
+                continue
+        now = time.monotonic()
+        s = tree.sample()
+        if exited:
+            # the zombie's final times: count them, but write no row for the partial interval
+            # (its memory is gone; a row of zeros would be a sample that never happened)
+            return rows, s.cpu_seconds, peak
+        dt = now - last_t
+        cpu = max(0.0, s.cpu_seconds - last_cpu) / dt if dt > 0 else 0.0
+        writer.writerow([name, f"{time.time():.3f}", f"{cpu:.6g}", str(s.memory_bytes)])
+        fh.flush()
+        rows += 1
+        peak = max(peak, s.memory_bytes)
+        last_t, last_cpu = now, s.cpu_seconds
+        next_t += interval
+        if next_t < now:  # a slow sample (busy machine): skip missed ticks, keep the grid
+            next_t = now + interval - (now - next_t) % interval
