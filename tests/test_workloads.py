@@ -66,7 +66,10 @@ def test_cnn_recorded_phases_are_visible_and_the_trace_trains(tmp_path):
     for t, cpu, mem in samples:
         by_phase.setdefault(phase_at(phases, t - 0.5), []).append((cpu, mem))
     datagen_mem = [m for _, m in by_phase["datagen"]]
-    assert datagen_mem[-1] - datagen_mem[0] > 40 * 2**20  # the data set is built: +~90 MB
+    before = by_phase["startup"][-1][1]  # torch imported, model built
+    # the data set is built: ~100 MB (a busy machine's slow start-up shortens datagen to a few
+    # samples, so growth is measured from the end of start-up)
+    assert max(datagen_mem) - before > 60 * 2**20, (before, datagen_mem)
     train_cpu = _mean(c for c, _ in by_phase["train"])
     validate_cpu = _mean(c for c, _ in by_phase["validate"])
     # paced at 0.7 and 0.23 of a core; a contended machine lowers both alike, so the ratio is

@@ -88,7 +88,7 @@ class Plan:
         # ``duration``: what is left of the run once start-up (imports, model) is done
         body = max(6.0, duration)
         per_epoch = 0.72 * body / epochs
-        return cls(datagen=0.15 * body, train=0.62 * per_epoch, validate=0.22 * per_epoch,
+        return cls(datagen=max(4.0, 0.15 * body), train=0.62 * per_epoch, validate=0.22 * per_epoch,
                    checkpoint=0.16 * per_epoch, evaluate=0.13 * body)
 
 
