@@ -352,9 +352,9 @@ class ControlPlane:
             "--log-level=warn",
         ], "etcd.log")
 
-    def _start_apiserver(self, kas_bin: Path) -> None:
+    def _start_apiserver(self, kas_bin: Path, port: int | None = None) -> None:
         assert self.dir is not None and self.pki is not None
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         p = self.pki
         cert_dir = self.dir / "apiserver-certs"
@@ -440,6 +440,58 @@ class ControlPlane:
         self._logs.clear()
         if self.dir is not None and self._own_dir and not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def stop_apiserver(self, *, kill: bool = False, timeout: float = 30.0) -> None:
+        """Stop kube-apiserver only (SIGTERM, or SIGKILL with ``kill``); etcd keeps running.
+
+        :meth:`start_apiserver` brings it back on the same port, certificates and etcd, so
+        clients (kubeconfigs, bound ServiceAccount tokens) keep working across the outage.
+        """
+        proc = self.apiserver
+        if proc is None or proc.poll() is not None:
+            return
+        if kill:
+            proc.kill()
+        else:
+            proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def start_apiserver(self) -> float:
+        """Start kube-apiserver again after :meth:`stop_apiserver` (same port, PKI and etcd)
+        and wait for ``/readyz``. Returns the seconds it took to be ready."""
+        if self.etcd is None or self.etcd.poll() is not None or self.pki is None or not self.port:
+            raise ControlPlaneError("start_apiserver needs a started control plane with etcd up")
+        if self.apiserver is not None and self.apiserver.poll() is None:
+            return 0.0
+        t0 = time.monotonic()
+        port = self.port
+        deadline = t0 + 30
+        while True:   # the old listener's port is normally free at once; wait if not yet
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", port))
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise ControlPlaneError(f"port {port} still taken after 30 s") from None
+            time.sleep(0.2)
+        self._start_apiserver(self.binary("kube-apiserver"), port=port)
+        self._wait_ready()
+        return time.monotonic() - t0
+
+    def restart_apiserver(self, *, down_seconds: float = 0.0, kill: bool = False) -> float:
+        """Stop kube-apiserver, stay down ``down_seconds``, start it again on the same port with
+        the same etcd and certificates. Returns the seconds from the stop to ``/readyz``."""
+        t0 = time.monotonic()
+        self.stop_apiserver(kill=kill)
+        time.sleep(down_seconds)
+        self.start_apiserver()
+        return time.monotonic() - t0
 
     @property
     def running(self) -> bool:
