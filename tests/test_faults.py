@@ -415,7 +415,7 @@ def test_operator_sigkill_during_window_writes(kube_cluster, fault_pods, operato
             f"kill did not land mid-writes: {len(done_at_kill)}/{N_KILL} resized"
         recorded_at_kill = {p for p, evs in events_at_kill.items() if any(e[0] == w for e in evs)}
         op.start()
-        wait_op(op, lambda: w + WINDOW in window_lines(op, ns), 2 * WINDOW + 8,
+        wait_op(op, lambda: w + WINDOW in window_lines(op, ns), 3 * WINDOW + 8,
                 what="the restarted operator's next window")
         time.sleep(1.0)
     finally:
