@@ -553,12 +553,6 @@ def test_apiserver_restart_operator_survives_and_resumes(apiserver_run, figures)
     ]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "operator bug: WindowRunner.run catches OSError around list_pods, but the kubernetes "
-    "client raises urllib3.exceptions.MaxRetryError (not an OSError in urllib3 2.x) when the "
-    "API server is unreachable: the window ends in handlers' catch-all ('window failed' + "
-    "traceback) instead of the PodListFailed path, so neither ai4dl_errors_total"
-    "{kind=api-unreachable} nor ai4dl_skipped_windows_total{reason=PodListFailed} counts it"))
 def test_apiserver_outage_counted_as_skipped_window(apiserver_run):
     r = apiserver_run
     ns = r["ns"]
@@ -766,11 +760,6 @@ def test_concurrent_writer_loses_nothing(kube_cluster, writer_run, figures):
     ]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "operator bug: the resize PATCH has no resourceVersion precondition, so a resize made "
-    "by someone else between the operator's pod LIST and its write is overwritten with a "
-    "target computed from the stale request (maxDecrease is applied to the old value, and "
-    "the Resized Event / last-applied record the stale old value)"))
 def test_concurrent_resize_between_read_and_write_is_not_lost(writer_run, figures):
     r = writer_run
     user = r["user"]

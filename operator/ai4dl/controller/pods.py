@@ -40,6 +40,7 @@ class PodInfo:
     resize_pending: str | None = None       # reason of PodResizePending (Deferred/Infeasible)
     resize_in_progress: bool = False
     resize_error: str | None = None
+    resource_version: str = ""              # of the object read: the precondition of a resize
 
     @property
     def key(self) -> tuple[str, str]:
@@ -103,4 +104,5 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
         containers=containers, annotations=annotations, labels=dict(meta.get("labels") or {}),
         running=status.get("phase") == "Running",
         deleting=bool(meta.get("deletionTimestamp")),
-        resize_pending=pending, resize_in_progress=bool(in_progress), resize_error=error)
+        resize_pending=pending, resize_in_progress=bool(in_progress), resize_error=error,
+        resource_version=str(meta.get("resourceVersion") or ""))

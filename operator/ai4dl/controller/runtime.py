@@ -160,6 +160,7 @@ class WindowRunner:
 
         if pods is None:
             from kubernetes.client.exceptions import ApiException
+            from urllib3.exceptions import HTTPError
 
             try:
                 pods = self.list_pods(spec)
@@ -167,7 +168,7 @@ class WindowRunner:
                 m.ERRORS.labels(*labels, f"api-{err.status}").inc()
                 return self._degraded(body, report, "PodListFailed",
                                       f"listing pods: {_api_message(err)}", skip=True)
-            except OSError as err:      # urllib3 connection errors are OSErrors
+            except (OSError, HTTPError) as err:   # unreachable (urllib3's retries spent)
                 m.ERRORS.labels(*labels, "api-unreachable").inc()
                 return self._degraded(body, report, "PodListFailed",
                                       f"listing pods: {type(err).__name__}: {err}"[:300],
@@ -252,19 +253,23 @@ class WindowRunner:
                 if outcome == "resized":
                     report.resized += 1
                     m.RESIZES.labels(*labels).inc()
-                elif outcome == "gone":
-                    m.SKIPPED_WINDOWS.labels(*labels, "pod-gone").inc()
+                elif outcome in ("gone", "conflict"):
+                    m.SKIPPED_WINDOWS.labels(*labels, "pod-gone" if outcome == "gone"
+                                             else "conflict").inc()
                 elif outcome:
                     report.error = f"{p.pod.namespace}/{p.pod.name}: {outcome}"
 
     def _write_pod(self, p) -> str:
-        """'resized', '' (written), 'gone' (the pod vanished mid-window) or an error message."""
+        """'resized', '' (written), 'gone' (the pod vanished mid-window), 'conflict' (someone
+        else resized it since our read: replanned next window) or an error message."""
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         try:
-            if p.resize is not None:
-                _drain(self.core.patch_namespaced_pod_resize(
-                    p.pod.name, p.pod.namespace, p.resize, _preload_content=False))
+            if p.resize is not None and not self._resize(p):
+                log.info("%s/%s: resized by someone else since this window's read; planned "
+                         "again next window", p.pod.namespace, p.pod.name)
+                return "conflict"
             if p.annotations:
                 _drain(self.core.patch_namespaced_pod(
                     p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}},
@@ -280,6 +285,37 @@ class WindowRunner:
             log.warning("%s/%s: write failed: %s", p.pod.namespace, p.pod.name, msg)
             self._event(p.pod, "Warning", "ResizeFailed", msg)
             return msg
+        except HTTPError as err:        # the API server unreachable (retries spent)
+            m.ERRORS.labels(self.namespace, self.name, "api-unreachable").inc()
+            return f"API server unreachable: {type(err).__name__}"
+
+    def _resize(self, p, attempts: int = 3) -> bool:
+        """PATCH pods/resize with the resourceVersion of the pod we planned from, so a resize
+        made by someone else in between is never overwritten with a target computed from stale
+        requests. On a conflict the pod is read again: if only other fields changed (labels,
+        annotations, status) the same resize is sent with the new version; if its resources
+        changed, False (nothing written; the next window plans from what is there)."""
+        from kubernetes.client.exceptions import ApiException
+
+        version, planned_from = p.pod.resource_version, p.pod.containers
+        for _ in range(attempts):
+            body = dict(p.resize, metadata={"resourceVersion": version}) if version else p.resize
+            try:
+                _drain(self.core.patch_namespaced_pod_resize(
+                    p.pod.name, p.pod.namespace, body, _preload_content=False))
+                return True
+            except ApiException as err:
+                if err.status != 409 or not version:
+                    raise
+            m.ERRORS.labels(self.namespace, self.name, "api-409").inc()
+            resp = self.core.read_namespaced_pod(p.pod.name, p.pod.namespace,
+                                                 _preload_content=False)
+            fresh = pod_info(json.loads(resp.data))
+            resp.release_conn()
+            if fresh.containers != planned_from:
+                return False
+            version = fresh.resource_version
+        return False
 
     def _event(self, pod: PodInfo, etype: str, reason: str, message: str) -> None:
         from kubernetes.client.exceptions import ApiException
