@@ -2,16 +2,22 @@
 nothing.
 
     .venv/bin/python bench/bench_trainer.py [--pods 1000] [--hours 24] [--epochs 60]
+                                            [--max-samples N] [--concurrency 2]
 
 --pods containers of synthetic DL jobs (ai4dl.synthetic.generate_fixed_length, cpu cores and
-memory bytes; 100 distinct jobs shared round-robin) with --hours of 15 s samples each (four 6 h jobs in a row: four container runs), ending
-ten minutes ago, are written as cAdvisor series (e2e/prometheus/backfill.py: OpenMetrics, then
-``promtool tsdb create-blocks-from openmetrics``) into the storage of a real Prometheus (the
-test server, install.sh). Then a fresh child process does what ``ai4dl train --prometheus``
-does up to the apply: the chunked pull (PrometheusHistory), the held-out split, the fit
-(PhaseModel defaults, CPU unless --device), and the score on the held-out pods with the
-default policy; it reports its times and its peak RSS (getrusage), so the backfill's memory
-does not count.
+memory bytes; 200 distinct jobs shared round-robin) with --hours of 15 s samples each (6 h
+jobs in a row: four container runs a day), ending ten minutes ago, are written as cAdvisor
+series (e2e/prometheus/backfill.py: OpenMetrics, then ``promtool tsdb
+create-blocks-from openmetrics``) into the storage of a real Prometheus (the test server,
+install.sh). Then a fresh child process does what ``ai4dl train --prometheus`` does up to the
+apply: the chunked pull (PrometheusHistory, newest chunks first, capped at --max-samples as
+the trainer's default), the held-out split, the fit (PhaseModel defaults, CPU unless
+--device), and the score on the held-out pods with the default policy; it reports its times
+and its peak RSS.
+
+Peak RSS is the child's ``VmHWM`` (/proc/self/status), not ``getrusage``'s ``ru_maxrss``:
+Linux carries the parent's peak RSS over fork + exec into the child's ``ru_maxrss``, so that
+figure was the backfill's memory (2.6 GiB), not the trainer's.
 """
 
 from __future__ import annotations
@@ -27,11 +33,21 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-RUNS = 4   # container runs per pod (synthetic jobs last 8-20 h)
+RUN_HOURS = 6   # one container run per 6 h (synthetic jobs are shorter than a day)
 sys.path.insert(0, str(REPO))
 
 
-def measure(url: str, hours: float, device: str, epochs: int) -> dict:
+def peak_rss_mib() -> float:
+    """This process's peak RSS (VmHWM; see the module doc for why not ru_maxrss)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(url: str, hours: float, device: str, epochs: int, max_samples: int | None,
+            concurrency: int) -> dict:
     from ai4dl import trainer as T
     from ai4dl.crd import PhaseModelSpec, default_features
     from ai4dl.model import PhaseModel
@@ -43,14 +59,16 @@ def measure(url: str, hours: float, device: str, epochs: int) -> dict:
     now = time.time()
     with PrometheusSource(url, timeout=300) as src:
         hist = PrometheusHistory(src, [FeatureQuery(f.name, f.query) for f in default_features()],
-                                 'namespace="bench"', 15.0)
+                                 'namespace="bench"', 15.0, concurrency=concurrency)
         t = time.perf_counter()
-        res = hist.executions(now - (hours + 1) * 3600, now)
+        res = hist.executions(now - (hours + 1) * 3600, now, max_samples=max_samples)
         out["pull_s"] = time.perf_counter() - t
     out.update(containers=res.pods, series=res.series, queries=res.queries, points=res.points,
-               executions=len(res.executions),
-               samples=sum(len(e) for e in res.executions))
-    out["rss_after_pull_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+               executions=len(res.executions), samples=res.samples,
+               skipped_chunks=res.skipped_chunks, dropped_executions=res.dropped_executions,
+               dropped_samples=res.dropped_samples,
+               pulled_hours=(now - res.pulled_from) / 3600 if res.pulled_from else 0.0)
+    out["rss_after_pull_mib"] = peak_rss_mib()
     train, held = T.split_recent(res.executions)
     t = time.perf_counter()
     model = PhaseModel(device=device, epochs=epochs, random_state=0).fit(TraceSet(train))
@@ -65,7 +83,7 @@ def measure(url: str, hours: float, device: str, epochs: int) -> dict:
     out["held_out"] = score.executions
     out["doc_kib"] = T.document_bytes(json.loads(model.to_document().model_dump_json(
         by_alias=True, exclude_none=True))) / 1024
-    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mib"] = peak_rss_mib()
     return out
 
 
@@ -75,10 +93,19 @@ def main() -> None:
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--max-samples", type=int, default=None,
+                    help="samples kept (default: the trainer's, ai4dl.trainer.MAX_SAMPLES; "
+                    "0: no cap)")
+    ap.add_argument("--concurrency", type=int, default=2, help="range queries in flight")
     ap.add_argument("--measure", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.max_samples is None:
+        from ai4dl.trainer import MAX_SAMPLES
+
+        args.max_samples = MAX_SAMPLES
     if args.measure:
-        print(json.dumps(measure(args.measure, args.hours, args.device, args.epochs)))
+        print(json.dumps(measure(args.measure, args.hours, args.device, args.epochs,
+                                 args.max_samples or None, args.concurrency)))
         return
 
     import numpy as np
@@ -93,19 +120,22 @@ def main() -> None:
     binary = find_prometheus(install=True)
     with tempfile.TemporaryDirectory(prefix="ai4dl-bench-trainer-") as tmp:
         t = time.perf_counter()
-        # Synthetic jobs are shorter than a day: each pod runs RUNS in a row (container runs,
-        # as after restarts), n // RUNS samples each.
-        part = n // RUNS
-        jobs = generate_fixed_length(min(200, RUNS * args.pods), part, seed=0, n_features=2)
+        # Synthetic jobs are shorter than a day: each pod runs one 6 h job after another
+        # (container runs, as after restarts).
+        part = int(RUN_HOURS * 3600 // 15)
+        runs_per_pod = max(1, n // part)
+        jobs = generate_fixed_length(min(200, runs_per_pod * args.pods), part, seed=0,
+                                     n_features=2)
         end = time.time() // 15 * 15 - 600
-        t0 = end - 15.0 * (RUNS * part - 1)
+        t0 = end - 15.0 * (runs_per_pod * part - 1)
         steps = 15.0 * np.arange(part)
         runs = {}
         for i in range(args.pods):
             runs[("bench", f"job-{i:05d}", "main")] = [
                 Execution(j.name, t0 + 15.0 * part * r + steps, j.values, j.features, j.units,
                           step=15.0)
-                for r, j in enumerate(jobs[(RUNS * i + r) % len(jobs)] for r in range(RUNS))]
+                for r, j in enumerate(jobs[(runs_per_pod * i + r) % len(jobs)]
+                                      for r in range(runs_per_pod))]
         gen_s = time.perf_counter() - t
         srv = history_server(targets=[], workdir=Path(tmp) / "prom", binary=binary)
         t = time.perf_counter()
@@ -116,7 +146,9 @@ def main() -> None:
         try:
             r = subprocess.run([sys.executable, __file__, "--measure", srv.url, "--hours",
                                 str(args.hours), "--device", args.device, "--epochs",
-                                str(args.epochs)], capture_output=True, text=True)
+                                str(args.epochs), "--max-samples", str(args.max_samples),
+                                "--concurrency", str(args.concurrency)],
+                               capture_output=True, text=True)
             if r.returncode != 0:
                 sys.exit(r.stderr[-3000:])
             m = json.loads(r.stdout.strip().splitlines()[-1])
@@ -128,17 +160,22 @@ def main() -> None:
     rows = [
         ("setup: synthesise jobs", f"{gen_s:.1f} s"),
         ("setup: backfill (OpenMetrics + promtool)", f"{backfill_s:.1f} s, {samples:,} samples"),
-        ("history pull", f"{m['pull_s']:.1f} s: {m['containers']} containers, "
+        ("history pull", f"{m['pull_s']:.1f} s ({args.concurrency} in flight): "
+                         f"{m['containers']} containers, "
                          f"{m['series']} series, {m['queries']} range queries, "
                          f"{m['points']:,} points"),
-        ("executions", f"{m['executions']} ({m['samples']:,} samples)"),
+        ("executions kept", f"{m['executions']} ({m['samples']:,} samples; cap "
+                            f"{args.max_samples:,}: newest {m['pulled_hours']:.1f} h pulled, "
+                            f"{m['skipped_chunks']} older chunks not read, "
+                            f"{m['dropped_executions']} executions / "
+                            f"{m['dropped_samples']:,} samples pulled but left out)"),
         ("fit (candidate, train side)", f"{m['fit_s']:.1f} s on {m['device']}, "
                                         f"{m['epochs']} epochs, {m['phases']} phases; "
                                         f"{m['fit_timings']}"),
         ("score on held-out pods", f"{m['score_s']:.1f} s, {m['held_out']} executions"),
         ("pull + fit", f"{m['pull_s'] + m['fit_s']:.1f} s"),
-        ("peak RSS after pull", f"{m['rss_after_pull_mib']:.0f} MiB"),
-        ("peak RSS (pull + fit + score)", f"{m['peak_rss_mib']:.0f} MiB"),
+        ("peak RSS after pull (VmHWM)", f"{m['rss_after_pull_mib']:.0f} MiB"),
+        ("peak RSS (pull + fit + score, VmHWM)", f"{m['peak_rss_mib']:.0f} MiB"),
         ("model document", f"{m['doc_kib']:.1f} KiB"),
     ]
     print("| step | result |\n|---|---|")

@@ -127,7 +127,12 @@ def test_plan_pull_bounds_points_per_series_and_per_answer():
     assert all(len(b) * 4 * points <= 2_000_000 for b in plan.batches)
     assert sum(len(b) for b in plan.batches) == 1000
     long = plan_pull(pods, 0.0, 14 * 86400.0, step, n_columns=4)
-    assert all((c1 - c0) / step + 1 <= 11000 for c0, c1 in long.chunks)
+    # chunks of a day at most (a capped pull stops at a chunk's end), contiguous
+    assert len(long.chunks) == 15 and all((c1 - c0) / step + 1 <= 5760 for c0, c1 in long.chunks)
+    assert all(b[0] == a[1] + step for a, b in zip(long.chunks, long.chunks[1:]))
+    assert all(len(b) * 4 * 5760 <= 500_000 for b in long.batches)
+    unbounded = plan_pull(pods, 0.0, 14 * 86400.0, step, n_columns=4, max_chunk_seconds=None)
+    assert len(unbounded.chunks) == 8
 
 
 def test_container_executions_split_at_restarts_and_long_gaps():
@@ -181,3 +186,224 @@ def test_device_defaults_to_auto():
     from ai4dl.cli import build_parser
 
     assert build_parser().parse_args(["train", "x.csv"]).device == "auto"
+
+
+# ----------------------------------------------------------------------------- lean history pull
+class _CannedSession:
+    """A requests.Session stand-in answering every request with one body."""
+    verify = True
+
+    def __init__(self, body: bytes):
+        self.body, self.headers = body, []
+
+    def request(self, method, url, data=None, headers=None, timeout=None):
+        import requests
+
+        self.headers.append(dict(headers or {}))
+        r = requests.Response()
+        r.status_code, r._content = 200, self.body
+        return r
+
+    def close(self):
+        pass
+
+
+def _answer(series, warnings=None) -> bytes:
+    payload = {"status": "success", "data": {"resultType": "matrix", "result": series}}
+    if warnings:
+        payload["warnings"] = warnings
+    return json.dumps(payload, separators=(",", ":")).encode()     # compact, as Prometheus
+
+
+def _series(pod, feature, points):
+    return {"metric": {"namespace": "ml", "pod": pod, "container": "main",
+                       "ai4dl_feature": feature}, "values": points}
+
+
+LEAN_SERIES = [
+    _series("a", "cpu", [[100, "1.5"], [115.0, "NaN"], [130.001, "+Inf"], [145, "2e-3"]]),
+    _series("a", "memory", [[100, "-Inf"], [160, "7"], [175, "1e+300"]]),
+    _series('b"},"values":[', "cpu", [[100, "3"]]),        # a label that looks like syntax
+    _series("b", "memory", []),
+    _series("b", "cpu", [[115, "4"], [130, "5"], [900, "6"]]),   # 900: off the window
+    _series("zz", "cpu", [[100, "9"]]),                     # a pod not asked for
+    _series("a", "cpu", [[145, "8"]]),                      # duplicate: the first is kept
+]
+
+
+def test_lean_fetch_equals_fetch():
+    from ai4dl.sources.prometheus import LeanMatrix, PrometheusSource, _parse_matrix
+
+    body = _answer(LEAN_SERIES, warnings=["too many samples, maybe"])
+    parsed = _parse_matrix(body)
+    assert isinstance(parsed, LeanMatrix) and len(parsed.series) == len(LEAN_SERIES)
+    assert parsed.warnings == ["too many samples, maybe"]
+    assert parsed.series[2][0]["pod"] == 'b"},"values":['
+    np.testing.assert_array_equal(parsed.series[0][1],
+                                  [[100, 1.5], [115, np.nan], [130.001, np.inf], [145, 2e-3]])
+    pods = [("ml", "a", "main"), ("ml", "b", "main"), ("ml", 'b"},"values":[', "main")]
+    old = PrometheusSource("http://p:9090", session=_CannedSession(body)).fetch(
+        ["cpu", "memory"], pods, 100, 175, 15)
+    session = _CannedSession(body)
+    lean = PrometheusSource("http://p:9090", session=session)._fetch_lean(
+        ["cpu", "memory"], pods, 100, 175, 15)
+    np.testing.assert_array_equal(lean.values, old.values)
+    assert np.isfinite(old.values).sum() == 7 and old.values[0, 3, 0] == 2e-3
+    assert lean.warnings == old.warnings and len(lean.warnings) == 2      # + the duplicate
+    assert session.headers[-1]["Accept-Encoding"] == "identity"
+
+
+@pytest.mark.parametrize("body", [
+    # a native histogram series: not recognised, json.loads answers
+    _answer([{**_series("a", "cpu", [[100, "1"]]), "histograms": [[115, {"count": "1"}]]}]),
+    # keys in another order
+    json.dumps({"data": {"resultType": "matrix", "result": [_series("a", "cpu", [[100, "1"]])]},
+                "status": "success"}).encode(),
+    _answer([_series("a", "cpu", [[100, "1"], [115, "x1"]])]),    # unparsable value
+])
+def test_lean_fetch_falls_back_to_json(body):
+    from ai4dl.sources.prometheus import PrometheusSource, _parse_matrix
+
+    assert _parse_matrix(body) is None
+    src = PrometheusSource("http://p:9090", session=_CannedSession(body))
+    if b'"x1"' in body:                     # the unparsable value: both paths refuse it
+        for fetch in (src.fetch, src._fetch_lean):
+            with pytest.raises(ValueError, match="could not convert"):
+                fetch(["cpu"], [("ml", "a", "main")], 100, 130, 15)
+        return
+    old = src.fetch(["cpu"], [("ml", "a", "main")], 100, 130, 15).values
+    np.testing.assert_array_equal(
+        src._fetch_lean(["cpu"], [("ml", "a", "main")], 100, 130, 15).values, old)
+
+
+class _GridSource:
+    """A Prometheus stand-in serving a dense grid (pods x time x [cpu, memory, __start,
+    __resets]) through the calls PrometheusHistory makes; records the chunks asked for."""
+
+    def __init__(self, t0, grid, step=15.0, max_points=11000):
+        self.t0, self.grid, self.step, self.max_points = t0, grid, step, max_points
+        self.pods = [PodRef("ml", f"p{i}", "main") for i in range(len(grid))]
+        self.asked = []
+
+    def series(self, matchers, start, end):
+        return [dict(p._asdict()) for p in self.pods]
+
+    def _fetch_lean(self, queries, batch, c0, c1, step, compress=False):
+        from ai4dl.sources.prometheus import PodSamples
+
+        assert [q.name for q in queries] == ["cpu", "memory", "__start", "__resets"]
+        k0, k1 = round((c0 - self.t0) / step), round((c1 - self.t0) / step)
+        self.asked.append((c0, c1))
+        rows = [self.pods.index(p) for p in batch]
+        vals = self.grid[rows, k0:k1 + 1].astype(np.float64)
+        return PodSamples(tuple(q.name for q in queries), self.t0 + step * np.arange(k0, k1 + 1),
+                          c0, c1, step, tuple(batch), vals, 1, [])
+
+
+def _grid(n_pods=5, n=1200, seed=1):
+    rng = np.random.default_rng(seed)
+    g = np.full((n_pods, n, 4), np.nan)
+    for i in range(n_pods):
+        first = 40 * i                                     # pods start one after another
+        g[i, first:, 0] = rng.uniform(0.5, 2, n - first)
+        g[i, first:, 1] = rng.uniform(1e9, 2e9, n - first)
+        g[i, first:, 2] = 1000.0
+        g[i, first + 300 * (i + 1) % (n - first):, 2] = 2000.0   # a restart per pod
+        g[i, 500 + 20 * i:520 + 20 * i, :2] = np.nan      # a long gap
+        g[i, :, 3] = np.nan                               # '> 0': absent unless a reset
+    g[3, 900, 3] = 1.0                                    # a counter reset
+    return g
+
+
+def _history(src, **kw):
+    from ai4dl.crd import default_features
+    from ai4dl.sources.prometheus import FeatureQuery
+    from ai4dl.sources.prometheus_history import PrometheusHistory
+
+    return PrometheusHistory(src, [FeatureQuery(f.name, f.query) for f in default_features()],
+                             'namespace="ml"', 15.0, max_answer_points=2 * 4 * 100, **kw)
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 3])
+def test_history_in_chunks_equals_one_pull_of_the_whole_grid(concurrency):
+    t0, g = 1_800_000_000.0, _grid()
+    src = _GridSource(t0, g, max_points=100)
+    res = _history(src, concurrency=concurrency).executions(t0, t0 + 15.0 * (g.shape[1] - 1))
+    assert len(set(src.asked)) == 12 and res.queries == 12 * 3 and res.skipped_chunks == 0
+    want = []
+    times = t0 + 15.0 * np.arange(g.shape[1])
+    for i, pod in enumerate(src.pods):
+        want += container_executions(pod, times, g[i, :, :2], ("cpu", "memory"),
+                                     ("cores", "bytes"), 15.0, g[i, :, 2], g[i, :, 3])
+    assert [e.name for e in res.executions] == [e.name for e in want]
+    assert "ml/p3/main~3" in {e.name for e in want}       # the reset cut
+    for a, b in zip(res.executions, want):
+        np.testing.assert_array_equal(a.times, b.times)
+        np.testing.assert_array_equal(a.values, b.values)
+    assert res.dropped_executions == res.dropped_samples == 0
+
+
+def test_history_cap_pulls_newest_chunks_only_and_keeps_the_newest_executions():
+    from ai4dl.sources.prometheus_history import keep_newest
+
+    t0, g = 1_800_000_000.0, _grid()
+    end = t0 + 15.0 * (g.shape[1] - 1)
+    full = _history(_GridSource(t0, g, max_points=100)).executions(t0, end)
+    src = _GridSource(t0, g, max_points=100)
+    res = _history(src).executions(t0, end, max_samples=1000)
+    # newest chunk first; stopped once 1,000 complete rows were in (5 pods x 100 per chunk,
+    # no gap in the newest 200 points)
+    assert src.asked[0][1] == end and src.asked == sorted(src.asked, reverse=True)
+    assert len(set(src.asked)) == 2 and res.skipped_chunks == 10
+    assert res.queries == 2 * 3 < full.queries == 12 * 3
+    assert res.pulled_from == min(c0 for c0, _ in src.asked)
+    assert sum(len(e) for e in res.executions) == 1000 == res.samples
+    kept_ends = {float(e.times[-1]) for e in res.executions}
+    left_out = [e for e in full.executions if float(e.times[-1]) < min(kept_ends)]
+    assert left_out and all(float(e.times[0]) >= res.pulled_from or
+                            float(e.times[-1]) >= res.pulled_from
+                            for e in res.executions)
+    # the same data as the newest 1,000 samples of the whole pull (the names of runs differ:
+    # the runs before the pulled chunks are not counted)
+    again, n_ex, n_samples, _ = keep_newest(full.executions, 1000)
+    assert [e.group for e in again] == [e.group for e in res.executions]
+    assert n_ex > 0 and n_samples == sum(len(e) for e in full.executions) - 1000
+    for a, b in zip(again, res.executions):
+        np.testing.assert_array_equal(a.times, b.times)
+        np.testing.assert_array_equal(a.values, b.values)
+
+
+def test_keep_newest_keeps_the_newest_time_slice_across_executions():
+    from ai4dl.sources.prometheus_history import keep_newest
+
+    execs = [ex("old", "g1", 0.0, 100), ex("mid", "g2", 5000.0, 100),
+             ex("new", "g3", 9000.0, 60), ex("new2", "g1", 7000.0, 100)]
+    # newest first: new (9000..9885, 60) whole, then new2 (7000..8485) from 7150 on (90)
+    kept, n_ex, n_samples, trimmed = keep_newest(execs, 150)
+    assert [e.name for e in kept] == ["new", "new2"] and trimmed        # original order
+    assert [len(e) for e in kept] == [60, 90] and (n_ex, n_samples) == (2, 210)
+    assert kept[1].times[0] == 7150.0 and kept[1].times[-1] == execs[3].times[-1]
+    np.testing.assert_array_equal(kept[0].values, execs[2].values)
+    np.testing.assert_array_equal(kept[1].times, execs[3].times[10:])
+    # a piece under min_samples is dropped, never returned
+    kept, n_ex, n_samples, trimmed = keep_newest(execs, 65)    # new2 would keep 5 (< 8)
+    assert [e.name for e in kept] == ["new"] and (n_ex, n_samples, trimmed) == (3, 300, False)
+    assert keep_newest(execs, 10_000) == (execs, 0, 0, False)
+    # running at the same time: both cut at the same time
+    both = [ex("a", "g1", 0.0, 100), ex("b", "g2", 7.0, 100)]
+    kept, n_ex, n_samples, trimmed = keep_newest(both, 50)
+    assert [len(e) for e in kept] == [25, 25] and (n_ex, n_samples) == (0, 150) and trimmed
+    assert kept[0].times[0] == 1125.0 and kept[1].times[0] == 1132.0
+
+
+def test_max_samples_flag_and_source_note():
+    from ai4dl.cli_trainer import Cap, _source
+
+    assert cli_main(["train", "--prometheus", "http://p:9090", "--selector", 'a="b"',
+                     "--phasemodel", "ml/pm", "--max-samples", "-1", "--log-format",
+                     "text"]) == 2
+    cap = Cap(16_000_000, 12, 3456, "2026-01-01T00:00:00Z")
+    text = _source("prometheus http://p {" + "x" * 400 + "} last 14d", cap)
+    assert len(text) == 300 and text.endswith("history before 2026-01-01T00:00:00Z")
+    assert "left out 3,456 samples (12 executions)" in text
+    assert _source("traces a.csv", None) == "traces a.csv"

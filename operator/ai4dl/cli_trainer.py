@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from typing import NamedTuple
 
 from ai4dl.errors import Ai4dlError
 
@@ -20,7 +21,7 @@ EXIT_INPUT, EXIT_UNAVAILABLE, EXIT_REJECTED = 2, 3, 4
 
 
 def add_trainer_args(p: argparse.ArgumentParser) -> None:
-    from ai4dl.trainer import HELD_OUT_FRACTION, TOLERANCE
+    from ai4dl.trainer import HELD_OUT_FRACTION, MAX_SAMPLES, TOLERANCE
 
     g = p.add_argument_group("refitting a PhaseModel (the batch trainer)")
     g.add_argument("--phasemodel", metavar="NAMESPACE/NAME", help="write the model into this "
@@ -32,6 +33,12 @@ def add_trainer_args(p: argparse.ArgumentParser) -> None:
                    "containers to learn from, e.g. 'namespace=\"ml\",pod=~\"resnet-.*\"'")
     g.add_argument("--since", default="14d", help="history to read, e.g. 14d, 36h "
                    "(default 14d)")
+    g.add_argument("--max-samples", type=int, default=MAX_SAMPLES, metavar="N",
+                   help="keep at most N samples (training and held-out together): the newest, "
+                   "across all pods; with --prometheus older history is not even read once "
+                   "the newest day-long chunks hold N. The fit needs ~125 bytes "
+                   f"per training sample: the default {MAX_SAMPLES:,} keeps it near 1.5 GiB "
+                   "(0: no cap)")
     g.add_argument("--create", action="store_true", help="create the PhaseModel (default "
                    "features and policy) when it does not exist; without it a missing "
                    "PhaseModel is an error")
@@ -52,6 +59,8 @@ def add_trainer_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prometheus-timeout", type=float, default=60.0, help="seconds per query "
                    "(default 60)")
     g.add_argument("--prometheus-retries", type=int, default=3)
+    g.add_argument("--prometheus-concurrency", type=int, default=2, metavar="N",
+                   help="range queries in flight during the history pull (default 2)")
     g.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
                    help="auto (default): text on a terminal, JSON lines otherwise")
 
@@ -130,6 +139,12 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise Ai4dlError(f"--holdout must be in (0, 1), got {args.holdout}")
     if args.step is not None and not args.step > 0:
         raise Ai4dlError(f"--step must be positive, got {args.step}")
+    if args.prometheus_concurrency < 1:
+        raise Ai4dlError(f"--prometheus-concurrency must be at least 1, got "
+                         f"{args.prometheus_concurrency}")
+    if args.max_samples < 0:
+        raise Ai4dlError(f"--max-samples must not be negative (0: no cap), got "
+                         f"{args.max_samples}")
 
 
 def _pull(args, spec, since_s: float, now: float, log: RunLog):
@@ -149,7 +164,8 @@ def _pull(args, spec, since_s: float, now: float, log: RunLog):
     with src:
         hist = PrometheusHistory(
             src, [FeatureQuery(f.name, f.query) for f in spec.features], selector, step,
-            units=units, max_gap_steps=args.max_gap_steps or DEFAULT_MAX_GAP_STEPS)
+            units=units, max_gap_steps=args.max_gap_steps or DEFAULT_MAX_GAP_STEPS,
+            concurrency=args.prometheus_concurrency)
         bar = log.progress(0, "history", "query")
 
         def on_query(done: int, total: int) -> None:
@@ -158,7 +174,8 @@ def _pull(args, spec, since_s: float, now: float, log: RunLog):
                 bar.update(1)
 
         try:
-            result = hist.executions(now - since_s, now, on_query=on_query)
+            result = hist.executions(now - since_s, now, on_query=on_query,
+                                     max_samples=args.max_samples or None)
         finally:
             if bar is not None:
                 bar.close()
@@ -166,27 +183,74 @@ def _pull(args, spec, since_s: float, now: float, log: RunLog):
         log.warning("prometheus-warning", w)
     log.info("history", f"read {result.pods} containers ({result.series} series) from "
              f"{args.prometheus} in {result.queries} queries, {result.seconds:.1f} s: "
-             f"{len(result.executions)} executions",
+             f"{len(result.executions)} executions, {result.samples:,} samples",
              containers=result.pods, series=result.series, queries=result.queries,
              points=result.points, seconds=round(result.seconds, 3),
-             executions=len(result.executions))
+             executions=len(result.executions), samples=result.samples)
+    if result.skipped_chunks or result.dropped_executions or result.dropped_samples:
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(result.pulled_from))
+        cap = Cap(args.max_samples, result.dropped_executions, result.dropped_samples,
+                  since if result.skipped_chunks else None)
+        log.info("capped", cap.message(), maxSamples=args.max_samples,
+                 droppedExecutions=result.dropped_executions,
+                 droppedSamples=result.dropped_samples, skippedChunks=result.skipped_chunks,
+                 historyFrom=since, trimmed=result.trimmed)
+    else:
+        cap = None
     if not result.executions:
         found = (f"{result.pods} containers matched but none has {hist.min_samples} samples "
                  "of every feature" if result.pods else "no series matched")
         raise Ai4dlError(f"no data for selector {{{selector}}} in the last {args.since} at "
                          f"{args.prometheus}: {found}")
-    return result.executions, f"prometheus {args.prometheus} {{{selector}}} last {args.since}"
+    return (result.executions,
+            _source(f"prometheus {args.prometheus} {{{selector}}} last {args.since}", cap))
+
+
+class Cap(NamedTuple):
+    """What --max-samples left out."""
+    max_samples: int
+    executions: int
+    samples: int
+    not_read_before: str | None     # history older than this was not pulled
+
+    def message(self) -> str:
+        text = (f"--max-samples {self.max_samples:,}: kept the newest samples; left out "
+                f"{self.samples:,} older samples ({self.executions:,} executions entirely)")
+        if self.not_read_before:
+            text += f" and did not read the history before {self.not_read_before}"
+        return text
+
+    def short(self) -> str:
+        text = f"newest {self.max_samples:,} samples; left out {self.samples:,} samples " \
+            f"({self.executions:,} executions)"
+        return text + (f", history before {self.not_read_before}" if self.not_read_before
+                       else "")
+
+
+def _source(base: str, cap: Cap | None, limit: int = 300) -> str:
+    """status.training.source: what was read, and what the cap left out (kept whole)."""
+    if cap is None:
+        return base[:limit]
+    note = "; " + cap.short()
+    return base[:max(0, limit - len(note))] + note
 
 
 def _traces(args, spec, log: RunLog):
     from ai4dl.cli import load_from_args
+    from ai4dl.sources.prometheus_history import keep_newest
 
     traces = load_from_args(args)
     names = [f.name for f in spec.features]
     traces = traces.select(names)          # TraceError (exit 2) names a missing feature
     log.info("history", f"read {traces.summary()}", executions=len(traces),
              samples=traces.n_samples)
-    return list(traces), f"traces {args.traces}"
+    executions, cap = list(traces), None
+    if args.max_samples and traces.n_samples > args.max_samples:
+        executions, n_ex, n_samples, trimmed = keep_newest(executions, args.max_samples)
+        cap = Cap(args.max_samples, n_ex, n_samples, None)
+        log.info("capped", cap.message(), maxSamples=args.max_samples, droppedExecutions=n_ex,
+                 droppedSamples=n_samples, trimmed=trimmed)
+    return executions, _source(f"traces {args.traces}", cap)
 
 
 def train_phasemodel(args: argparse.Namespace) -> int:
@@ -252,7 +316,7 @@ def train_phasemodel(args: argparse.Namespace) -> int:
                         args.tolerance, args.force, problem)
     record = T.TrainingRecord(
         decision=decision.decision, reason=decision.reason, trained_at=_now_iso(),
-        source=source[:300], executions=len(train), samples=rep.n_samples,
+        source=source, executions=len(train), samples=rep.n_samples,
         held_out_executions=cand_score.executions, fit_seconds=candidate.fit_seconds_,
         reconstruction_error=rep.reconstruction_error, silhouette=rep.silhouette,
         novelty_rate=rep.novelty_rate, phases=candidate.n_phases_,

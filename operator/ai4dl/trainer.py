@@ -39,6 +39,12 @@ TOLERANCE = 0.01           # relative: candidate <= current × (1 + TOLERANCE) r
 FULFILMENT_TARGET = 0.95   # the evaluator's matched-fulfilment target the score is read at
 HELD_OUT_FRACTION = 0.25   # share of the most recent execution groups held out for scoring
 MIN_TRAIN_EXECUTIONS = 3
+# Samples kept for a run (training + held-out; the newest executions, see ``--max-samples``).
+# Measured on CPU, PhaseModel defaults: the fit needs ~125 bytes per training sample above
+# ~130 MiB (4.3 M samples: +655 MiB, 8.6 M: +1,180 MiB), so 12 M training samples (16 M with
+# the 25 % held out) keep it near 1.5 GiB; with torch (~0.6 GiB), the executions (16 bytes a
+# sample) and the pull, the trainer Job peaks near 2.5 GiB, under its 4 GiB limit.
+MAX_SAMPLES = 16_000_000
 # etcd refuses objects over 1.5 MiB; the model and the previous one must fit well below it
 # (metadata, status and managed fields take the rest).
 MAX_MODELS_BYTES = 1_000_000

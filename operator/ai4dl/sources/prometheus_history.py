@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -44,17 +46,25 @@ import numpy as np
 from ai4dl.sources.prometheus import FeatureQuery, PodRef, PrometheusSource
 from ai4dl.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, Execution, regularise
 
-MAX_ANSWER_POINTS = 2_000_000
+MAX_ANSWER_POINTS = 500_000
 MAX_QUERY_SAMPLES = 20_000_000     # well under Prometheus's default query.max-samples (50M)
 SAMPLES_PER_POINT = 5              # raw samples a 1m rate() window reads at a 15 s scrape
 MIN_SAMPLES = 8
+# Time chunks of at most a day: a pull capped by max_samples stops at a chunk's end, so a
+# shorter chunk reads less past the cap (the answers' size is bounded by the pod batches).
+MAX_CHUNK_SECONDS = 86400.0
+# Range queries in flight: Prometheus evaluates each query on one core, and the answer is
+# parsed here meanwhile; two keep both busy without holding more than two answers.
+CONCURRENCY = 2
 
 # Restart markers, fetched with the features (cAdvisor names; absent series are harmless).
 START_MARKER = FeatureQuery(
     "__start", "max by (namespace, pod, container) (container_start_time_seconds{{{selector}}})")
+# Only the points with a reset come back (``> 0``): a missing point counts as no reset, so the
+# cuts are the same and a quarter of the answer's points are not encoded, sent and parsed.
 RESET_MARKER = FeatureQuery(
     "__resets", "sum by (namespace, pod, container) "
-                "(resets(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}]))")
+                "(resets(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}])) > 0")
 
 _METRIC_BEFORE_SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{\{\{selector\}\}\}")
 
@@ -96,12 +106,16 @@ class PullPlan:
 def plan_pull(series_per_pod: dict[PodRef, int], start: float, end: float, step: float,
               n_columns: int, max_points: int = 11000,
               max_answer_points: int = MAX_ANSWER_POINTS,
-              max_query_samples: int = MAX_QUERY_SAMPLES) -> PullPlan:
-    """Cut [start, end] into chunks of at most ``max_points`` grid points and the pods into
-    batches whose answers stay within ``max_answer_points`` points (``n_columns`` series per
-    pod: features and markers) and ``max_query_samples`` raw samples."""
+              max_query_samples: int = MAX_QUERY_SAMPLES,
+              max_chunk_seconds: float | None = MAX_CHUNK_SECONDS) -> PullPlan:
+    """Cut [start, end] into chunks of at most ``max_points`` grid points (and
+    ``max_chunk_seconds``) and the pods into batches whose answers stay within
+    ``max_answer_points`` points (``n_columns`` series per pod: features and markers) and
+    ``max_query_samples`` raw samples."""
     n_total = int((end - start) // step) + 1
     worst = max(series_per_pod.values(), default=1)
+    if max_chunk_seconds:
+        max_points = min(max_points, max(1, int(max_chunk_seconds // step)))
     per_chunk = min(max_points, n_total,
                     max(1, max_answer_points // n_columns),
                     max(1, max_query_samples // (worst * SAMPLES_PER_POINT)))
@@ -179,6 +193,58 @@ class HistoryResult:
     points: int               # grid points received (all columns)
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    # the cap (max_samples): what was left out
+    pulled_from: float | None = None      # oldest grid time pulled (None: nothing pulled)
+    skipped_chunks: int = 0               # older time chunks not pulled (the cap was reached)
+    dropped_executions: int = 0           # pulled, but all older than the newest max_samples
+    dropped_samples: int = 0              # samples pulled but not kept
+    trimmed: bool = False                 # executions were cut at the cap's time
+
+    @property
+    def samples(self) -> int:
+        return sum(len(e) for e in self.executions)
+
+
+def keep_newest(executions: Sequence[Execution], max_samples: int,
+                min_samples: int = MIN_SAMPLES) -> tuple[list[Execution], int, int, bool]:
+    """The newest ``max_samples`` samples (at most) of ``executions``, across all of them:
+    every sample from the earliest time ``T`` (a multiple of the step after the oldest sample)
+    such that at most ``max_samples`` samples are at or after ``T``. Executions that end before
+    ``T`` are dropped, one that spans it keeps its part from ``T`` on (dropped when that is
+    under ``min_samples``). The order is kept. Returns (kept, executions dropped, samples
+    dropped, whether one was trimmed).
+
+    The newest data rather than a random subset: a refit is about what runs now (drift), and
+    the newest time slice keeps every pod that ran in it, the way a pull that stops at the
+    newest chunks does."""
+    total = sum(len(e) for e in executions)
+    if total <= max_samples:
+        return list(executions), 0, 0, False
+    step = float(executions[0].step) or 1.0
+    t_min = min(float(e.times[0]) for e in executions if len(e))
+    t_max = max(float(e.times[-1]) for e in executions if len(e))
+    n_bins = int((t_max - t_min) // step) + 1
+    counts = np.zeros(n_bins, dtype=np.int64)
+    for e in executions:
+        bins = ((np.asarray(e.times, np.float64) - t_min) // step).astype(np.int64)
+        counts += np.bincount(np.minimum(bins, n_bins - 1), minlength=n_bins)
+    from_end = np.cumsum(counts[::-1])[::-1]           # samples in bins >= b
+    first = int(np.argmax(from_end <= max_samples)) if from_end[-1] <= max_samples else n_bins
+    cut = t_min + first * step
+    kept: list[Execution] = []
+    trimmed = False
+    for e in executions:
+        if not len(e) or float(e.times[-1]) < cut:
+            continue
+        if float(e.times[0]) >= cut:
+            kept.append(e)
+            continue
+        i = int(np.searchsorted(e.times, cut, side="left"))
+        if len(e) - i >= min_samples:
+            kept.append(Execution(e.name, e.times[i:].copy(), e.values[i:].copy(), e.features,
+                                  e.units, e.group, e.step, dict(e.meta)))   # frees the rest
+            trimmed = True
+    return kept, len(executions) - len(kept), total - sum(len(e) for e in kept), trimmed
 
 
 class PrometheusHistory:
@@ -188,7 +254,9 @@ class PrometheusHistory:
                  selector: str, step: float, *, units: Sequence[str] | None = None,
                  max_gap_steps: float = DEFAULT_MAX_GAP_STEPS, min_samples: int = MIN_SAMPLES,
                  max_answer_points: int = MAX_ANSWER_POINTS,
-                 max_query_samples: int = MAX_QUERY_SAMPLES, restart_markers: bool = True):
+                 max_query_samples: int = MAX_QUERY_SAMPLES, restart_markers: bool = True,
+                 compress: bool = False, concurrency: int = CONCURRENCY,
+                 max_chunk_seconds: float | None = MAX_CHUNK_SECONDS):
         if not step > 0:
             raise ValueError(f"step must be positive, got {step}")
         self.source = source
@@ -202,6 +270,11 @@ class PrometheusHistory:
         self.max_answer_points = max_answer_points
         self.max_query_samples = max_query_samples
         self.markers = [START_MARKER, RESET_MARKER] if restart_markers else []
+        self.compress = compress
+        if int(concurrency) < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.concurrency = int(concurrency)
+        self.max_chunk_seconds = max_chunk_seconds
 
     def _with_user_selector(self, fq: FeatureQuery) -> FeatureQuery:
         # The user's matchers go before the pod matchers; braces doubled for str.format.
@@ -222,10 +295,46 @@ class PrometheusHistory:
             counts[ref] = counts.get(ref, 0) + 1
         return counts
 
+    def _fetch(self, queries, batch, c0, c1):
+        lean = getattr(self.source, "_fetch_lean", None)
+        if lean is None:                      # a stand-in source without the lean path
+            return self.source.fetch(queries, batch, c0, c1, self.step)
+        return lean(queries, batch, c0, c1, self.step, compress=self.compress)
+
+    def _chunk(self, pool, queries, batches, c0, c1):
+        """The answers for every batch over one chunk, in order; with a pool, up to
+        ``concurrency`` queries in flight (Prometheus evaluates them in parallel while the last
+        answer is parsed) and never more answers held than that."""
+        if pool is None:
+            for batch in batches:
+                yield self._fetch(queries, batch, c0, c1)
+            return
+        pending: deque = deque()
+        it = iter(batches)
+        for batch in it:
+            pending.append(pool.submit(self._fetch, queries, batch, c0, c1))
+            if len(pending) >= self.concurrency:
+                break
+        while pending:
+            got = pending.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(self._fetch, queries, nxt, c0, c1))
+            yield got
+
     def executions(self, start: float, end: float,
-                   on_query: Callable[[int, int], None] | None = None) -> HistoryResult:
+                   on_query: Callable[[int, int], None] | None = None,
+                   max_samples: int | None = None) -> HistoryResult:
         """Pull [start, end] and cut it into executions. ``on_query(done, total)`` after each
-        range query (progress)."""
+        range query (progress).
+
+        ``max_samples``: keep at most this many samples, the newest (:func:`keep_newest`).
+        The time chunks are pulled newest first and the pull stops once the chunks pulled hold
+        ``max_samples`` complete rows (every feature present): older history is not read at
+        all. What was left out is in the result
+        (``skipped_chunks``, ``dropped_executions``, ``dropped_samples``)."""
+        if max_samples is not None and max_samples < 1:
+            raise ValueError(f"max_samples must be at least 1, got {max_samples}")
         t0 = time.perf_counter()
         # grid aligned to the step, so repeated pulls see the same points
         start = float(np.ceil(start / self.step) * self.step)
@@ -238,24 +347,43 @@ class PrometheusHistory:
         queries = [self._with_user_selector(f) for f in self.features + self.markers]
         n_feat = len(self.features)
         plan = plan_pull(counts, start, end, self.step, len(queries), self.source.max_points,
-                         self.max_answer_points, self.max_query_samples)
+                         self.max_answer_points, self.max_query_samples,
+                         self.max_chunk_seconds)
         names = tuple(f.name for f in self.features)
         done = 0
-        for batch in plan.batches:
-            parts_t, parts_v = [], []
-            for c0, c1 in plan.chunks:
-                got = self.source.fetch(queries, batch, c0, c1, self.step)
-                done += 1
-                result.queries += got.queries
-                result.points += int(np.isfinite(got.values).sum())
-                result.warnings.extend(got.warnings)
-                parts_t.append(got.times)
-                parts_v.append(got.values.astype(np.float32))   # (P, n, F + M)
-                if on_query:
-                    on_query(done, plan.queries)
-            times = np.concatenate(parts_t)
-            values = np.concatenate(parts_v, axis=1)
-            del parts_v
+        # Newest chunk first, every batch of pods; float32 grids kept per batch (newest first).
+        grids: list[list[np.ndarray]] = [[] for _ in plan.batches]
+        chunk_times: list[np.ndarray] = []
+        complete_rows = 0
+        pool = ThreadPoolExecutor(self.concurrency) if self.concurrency > 1 else None
+        try:
+            for c0, c1 in reversed(plan.chunks):
+                for b, got in enumerate(self._chunk(pool, queries, plan.batches, c0, c1)):
+                    done += 1
+                    result.queries += got.queries
+                    result.points += int(np.isfinite(got.values).sum())
+                    result.warnings.extend(got.warnings)
+                    if b == 0:
+                        chunk_times.append(got.times)
+                    v = got.values.astype(np.float32)          # (P, n, F + M)
+                    del got
+                    complete_rows += int(np.isfinite(v[:, :, :n_feat]).all(axis=2).sum())
+                    grids[b].append(v)
+                    if on_query:
+                        on_query(done, plan.queries)
+                if max_samples is not None and complete_rows >= max_samples:
+                    break
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        result.skipped_chunks = len(plan.chunks) - len(chunk_times)
+        result.pulled_from = float(chunk_times[-1][0])
+        times = np.concatenate(chunk_times[::-1])
+        del chunk_times
+        for b, batch in enumerate(plan.batches):
+            parts, grids[b] = grids[b], []
+            values = np.concatenate(parts[::-1], axis=1) if len(parts) > 1 else parts[0]
+            del parts
             for i, pod in enumerate(batch):
                 v = values[i].astype(np.float64)
                 marks = {m.name: v[:, n_feat + j] for j, m in enumerate(self.markers)}
@@ -263,5 +391,9 @@ class PrometheusHistory:
                     pod, times, v[:, :n_feat], names, self.units, self.step,
                     marks.get("__start"), marks.get("__resets"), self.max_gap_steps,
                     self.min_samples))
+            del values
+        if max_samples is not None:
+            (result.executions, result.dropped_executions, result.dropped_samples,
+             result.trimmed) = keep_newest(result.executions, max_samples, self.min_samples)
         result.seconds = time.perf_counter() - t0
         return result
