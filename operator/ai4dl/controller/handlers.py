@@ -64,22 +64,23 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
     """One loop per PhaseModel: at each window boundary, process all its pods at once."""
     core, custom = _clients()
     runner = WindowRunner(core, custom, _source(), namespace, name)
-    first = True
+    done = None     # the boundary handled last
     while not stopped:
         window = int((body.get("spec") or {}).get("windowSeconds") or 600)
         settle = CONFIG.get("settle_seconds", 1.0)
         now = time.time()
-        since = now - window_start(now, window)
-        if first and since < window / 2:
-            # Just (re)started shortly after a boundary: handle the window that just ended
-            # now rather than skip it (a restart must not lose a window; pods another run
-            # already handled carry its id in their state annotation and are skipped).
+        boundary = window_start(now, window)
+        since = now - boundary
+        if boundary != done and since < window / 2:
+            # (Re)started, or the last window overran, shortly after a boundary: handle the
+            # window that just ended now rather than skip it. Pods another run already
+            # handled carry its id in their state annotation and are skipped.
             delay = max(0.0, settle - since)
         else:
-            # Wake just after the boundary, so the window's last samples are in Prometheus.
+            # Wake just after the next boundary, so the window's last samples are in Prometheus.
             delay = window - since + settle
-        first = False
         await stopped.wait(delay)
+        done = window_start(time.time(), window)
         if stopped:
             break
         snapshot = {"spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {}),
