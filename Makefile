@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 # The real components the integration tests run against: Prometheus (Debian package, unpacked
 # into ~/.cache/ai4dl) and kube-apiserver + etcd + kubectl built from the Go module proxy
-# (cached in ~/.cache/ai4dl/bin; a cold build takes about 13 minutes on 2 cores, then 0.2 s).
+# (cached in ~/.cache/ai4dl/bin; a cold build took 9.5 min on 2 cores, plus 2.4 min for helm; then 0.2 s).
 # helm (v3, from the Go module proxy as well; same Go caches) for the chart tests.
 e2e-deps:
 	bash e2e/prometheus/install.sh
