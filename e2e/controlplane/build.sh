@@ -26,9 +26,8 @@ CACHE="${AI4DL_CACHE:-$HOME/.cache/ai4dl}"
 BIN="$CACHE/bin"
 JOBS="${AI4DL_BUILD_JOBS:-2}"
 
-if [[ -z "${GO:-}" ]]; then
-  if command -v go >/dev/null 2>&1; then GO="$(command -v go)"; else GO=/usr/local/go/bin/go; fi
-fi
+# shellcheck source=../go_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../go_env.sh"
 
 log() { printf '[build.sh %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
@@ -52,9 +51,7 @@ if all_ok; then
   exit 0
 fi
 
-if [[ ! -x "$GO" ]] && ! command -v "$GO" >/dev/null 2>&1; then
-  log "ERROR: no Go toolchain found (set GO=/path/to/go)"; exit 2
-fi
+require_go
 
 mkdir -p "$BIN" "$CACHE/src"
 # One build at a time per cache (parallel pytest sessions, CI jobs sharing a cache).
@@ -62,14 +59,7 @@ exec 9>"$CACHE/build.lock"
 if ! flock -n 9; then log "another build holds $CACHE/build.lock; waiting"; flock 9; fi
 if all_ok; then log "built meanwhile by another process"; exit 0; fi
 
-export GOMODCACHE="${AI4DL_GOMODCACHE:-$CACHE/go/mod}"
-export GOCACHE="${AI4DL_GOCACHE:-$CACHE/go/build}"
-# -modcacherw: module cache stays deletable with plain rm -rf; -p: few cores, bounded memory.
-export GOFLAGS="-modcacherw -p=$JOBS -buildvcs=false"
-export CGO_ENABLED=0
-export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
-export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-log "go: $("$GO" version); GOMODCACHE=$GOMODCACHE GOCACHE=$GOCACHE GOFLAGS=$GOFLAGS"
+export_go_env
 
 T0=$SECONDS
 

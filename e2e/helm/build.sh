@@ -21,9 +21,8 @@ CACHE="${AI4DL_CACHE:-$HOME/.cache/ai4dl}"
 BIN="$CACHE/bin"
 JOBS="${AI4DL_BUILD_JOBS:-2}"
 
-if [[ -z "${GO:-}" ]]; then
-  if command -v go >/dev/null 2>&1; then GO="$(command -v go)"; else GO=/usr/local/go/bin/go; fi
-fi
+# shellcheck source=../go_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../go_env.sh"
 
 log() { printf '[helm/build.sh %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
@@ -38,22 +37,14 @@ if helm_ok; then
   log "up to date: helm $HELM_VERSION in $BIN"
   exit 0
 fi
-if [[ ! -x "$GO" ]] && ! command -v "$GO" >/dev/null 2>&1; then
-  log "ERROR: no Go toolchain found (set GO=/path/to/go)"; exit 2
-fi
+require_go
 
 mkdir -p "$BIN"
 exec 9>"$CACHE/helm-build.lock"
 if ! flock -n 9; then log "another build holds $CACHE/helm-build.lock; waiting"; flock 9; fi
 if helm_ok; then log "built meanwhile by another process"; exit 0; fi
 
-export GOMODCACHE="${AI4DL_GOMODCACHE:-$CACHE/go/mod}"
-export GOCACHE="${AI4DL_GOCACHE:-$CACHE/go/build}"
-export GOFLAGS="-modcacherw -p=$JOBS -buildvcs=false"
-export CGO_ENABLED=0
-export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
-export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
-log "go: $("$GO" version); GOMODCACHE=$GOMODCACHE GOCACHE=$GOCACHE"
+export_go_env
 
 T0=$SECONDS
 out="$(mktemp -d "$CACHE/helm-build.XXXXXX")"
