@@ -210,13 +210,9 @@ class OperatorProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        from e2e_fixtures_operator import stop_process
+
+        stop_process(self.proc, timeout=20)
         if self._out is not None:
             self._out.close()
             self._out = None

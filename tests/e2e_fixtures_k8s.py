@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # `e2e` lives at the repo root, which pytest does not add
@@ -131,6 +132,19 @@ class KubeCluster:
             name, namespace, client.AuthenticationV1TokenRequest(
                 spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)))
         return tr.status.token
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path | str, *,
+                                   create: bool = True) -> Path:
+        """The admin kubeconfig with its user replaced by a real token of ServiceAccount
+        ``namespace/name`` (works for the local control plane and an existing cluster alike),
+        for processes we start as that ServiceAccount."""
+        token = self.service_account_token(namespace, name, create=create)
+        cfg = yaml.safe_load(Path(self.kubeconfig).read_text())
+        cfg["users"] = [{"name": name, "user": {"token": token}}]
+        for ctx in cfg["contexts"]:
+            ctx["context"]["user"] = name
+        Path(path).write_text(yaml.safe_dump(cfg))
+        return Path(path)
 
     def as_service_account(self, namespace: str, name: str, *, create: bool = True):
         """A new ApiClient authenticated as the ServiceAccount (a real token: real SA groups)."""

@@ -80,14 +80,20 @@ def operator_kubeconfig(kube_cluster, tmp_path_factory):
         except utils.FailToCreateError as err:
             if not all(e.status == 409 for e in err.api_exceptions):
                 raise
-    token = kube_cluster.service_account_token("ai4dl-system", "ai4dl-operator", create=False)
-    admin = yaml.safe_load(Path(kube_cluster.kubeconfig).read_text())
-    admin["users"] = [{"name": "ai4dl-operator", "user": {"token": token}}]
-    for ctx in admin["contexts"]:
-        ctx["context"]["user"] = "ai4dl-operator"
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    path.write_text(yaml.safe_dump(admin))
-    return path
+    return kube_cluster.service_account_kubeconfig(
+        "ai4dl-system", "ai4dl-operator", tmp_path_factory.mktemp("operator") / "kubeconfig",
+        create=False)
+
+
+def stop_process(proc: subprocess.Popen | None, sig=signal.SIGTERM, timeout: float = 15) -> None:
+    """Send ``sig`` and wait; SIGKILL when it has not ended after ``timeout`` seconds."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class Operator:
@@ -111,13 +117,7 @@ class Operator:
         return self
 
     def stop(self, sig=signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, sig)
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:

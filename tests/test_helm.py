@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import filecmp
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +28,7 @@ import yaml
 
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, default_features
 from e2e.controlplane import cluster as _cp
+from e2e_fixtures_operator import free_port, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "ai4dl-operator"
@@ -78,12 +77,6 @@ def template(helm, helm_env, *args, release="ai4dl-operator", namespace="ai4dl-s
 
 def by_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- offline
@@ -352,13 +345,7 @@ class OperatorProcess:
         self.proc = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=20)
         return self.proc.returncode
 
     def tail(self, n=30) -> str:
@@ -393,13 +380,8 @@ def start_installed_operator(kube_cluster, ns, deployment, sa, tmp_path) -> Oper
     c = apps.read_namespaced_deployment(deployment, ns).spec.template.spec.containers[0]
     assert c.command == ["ai4dl-operator"]
     entry = Path(sys.executable).parent / c.command[0]
-    token = kube_cluster.service_account_token(ns, sa, create=False)
-    cfg = yaml.safe_load(Path(kube_cluster.kubeconfig).read_text())
-    cfg["users"] = [{"name": sa, "user": {"token": token}}]
-    for ctx in cfg["contexts"]:
-        ctx["context"]["user"] = sa
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(cfg))
+    kubeconfig = kube_cluster.service_account_kubeconfig(ns, sa, tmp_path / "kubeconfig",
+                                                        create=False)
     return OperatorProcess([str(entry), *c.args], kubeconfig, tmp_path / "operator.log")
 
 
