@@ -33,9 +33,9 @@ def update_novelty(previous: dict | None, model_key: str, window: float, novel: 
     classified container is not counted; nor is a window already counted (``window`` equal to
     ``lastWindow``). A refit is recommended only over a full span of ``refit.windows`` windows,
     so one odd window does not trigger it."""
-    prev = previous or {}
-    recent = list(prev.get("recent") or []) if prev.get("model") == model_key else []
-    last = prev.get("lastWindow") if prev.get("model") == model_key else None
+    prev = previous if previous and previous.get("model") == model_key else {}
+    recent = list(prev.get("recent") or [])
+    last = prev.get("lastWindow")
     if total > 0 and last != window:
         recent.append({"novel": int(novel), "total": int(total)})
         last = window

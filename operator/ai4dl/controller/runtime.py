@@ -30,6 +30,7 @@ log = logging.getLogger("ai4dl.operator")
 
 WRITERS = 8   # concurrent pod writes per window (the client's connection pool is sized to match)
 LIST_PAGE = 500   # pods per LIST page: bounds the raw JSON held at once
+SKIP_REASONS = {"gone": "pod-gone", "conflict": "conflict"}   # write outcome -> metric reason
 
 
 def now_iso(t: float | None = None) -> str:
@@ -126,11 +127,9 @@ class WindowRunner:
         pods: list[PodInfo] = []
         token = None
         while True:
-            resp = self.core.list_namespaced_pod(
+            page = _read_json(self.core.list_namespaced_pod(
                 self.namespace, label_selector=label_selector(spec.selector), limit=LIST_PAGE,
-                _continue=token, _preload_content=False)
-            page = json.loads(resp.data)
-            resp.release_conn()
+                _continue=token, _preload_content=False))
             pods += [pod_info(item) for item in page.get("items") or []]
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -253,9 +252,8 @@ class WindowRunner:
                 if outcome == "resized":
                     report.resized += 1
                     m.RESIZES.labels(*labels).inc()
-                elif outcome in ("gone", "conflict"):
-                    m.SKIPPED_WINDOWS.labels(*labels, "pod-gone" if outcome == "gone"
-                                             else "conflict").inc()
+                elif outcome in SKIP_REASONS:
+                    m.SKIPPED_WINDOWS.labels(*labels, SKIP_REASONS[outcome]).inc()
                 elif outcome:
                     report.error = f"{p.pod.namespace}/{p.pod.name}: {outcome}"
 
@@ -308,10 +306,8 @@ class WindowRunner:
                 if err.status != 409 or not version:
                     raise
             m.ERRORS.labels(self.namespace, self.name, "api-409").inc()
-            resp = self.core.read_namespaced_pod(p.pod.name, p.pod.namespace,
-                                                 _preload_content=False)
-            fresh = pod_info(json.loads(resp.data))
-            resp.release_conn()
+            fresh = pod_info(_read_json(self.core.read_namespaced_pod(
+                p.pod.name, p.pod.namespace, _preload_content=False)))
             if fresh.containers != planned_from:
                 return False
             version = fresh.resource_version
@@ -396,6 +392,14 @@ def _drain(response) -> None:
     write opens a new TLS connection (a window measured twice as slow)."""
     response.read()
     response.release_conn()
+
+
+def _read_json(response):
+    """A raw answer as JSON, its connection handed back to the pool."""
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
 
 
 def _api_message(err) -> str:
