@@ -113,7 +113,7 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
              "--create-namespace", "--set", f"prometheus.url={prom.url}",
              "--set", f"metrics.port={free_port()}", "--set", f"probes.port={free_port()}",
              "--set", f"operator.settleSeconds={SETTLE}", "--set", "trainer.enabled=true",
-             "--set", "trainer.since=15m", "--set-json", 'trainer.extraArgs=["--epochs=30"]',
+             "--set", "trainer.since=15m", "--set-json", 'trainer.extraArgs=["--epochs=30","--phases=4"]',
              "--set-json", "trainer.phaseModels=" + json.dumps(
                  [{"name": "workloads", "namespace": ns, "selector": selector}]),
              "--timeout", "60s"], helm_env)
@@ -129,7 +129,7 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
         # 2. history: real workloads, not opted in (the operator leaves them alone)
         t_hist = time.time()
         for name, program in HISTORY:
-            runner.create_pod(name, workload_command(program, duration=35, epochs=2, workers=1,
+            runner.create_pod(name, workload_command(program, duration=45, epochs=2, workers=1,
                                                      extra=("--duty", "0.35")),
                               namespace=ns, requests=ORIGINAL,
                               labels={"app": "dl", OPT_IN_LABEL: "false"})
