@@ -313,7 +313,7 @@ def test_prometheus_sigkill_mid_run(kube_cluster, fault_pods, stack, operator_fa
     ns, _, names = fault_pods["prom"]
     op = operator_factory()
     phasemodel(ns)
-    wait_for(lambda: set(resized_events(kube_cluster, ns)) == set(names), 2 * WINDOW + 5,
+    wait_for(lambda: set(resized_events(kube_cluster, ns)) == set(names), 3 * WINDOW + 5,
              what="every pod resized once before the outage")
     # kill between windows: after this window's writes, well before the next wake
     t = time.time()
