@@ -41,7 +41,8 @@ from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from e2e_fixtures_k8s import FakeKubelet
 from e2e_fixtures_operator import Operator, crd, operator_kubeconfig, wait_for  # noqa: F401
 from test_operator_integration import (WINDOW, condition, events, jobs,  # noqa: F401
-                                       make_phasemodel, model_doc, read_pm, stack, start_pods)
+                                       make_phasemodel, model_doc, read_pm, stack, start_pods,
+                                       wait_condition)
 
 pytestmark = pytest.mark.integration
 
@@ -327,9 +328,7 @@ def test_prometheus_sigkill_mid_run(kube_cluster, fault_pods, stack, operator_fa
     prom._proc.wait(10)
     prom.stop()                                 # bookkeeping only: the process is gone
     try:
-        pm = wait_for(lambda: (lambda o: o if (condition(o, "Degraded") or {}).get("status")
-                               == "True" else None)(read_pm(kube_cluster, ns, "pm")),
-                      WINDOW + 8, what="Degraded during the outage")
+        pm = wait_condition(kube_cluster, ns, "Degraded", "True", WINDOW + 8)
         t_degraded = time.time()
         assert condition(pm, "Degraded")["reason"] == "PrometheusUnavailable", pm["status"]
         assert op.proc.poll() is None, "the operator died" + _fail_with_log(op)
@@ -351,8 +350,7 @@ def test_prometheus_sigkill_mid_run(kube_cluster, fault_pods, stack, operator_fa
 
     t_resumed = wait_for(resumed, 3 * WINDOW + 5, interval=0.25,
                          what="resizes after Prometheus came back")
-    pm = read_pm(kube_cluster, ns, "pm")
-    assert condition(pm, "Degraded")["status"] == "False", pm["status"]
+    wait_condition(kube_cluster, ns, "Degraded", "False")
     lines = window_lines(op, ns)
     outage_windows = [w for w in lines if t_kill < w + SETTLE < t_restart]
     skipped = [w for w in lines if t_kill < w + SETTLE and w + SETTLE < t_resumed - 0.5
@@ -512,7 +510,10 @@ def apiserver_run(kube_cluster, fault_pods, stack, operator_kubeconfig, model_do
             r["resume_error"] = f"{err}{_fail_with_log(op)}"
         r["alive_after"] = op.proc.poll() is None
         r["metrics"] = op.metrics() if r["alive_after"] else ""
-        r["pm"] = read_pm(kube_cluster, ns, "pm")
+        try:
+            r["pm"] = wait_condition(kube_cluster, ns, "Ready", "True")
+        except AssertionError as err:
+            r["pm"], r["ready_error"] = read_pm(kube_cluster, ns, "pm"), str(err)
         r["log"] = op.log.read_text()
     finally:
         op.stop()
@@ -541,7 +542,7 @@ def test_apiserver_restart_operator_survives_and_resumes(apiserver_run, figures)
     failed = re.findall(rf"PhaseModel {ns}/pm(?: degraded \(PodListFailed\)|: window failed)",
                         r["log"])
     assert len(failed) >= len(affected), f"failed windows not logged: {failed}"
-    assert condition(r["pm"], "Ready")["status"] == "True", r["pm"]["status"]
+    assert condition(r["pm"], "Ready")["status"] == "True", r.get("ready_error")
     fault = "3 kube-apiserver SIGKILL + restart"
     figures += [
         (fault, "API server down (kill → ready again)", f"{r['t_up'] - r['t_down']:.1f} s"),

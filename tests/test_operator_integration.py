@@ -96,6 +96,21 @@ def condition(pm, ctype):
                  if c["type"] == ctype), None)
 
 
+def wait_condition(kube_cluster, ns: str, ctype: str, status: str, timeout: float = 10,
+                   name: str = "pm"):
+    """The PhaseModel once its ``ctype`` condition has ``status``. The operator writes the
+    status after a window's pod writes, so a test that saw the resizes polls for it."""
+    last = {}
+
+    def settled():
+        last["pm"] = read_pm(kube_cluster, ns, name)
+        return (condition(last["pm"], ctype) or {}).get("status") == status and last["pm"]
+    try:
+        return wait_for(settled, timeout, interval=0.25, what=f"{ctype}={status}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}: {(last.get('pm') or {}).get('status')}") from None
+
+
 def start_pods(fake_kubelet, exporter, jobs, namespace, names, model="pm", requests=None):
     traces, truth = jobs
     for i, name in enumerate(names):
@@ -180,9 +195,7 @@ def test_prometheus_outage_skips_and_recovers(kube_cluster, k8s_namespace, fake_
         .get(A_STATE), 3 * WINDOW + 12, what="a first window handled before the outage")
     prom.stop()
     try:
-        pm = wait_for(lambda: (lambda o: o if (condition(o, "Degraded") or {}).get("status")
-                               == "True" else None)(read_pm(kube_cluster, ns, "pm")),
-                      2 * WINDOW + 10, what="Degraded during the outage")
+        pm = wait_condition(kube_cluster, ns, "Degraded", "True", 2 * WINDOW + 10)
         assert condition(pm, "Degraded")["reason"] == "PrometheusUnavailable"
         assert "\n" not in pm["status"]["lastError"]
         # nothing was written to the pod during the outage
@@ -190,8 +203,7 @@ def test_prometheus_outage_skips_and_recovers(kube_cluster, k8s_namespace, fake_
         assert ann[A_STATE] == state_before
     finally:
         prom.start()
-    wait_for(lambda: (condition(read_pm(kube_cluster, ns, "pm"), "Ready") or {}).get("status")
-             == "True", 3 * WINDOW + 15, what="Ready after recovery")
+    wait_condition(kube_cluster, ns, "Ready", "True", 3 * WINDOW + 15)
     assert 'reason="PrometheusUnavailable"' in operator.metrics()
 
 
@@ -254,9 +266,7 @@ def test_malformed_phasemodels_are_refused_or_degraded(kube_cluster, k8s_namespa
     start_pods(fake_kubelet, exporter, jobs, ns, ["m1"], model="bad-shape")
     before = requests_of(kube_cluster, ns, "m1")
     make_phasemodel(kube_cluster, ns, "bad-shape", broken)
-    pm = wait_for(lambda: (lambda o: o if (condition(o, "Degraded") or {}).get("status")
-                           == "True" else None)(read_pm(kube_cluster, ns, "bad-shape")),
-                  2 * WINDOW + 12, what="Degraded for a broken model")
+    pm = wait_condition(kube_cluster, ns, "Degraded", "True", 2 * WINDOW + 12, name="bad-shape")
     assert condition(pm, "Degraded")["reason"] == "InvalidModel"
     assert "crbm.W has shape" in condition(pm, "Degraded")["message"]
     assert requests_of(kube_cluster, ns, "m1") == before
