@@ -4,10 +4,12 @@
 
 The whole stack of tests/test_operator_integration.py, with many pods: a real kube-apiserver +
 etcd (e2e/controlplane), the CRD, the operator's RBAC (deploy/rbac.yaml) and a kubeconfig for
-its ServiceAccount; a small model fitted on synthetic 2-feature jobs; ONE PhaseModel (InPlace,
+its ServiceAccount; a small model fitted on the traces the pods play; ONE PhaseModel (InPlace,
 stepSeconds 1, windowSeconds --window); --pods opted-in pods bound to a fake node and marked
-Running (FakeKubelet's status); the TraceExporter serving all of them (6 synthetic executions
-shared by every pod, --speed trace seconds per wall second); a real Prometheus scraping it
+Running (FakeKubelet's status); the TraceExporter serving all of them (--traces: by default the
+5 real IBM DLaaS training containers of $AI4DL_DATA/ai4dl_samples, cpu cores and memory working
+set, shared round robin by the pods at seeded random offsets; --speed trace seconds per wall
+second); a real Prometheus scraping it
 every second; then the operator as a subprocess (`python -m ai4dl.controller`), run until
 --windows windows have been handled after the first window that saw every pod.
 
@@ -316,14 +318,48 @@ def setup_cluster(cp, kubeconfig_dir: Path):
     return api, kubeconfig
 
 
-def fit_model_doc() -> tuple[dict, float]:
+REAL_TRACES = ("ai4dl_samples/sample-dlaas.csv", "ai4dl_samples/sample-vr.csv")
+
+
+def load_jobs(kind: str):
+    """The executions the pods play, and the traces the model is fitted on.
+
+    ``ai4dl-samples`` (default): the 5 real IBM DLaaS training containers of
+    ``$AI4DL_DATA/ai4dl_samples`` (cpu cores and memory working set at 15 s; the AI4DL paper's
+    own samples), played by the pods and also the model's training set: a benchmark of the
+    operator's cost, not of the model's quality. ``synthetic``: 6 long synthetic 2-feature DL
+    jobs played, 30 others fitted (``ai4dl.synthetic``)."""
     from ai4dl import synthetic
+
+    if kind == "synthetic":
+        cfg = synthetic.SyntheticConfig(n_features=2)
+        fit_on, _ = synthetic.generate(30, seed=21, config=cfg)
+        played, truth = synthetic.generate(
+            6, seed=33, config=synthetic.SyntheticConfig(n_features=2, epochs=(10, 12)))
+        # the first epoch (phase 2) of each, for --in-phase
+        first = [float(np.flatnonzero(t == 2)[0]) * ex.step for ex, t in zip(played, truth)]
+        return list(played), fit_on, first
+    from ai4dl.io.loaders import load_traces
+
+    data = Path(os.environ.get("AI4DL_DATA", REPO.parent / "shared" / "data"))
+    played = []
+    for rel in REAL_TRACES:
+        if not (data / rel).is_file():
+            raise SystemExit(f"bench_operator: real trace {data / rel} not found (set AI4DL_DATA "
+                             "to the data folder, or use --traces synthetic)")
+        played += list(load_traces(data / rel).select(["cpu", "memory"]))
+    from ai4dl.traces import TraceSet
+
+    # --in-phase: a quarter into each execution (DLaaS traces carry no phase labels)
+    first = [0.25 * float(ex.times[-1] - ex.times[0]) for ex in played]
+    return played, TraceSet(played, source="ai4dl_samples"), first
+
+
+def fit_model_doc(fit_on) -> tuple[dict, float]:
     from ai4dl.model import PhaseModel
 
     t = time.perf_counter()
-    cfg = synthetic.SyntheticConfig(n_features=2)
-    traces, _ = synthetic.generate(30, seed=21, config=cfg)
-    model = PhaseModel(n_phases=4, epochs=10, random_state=0).fit(traces)
+    model = PhaseModel(n_phases=4, epochs=10, random_state=0).fit(fit_on)
     doc = json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
     return doc, time.perf_counter() - t
 
@@ -390,22 +426,16 @@ def create_pods(api, names: list[str], threads: int) -> float:
     return time.perf_counter() - t
 
 
-def exporter_jobs(in_phase: bool, n_pods: int):
-    """6 long synthetic executions shared by all pods, and each pod's start offset into its
-    execution: inside the first epoch (phase 2) for every pod with ``in_phase`` (as the
-    integration test does: all pods change phase together), else seeded random offsets over the
-    first 80 % of the execution (a fleet of jobs at different points)."""
-    from ai4dl import synthetic
-
-    cfg = synthetic.SyntheticConfig(n_features=2, epochs=(10, 12))
-    traces, truth = synthetic.generate(6, seed=33, config=cfg)
-    traces = list(traces)
-    first = [float(np.flatnonzero(t == 2)[0]) * ex.step for ex, t in zip(traces, truth)]
+def exporter_jobs(played, first, in_phase: bool, n_pods: int):
+    """Each pod's execution (round robin over ``played``) and its start offset into it: ``first``
+    for every pod with ``in_phase`` (as the integration test does: all pods change phase
+    together), else seeded random offsets over the first 80 % of the execution (a fleet of jobs
+    at different points)."""
     rng = np.random.default_rng(7)
     out = []
     for i in range(n_pods):
-        k = i % len(traces)
-        ex = traces[k]
+        k = i % len(played)
+        ex = played[k]
         span = float(ex.times[-1] - ex.times[0])
         out.append((ex, first[k] if in_phase else float(rng.uniform(0.0, 0.8 * span))))
     return out
@@ -681,6 +711,9 @@ def main(argv=None) -> int:
                     help="start every pod in the first epoch of its execution (as the "
                          "integration test does), so all change phase together; default: "
                          "random points of the executions")
+    ap.add_argument("--traces", choices=("ai4dl-samples", "synthetic"), default="ai4dl-samples",
+                    help="what the pods play: the real DLaaS training containers of "
+                         "$AI4DL_DATA/ai4dl_samples (default) or synthetic DL jobs")
     ap.add_argument("--no-breakdown", action="store_true", help="skip tables 2 and 3")
     ap.add_argument("--keep", action="store_true", help="keep the logs folder")
     args = ap.parse_args(argv)
@@ -710,7 +743,8 @@ def main(argv=None) -> int:
         if results["load_before"] > 0.5:
             log("WARNING: something else is using the CPU: the numbers will be pessimistic "
                 "(see 'other processes' in the CPU row)")
-        model_doc, fit_s = fit_model_doc()
+        played, fit_on, first = load_jobs(args.traces)
+        model_doc, fit_s = fit_model_doc(fit_on)
         results["fit"] = fit_s
 
         log("starting etcd + kube-apiserver")
@@ -729,7 +763,8 @@ def main(argv=None) -> int:
         log(f"creating {args.pods} pods ({args.threads} threads)")
         results["pod_create"] = create_pods(api, names, args.threads)
         log(f"pods created in {results['pod_create']:.1f} s")
-        for name, (ex, offset) in zip(names, exporter_jobs(args.in_phase, args.pods)):
+        for name, (ex, offset) in zip(names, exporter_jobs(played, first, args.in_phase,
+                                                                     args.pods)):
             exporter.add_pod((NAMESPACE, name, "main"), ex, offset=offset)
         make_phasemodel(api, model_doc, args.window, 1)
 
@@ -845,6 +880,8 @@ def report(args, results: dict) -> None:
     sc = results.get("scrape", {})
     rows = [
         ["pods", args.pods, ""],
+        ["what the pods play", "5 real DLaaS training containers (ai4dl_samples)"
+         if args.traces == "ai4dl-samples" else "6 synthetic DL jobs", f"at {args.speed:g}x"],
         ["load average before the benchmark started (1 min)",
          results.get("load_before", float("nan")), "< 1 for clean numbers"],
         ["windows measured (after the first with all pods)", f"{n} of {args.windows}", ""],
