@@ -70,14 +70,6 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -192,6 +184,8 @@ class OperatorProcess:
                  settle: float):
         self.kubeconfig, self.prometheus_url, self.logfile = kubeconfig, prometheus_url, logfile
         self.timeout, self.settle = timeout, settle
+        from e2e_fixtures_operator import free_port
+
         self.metrics_port = free_port()
         self.proc: subprocess.Popen | None = None
         self._out = None

@@ -508,6 +508,13 @@ class PrometheusSource:
             pod_index = {(p.namespace, p.pod, p.container): i for i, p in enumerate(pods)}
             feat_index = {name: j for j, name in enumerate(names)}
             n_feat = len(names)
+
+            def cell_of(m: dict) -> int | None:
+                """A series' cell (row * F + col) in ``values``, or None when not asked for."""
+                row = pod_index.get((m.get("namespace", ""), m.get("pod", ""),
+                                     m.get("container", "")))
+                col = feat_index.get(m.get(FEATURE_LABEL, ""))
+                return None if row is None or col is None else row * n_feat + col
             duplicates = 0
             flat = values.reshape(-1)
             headers = None if compress else {"Accept-Encoding": "identity"}
@@ -526,12 +533,10 @@ class PrometheusSource:
                     lengths: list[int] = []
                     ts_parts, ys_parts = [], []
                     for m, pts in payload.series:
-                        row = pod_index.get((m.get("namespace", ""), m.get("pod", ""),
-                                             m.get("container", "")))
-                        col = feat_index.get(m.get(FEATURE_LABEL, ""))
-                        if row is None or col is None or not len(pts):
+                        at = cell_of(m)
+                        if at is None or not len(pts):
                             continue
-                        cells.append(row * n_feat + col)
+                        cells.append(at)
                         lengths.append(len(pts))
                         ts_parts.append(pts[:, 0])
                         ys_parts.append(pts[:, 1])
@@ -554,15 +559,12 @@ class PrometheusSource:
                     cells = []     # (row * F + col) per series
                     lengths = []
                     for series in data.get("result") or ():
-                        m = series.get("metric") or {}
-                        row = pod_index.get((m.get("namespace", ""), m.get("pod", ""),
-                                             m.get("container", "")))
-                        col = feat_index.get(m.get(FEATURE_LABEL, ""))
+                        at = cell_of(series.get("metric") or {})
                         pts = series.get("values")
-                        if row is None or col is None or not pts:
+                        if at is None or not pts:
                             continue
                         points.extend(pts)
-                        cells.append(row * n_feat + col)
+                        cells.append(at)
                         lengths.append(len(pts))
                     if not points:
                         continue

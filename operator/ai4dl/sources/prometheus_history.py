@@ -296,10 +296,7 @@ class PrometheusHistory:
         return counts
 
     def _fetch(self, queries, batch, c0, c1):
-        lean = getattr(self.source, "_fetch_lean", None)
-        if lean is None:                      # a stand-in source without the lean path
-            return self.source.fetch(queries, batch, c0, c1, self.step)
-        return lean(queries, batch, c0, c1, self.step, compress=self.compress)
+        return self.source._fetch_lean(queries, batch, c0, c1, self.step, compress=self.compress)
 
     def _chunk(self, pool, queries, batches, c0, c1):
         """The answers for every batch over one chunk, in order; with a pool, up to
