@@ -89,6 +89,55 @@ def test_malformed_documents_give_one_line_errors(fitted_model, mutate, message)
     assert "\n" not in str(err.value)
 
 
+def _set(path, value):
+    """A mutation setting d[path...] = value (value may be a function of the old value)."""
+    def mutate(d):
+        *head, last = path
+        target = d
+        for key in head:
+            target = target[key]
+        target[last] = value(target[last]) if callable(value) else value
+    return mutate
+
+
+@pytest.mark.parametrize("mutate, message", [
+    # the issue's forged document: a mean of 1e6 cores and a negative std
+    (_set(("phases", 0, "mean", 0), 1e6), r"mean 1e\+06 outside"),
+    (_set(("phases", 0, "std", 0), -3.0), "greater than or equal to 0"),
+    (_set(("phases", 1, "p90", 1), lambda v: v * 1e3), "p90 .* > p95"),
+    (_set(("phases", 1, "std", 0), 1e9), "exceeds half the range"),
+    # consistent statistics that no machine could produce
+    (lambda d: [p.__setitem__(f, [v * 1e5 for v in p[f]]) for p in d["phases"]
+                for f in ("mean", "std", "min", "max", "p50", "p90", "p95", "p99")],
+     "beyond any machine"),
+    (lambda d: [p["min"].__setitem__(0, -1.0) for p in d["phases"]], "negative usage"),
+    (_set(("scaler", "mean", 0), 1e300), "outside the training data's range"),
+    (_set(("scaler", "scale", 1), 1e300), "exceeds the training data's range"),
+    (_set(("centroids", 0, 0), 7.0), "less than or equal to 1"),
+    (_set(("transitions", 0), lambda row: [v * 0.5 for v in row]), "summing to 1"),
+    (_set(("noveltyThreshold", 0), -1.0), "greater than or equal to 0"),
+    (_set(("phases", 0, "share"), 2.0), "less than or equal to 1"),
+    (_set(("phases", 0, "phase"), 1), "phase ids"),
+    (_set(("phases", 0, "dwell", "p50"), 1e9), "dwell"),
+    (_set(("prototypes", 0, "sequence", 0), 99), "prototypes: phase ids"),
+])
+def test_documents_with_absurd_numbers_are_refused(fitted_model, mutate, message):
+    d = _doc(fitted_model)
+    mutate(d)
+    with pytest.raises(ModelError, match=message) as err:
+        PhaseModel.from_document(d)
+    assert "\n" not in str(err.value)
+
+
+def test_a_fitted_document_passes_its_own_checks(fitted_model, synthetic_train):
+    # every real fit must pass: the checks hold for any statistics of real samples
+    PhaseModel.from_document(_doc(fitted_model))
+    traces, _ = synthetic_train
+    for k in (2, 7):
+        m = PhaseModel(n_phases=k, epochs=3, random_state=k).fit(traces)
+        PhaseModel.from_document(_doc(m))
+
+
 def test_document_with_nan_weights_is_refused(fitted_model):
     doc = fitted_model.to_document()
     doc.crbm.W[0][0] = float("nan")

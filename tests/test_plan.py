@@ -21,7 +21,8 @@ def spec_for(model, **policy) -> PhaseModelSpec:
         "policy": {"mode": "InPlace", **policy}})
 
 
-def pod(name, requests=None, limits=None, annotations=None, conditions=None, containers=None):
+def pod(name, requests=None, limits=None, annotations=None, conditions=None, containers=None,
+        started=None):
     containers = containers or [("main", requests, limits)]
     return pod_info({
         "metadata": {"name": name, "namespace": "ns", "uid": name + "-uid",
@@ -29,7 +30,8 @@ def pod(name, requests=None, limits=None, annotations=None, conditions=None, con
         "spec": {"containers": [{"name": c, "resources": {
             **({"requests": r} if r else {}), **({"limits": lim} if lim else {})}}
             for c, r, lim in containers]},
-        "status": {"phase": "Running", "conditions": conditions or []}})
+        "status": {"phase": "Running", "conditions": conditions or [],
+                   **({"startTime": started} if started else {})}})
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +43,9 @@ def window(synthetic_test):
     return ex.values[start - 3:start + 40].astype(np.float64)
 
 
-def run(model, spec, pods, samples, n_context=3):
-    return plan_window(spec, model, pods, samples, n_context, WINDOW_START, "2027-01-01T00:00:00Z")
+def run(model, spec, pods, samples, n_context=3, max_value=None):
+    return plan_window(spec, model, pods, samples, n_context, WINDOW_START, "2027-01-01T00:00:00Z",
+                       max_value=max_value)
 
 
 def test_quantities_round_trip():
@@ -112,10 +115,116 @@ def test_burstable_request_capped_at_its_limit(fitted_model, window):
 def test_missing_samples_mean_no_resize(fitted_model, window):
     holey = window.copy()
     holey[-5, 1] = np.nan
-    pods = [pod("h", {"cpu": "8", "memory": "32Gi"}), pod("m", {"cpu": "8", "memory": "32Gi"})]
-    out = run(fitted_model, spec_for(fitted_model), pods, {("ns", "h", "main"): holey})
-    assert [p.skipped for p in out.pods] == ["no-data", "no-data"]
-    assert all(p.resize is None and not p.annotations for p in out.pods)
+    empty = np.full_like(window, np.nan)
+    pods = [pod(n, {"cpu": "8", "memory": "32Gi"}) for n in ("h", "m", "e")]
+    out = run(fitted_model, spec_for(fitted_model), pods,
+              {("ns", "h", "main"): holey, ("ns", "e", "main"): empty})
+    assert [p.skipped for p in out.pods] == ["partial-data", "no-data", "no-data"]
+    assert all(p.resize is None and not p.annotations and not p.events for p in out.pods)
+    assert out.data_skips() == {"partial-data": 1, "no-data": 2} and out.considered() == 3
+    assert out.pods[0].containers[0].detail == "1 of 40 samples missing"
+
+
+def test_a_container_that_started_during_the_window_is_warming_up(fitted_model, window):
+    import datetime as dt
+
+    recent = dt.datetime.fromtimestamp(WINDOW_START - 120, dt.timezone.utc).isoformat()
+    old = dt.datetime.fromtimestamp(WINDOW_START - 3600, dt.timezone.utc).isoformat()
+    partial = window.copy()
+    partial[:10] = np.nan
+    pods = [pod("new", {"cpu": "8", "memory": "32Gi"}, started=recent),
+            pod("old", {"cpu": "8", "memory": "32Gi"}, started=old)]
+    out = run(fitted_model, spec_for(fitted_model), pods,
+              {("ns", "new", "main"): partial, ("ns", "old", "main"): partial})
+    assert [p.skipped for p in out.pods] == ["warming-up", "partial-data"]
+    assert out.data_skips() == {"partial-data": 1}      # a new pod is not a metrics gap
+
+
+@pytest.mark.parametrize("garbage, what", [
+    (lambda w: w.__setitem__((slice(-40, None), 1), -w[-40:, 1]), "negative"),
+    (lambda w: w.__setitem__((-3, 1), 1e30), "above the physical maximum"),
+    (lambda w: w.__setitem__((-3, 0), np.inf), "infinite"),
+    (lambda w: w.__setitem__((-3, 0), 1e6), "above the physical maximum"),
+])
+def test_absurd_samples_never_reach_a_resize(fitted_model, window, garbage, what):
+    bad = window.copy()
+    garbage(bad)
+    limits = {"cpu": 256.0, "memory": 4.0 * 2 ** 40}
+    out = run(fitted_model, spec_for(fitted_model),
+              [pod("a", {"cpu": "8", "memory": "32Gi"})], {("ns", "a", "main"): bad},
+              max_value=limits).pods[0]
+    assert out.skipped == "bad-sample" and out.resize is None and not out.annotations
+    assert what in out.containers[0].detail
+
+
+def test_garbage_in_the_history_is_not_encoded(fitted_model, window):
+    # the history rows before the window are only the encoder's context: dropped, not a skip
+    bad = window.copy()
+    bad[0, 1] = -5.0
+    limits = {"cpu": 256.0, "memory": 4.0 * 2 ** 40}
+    clean = run(fitted_model, spec_for(fitted_model), [pod("a", {"cpu": "8", "memory": "32Gi"})],
+                {("ns", "a", "main"): window[3:]}, n_context=0, max_value=limits).pods[0]
+    out = run(fitted_model, spec_for(fitted_model), [pod("a", {"cpu": "8", "memory": "32Gi"})],
+              {("ns", "a", "main"): bad}, max_value=limits).pods[0]
+    assert out.skipped is None and out.resize == clean.resize
+
+
+def test_no_request_above_the_physical_maximum(fitted_model, window):
+    # a working set near the bound: memory x 1.1 would pass it; the request stops at the bound
+    big = window.copy()
+    big[-1, 1] = 30 * GiB
+    out = run(fitted_model, spec_for(fitted_model, maxIncrease=None),
+              [pod("a", {"cpu": "8", "memory": "8Gi"})], {("ns", "a", "main"): big},
+              max_value={"cpu": 256.0, "memory": 32.0 * GiB}).pods[0]
+    req = out.resize["spec"]["containers"][0]["resources"]["requests"]
+    assert parse_quantity(req["memory"]) == 32 * GiB
+
+
+def test_a_write_the_api_server_would_cap_is_never_sent(fitted_model, window):
+    huge = window.copy()
+    huge[-1, 1] = 1e30                      # no physical bound configured: only int64 stops it
+    out = run(fitted_model, spec_for(fitted_model, maxIncrease=None),
+              [pod("a", {"cpu": "8", "memory": "32Gi"})], {("ns", "a", "main"): huge}).pods[0]
+    assert out.resize is None and out.skipped == "unrepresentable" and not out.annotations
+
+
+def test_a_resize_that_did_not_take_is_not_sent_again(fitted_model, window):
+    spec = spec_for(fitted_model)
+    first = run(fitted_model, spec, [pod("a", {"cpu": "8", "memory": "32Gi"})],
+                {("ns", "a", "main"): window}).pods[0]
+    body = {b["name"]: b["resources"] for b in first.resize["spec"]["containers"]}
+    # the runtime saw the API server answer with other values: it recorded the resize
+    state = json.dumps({"window": WINDOW_START - 600, "untaken": {"containers": body}})
+    again = run(fitted_model, spec, [pod("a", {"cpu": "8", "memory": "32Gi"},
+                                         annotations={A_STATE: state})],
+                {("ns", "a", "main"): window}).pods[0]
+    assert again.resize is None and again.skipped == "resize-not-taken" and not again.events
+    # another target: sent again, and the record is dropped
+    moved = run(fitted_model, spec_for(fitted_model, maxDecrease=0.75),
+                [pod("a", {"cpu": "8", "memory": "32Gi"}, annotations={A_STATE: state})],
+                {("ns", "a", "main"): window}).pods[0]
+    assert moved.resize is not None and "untaken" not in json.loads(moved.annotations[A_STATE])
+
+
+def test_a_ceiling_below_the_working_set_warns_and_still_steps_down(fitted_model, window):
+    spec = spec_for(fitted_model, resources={"memory": {"ceiling": "1Gi"}})
+    out = run(fitted_model, spec, [pod("a", {"cpu": "8", "memory": "32Gi"})],
+              {("ns", "a", "main"): window})
+    plan = out.pods[0]
+    req = plan.resize["spec"]["containers"][0]["resources"]["requests"]
+    assert parse_quantity(req["memory"]) == 16 * GiB        # maxDecrease 0.5, not 1Gi at once
+    assert [n[0] for n in plan.notices] == ["CeilingBelowUsage"] and out.ceiling_below_usage == 1
+    assert "below its working set" in plan.notices[0][1]
+
+
+def test_floor_above_ceiling_holds_the_resource_and_is_reported(fitted_model, window):
+    spec = spec_for(fitted_model, resources={"cpu": {"floor": "8", "ceiling": "1"}})
+    out = run(fitted_model, spec, [pod("a", {"cpu": "8", "memory": "32Gi"})],
+              {("ns", "a", "main"): window})
+    req = out.pods[0].resize["spec"]["containers"][0]["resources"]["requests"]
+    assert "cpu" not in req and "memory" in req              # cpu held, memory sized
+    assert out.bound_conflicts == ["policy.resources.cpu: floor 8 > ceiling 1; cpu requests "
+                                   "are left as they are"]
 
 
 def test_a_window_is_handled_once(fitted_model, window):
@@ -134,7 +243,7 @@ def test_best_effort_and_pending_resizes_are_left_alone(fitted_model, window):
     samples = {("ns", p.name, "main"): window for p in pods}
     out = run(fitted_model, spec_for(fitted_model), pods, samples)
     be, inf, prog = out.pods
-    assert be.skipped == "no-data"       # no request to size from: nothing planned
+    assert be.skipped == "best-effort" and be.notices[0][0] == "BestEffortPod"
     assert inf.skipped == "resize-pending" and inf.events[0][0] == "Warning"
     assert "Infeasible" in inf.events[0][2]
     assert prog.skipped == "resize-pending" and prog.resize is None
@@ -156,6 +265,9 @@ def test_only_named_containers_are_managed(fitted_model, window):
     samples = {("ns", "two", "main"): window, ("ns", "two", "sidecar"): window}
     plan = run(fitted_model, spec_for(fitted_model, containers=["main"]), [p], samples).pods[0]
     assert [c["name"] for c in plan.resize["spec"]["containers"]] == ["main"]
+    plan = run(fitted_model, spec_for(fitted_model, containers=["nope"]), [p], samples).pods[0]
+    assert plan.skipped == "no-managed-container" and plan.resize is None
+    assert plan.notices[0][0] == "NoManagedContainer" and "['nope']" in plan.notices[0][1]
 
 
 def test_all_pods_are_encoded_in_one_batch(fitted_model, window):

@@ -18,6 +18,8 @@ from ai4dl.policy.safety import (
     SafetyState,
     apply_safety,
     apply_safety_sequence,
+    approach_ceiling,
+    cap_physical,
     clamp,
     cool_down,
     cover_working_set,
@@ -233,12 +235,20 @@ SETTINGS = settings(max_examples=150, deadline=None,
 @SETTINGS
 @given(cases())
 def test_output_within_floor_and_ceiling(case):
+    # Hard caps: never below the floor, never raised above the ceiling. A value above the
+    # ceiling only remains while it comes down towards it at the decrease limit.
     cur, prop, ws, since, cfg = case
     out = _run(*case)
     floor, ceil = _bounds(cfg)
     assert np.all(np.isfinite(out))
     assert np.all(out >= floor)
-    assert np.all(out <= ceil)
+    above = out > ceil
+    assert np.all(out[above] <= cur[above])
+    if cfg.max_decrease is None:
+        assert not above.any()
+    else:
+        step = cur * (1.0 - cfg.max_decrease)
+        np.testing.assert_allclose(out[above], np.broadcast_to(step, out.shape)[above])
 
 
 @SETTINGS
@@ -257,14 +267,12 @@ def test_memory_never_below_working_set(case):
 @SETTINGS
 @given(cases())
 def test_max_decrease_bound(case):
-    # Only the ceiling can lower a value below the limited proposal (the later rules either keep
-    # the current value or raise), so out >= min(ceiling, current x (1 - d)) exactly.
+    # Not even the ceiling cuts more than max_decrease in one window.
     cur, prop, ws, since, cfg = case
     out = _run(*case)
     if cfg.max_decrease is None:
         return
-    _, ceil = _bounds(cfg)
-    assert np.all(out >= np.minimum(ceil[None, :], cur * (1.0 - cfg.max_decrease)))
+    assert np.all(out >= cur * (1.0 - cfg.max_decrease))
 
 
 @SETTINGS
@@ -277,7 +285,8 @@ def test_max_increase_bound(case):
         return
     floor, ceil = _bounds(cfg)
     up = np.maximum(cur * (1.0 + cfg.max_increase), _ws_need(cfg, ws, len(cur)))
-    assert np.all(out <= np.minimum(ceil[None, :], np.maximum(floor[None, :], up)))
+    assert np.all(out <= np.maximum(floor[None, :], up))
+    assert np.all((out <= ceil[None, :]) | (out <= cur))
 
 
 @SETTINGS
@@ -313,6 +322,8 @@ def test_every_change_is_large_or_forced(case):
     if cfg.max_decrease is not None:
         limited |= np.isclose(out, cur * (1 - cfg.max_decrease))
     forced = (out == floor[None, :]) | (out == ceil[None, :]) | ((out == need) & (need > 0))
+    if cfg.max_decrease is not None:   # a step down towards a ceiling below the current value
+        forced |= (cur > ceil[None, :]) & np.isclose(out, cur * (1 - cfg.max_decrease))
     assert np.all(~changed | large | (wanted_large & limited) | forced)
 
 
@@ -405,6 +416,53 @@ def test_sequence_no_config_passes_through():
 
 def test_operator_defaults():
     cfg = SafetyConfig.operator_defaults()
-    assert (cfg.max_decrease, cfg.cooldown_windows, cfg.memory_margin, cfg.min_change,
-            cfg.memory_index) == (0.5, 1, 0.1, 0.1, 1)
+    assert (cfg.max_increase, cfg.max_decrease, cfg.cooldown_windows, cfg.memory_margin,
+            cfg.min_change, cfg.memory_index) == (1.0, 0.5, 1, 0.1, 0.1, 1)
+    from ai4dl.crd import Policy
+
+    pol = Policy()   # the operator's defaults are the CRD's
+    assert (pol.max_increase, pol.max_decrease, pol.cooldown_windows, pol.memory_margin,
+            pol.min_change) == (cfg.max_increase, cfg.max_decrease, cfg.cooldown_windows,
+                                cfg.memory_margin, cfg.min_change)
     assert SafetyConfig.operator_defaults(memory_index=None).memory_index is None
+
+
+# ----------------------------------------------------------------------------- bad numbers
+class TestBadNumbers:
+    """A proposal or a bound that cannot be right never turns into an allocation."""
+
+    def test_negative_and_infinite_proposals_keep_current(self):
+        cur = A([4.0, 4.0, 4.0])
+        out, _ = apply_safety(A([-1.0, np.inf, -np.inf]), SafetyState(cur), SafetyConfig())
+        np.testing.assert_array_equal(out, cur)
+
+    def test_ceiling_below_current_is_approached_at_the_decrease_limit(self):
+        # 32 Gi in force, a 2 Gi ceiling, maxDecrease 0.5: 16, 8, 4, 2 — never one cut
+        cfg = SafetyConfig(ceiling=(np.inf, 2.0), max_decrease=0.5, memory_index=None)
+        cur, seen = A([1.0, 32.0]), []
+        for _ in range(5):
+            cur, _ = apply_safety(A([1.0, 0.5]), SafetyState(cur), cfg)
+            seen.append(cur[0, 1])
+        assert seen == [16.0, 8.0, 4.0, 2.0, 1.0]   # then below it, as the proposal asks
+        # nothing is raised above the ceiling on the way
+        out, _ = apply_safety(A([1.0, 40.0]), SafetyState(A([1.0, 8.0])), cfg)
+        assert out[0, 1] == 4.0
+        np.testing.assert_array_equal(
+            approach_ceiling(A([1.0]), A([3.0]), (2.0,), None), A([1.0]))   # no limit: no rule
+
+    def test_contradictory_bounds_hold_the_current_value(self):
+        cfg = SafetyConfig(floor=(64.0, 1.0), ceiling=(1.0, 2.0), memory_index=None)
+        np.testing.assert_array_equal(cfg.invalid_bounds(), [True, False])
+        out, _ = apply_safety(A([10.0, 10.0]), SafetyState(A([8.0, 32.0])), cfg)
+        np.testing.assert_array_equal(out, A([8.0, 2.0]))   # cpu held; memory clamped
+        seq = apply_safety_sequence(np.full((2, 1, 2), 5.0), A([8.0, 1.5]), cfg)
+        np.testing.assert_array_equal(seq[0], A([8.0, 1.5]))
+
+    def test_physical_maximum_caps_everything(self):
+        cfg = SafetyConfig(max_value=(64.0, 2.0 ** 40), memory_index=None)
+        out, _ = apply_safety(A([1e6, 1e30]), SafetyState(A([8.0, 2.0 ** 30])), cfg)
+        np.testing.assert_array_equal(out, A([64.0, 2.0 ** 40]))
+        # an allocation already above it (an earlier bad write) comes straight down
+        out, _ = apply_safety(A([np.nan, np.nan]), SafetyState(A([1e5, 9.2e18])), cfg)
+        np.testing.assert_array_equal(out, A([64.0, 2.0 ** 40]))
+        np.testing.assert_array_equal(cap_physical(A([3.0]), None), A([3.0]))

@@ -93,9 +93,11 @@ def history_matrix(x: np.ndarray, n_history: int, n_context: int = 0) -> np.ndar
 
 
 def sigmoid(z: np.ndarray) -> np.ndarray:
-    # In place, float32: this is the serving hot path.
+    # In place, float32: this is the serving hot path. exp overflows to inf for very negative
+    # inputs, whose sigmoid is then exactly 0: the right answer, so the warning is noise.
     np.negative(z, out=z)
-    np.exp(z, out=z)
+    with np.errstate(over="ignore"):
+        np.exp(z, out=z)
     z += 1.0
     np.reciprocal(z, out=z)
     return z

@@ -95,7 +95,11 @@ class Policy(_Base):
     reader: Literal["last", "majority", "max"] = "last"
     scope: Literal["model", "execution"] = "model"
     resources: dict[Literal["cpu", "memory"], ResourceBounds] = Field(default_factory=dict)
-    max_increase: float | None = Field(None, ge=0, alias="maxIncrease")
+    max_increase: float | None = Field(
+        1.0, ge=0, alias="maxIncrease",
+        description="relative increase per window (1 = may double); null = unbounded. A "
+                    "proposal far above what a pod has shown can only come from a model level "
+                    "or a bad sample, so it is reached in steps while each window shows more")
     max_decrease: float | None = Field(0.5, ge=0, le=1, alias="maxDecrease")
     cooldown_windows: int = Field(1, ge=0, alias="cooldownWindows")
     memory_margin: float = Field(0.1, ge=0, le=1, alias="memoryMargin")

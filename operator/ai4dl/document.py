@@ -7,15 +7,79 @@ significant digits, which round-trips float32 weights exactly.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = "ai4dl.io/phase-model/v1"
 
-Matrix = list[list[float]]
-Vector = list[float]
+# Every number of a document is finite: NaN or Inf would reach the policy arithmetic (JSON
+# cannot carry them, but a document built in Python can).
+Number = Annotated[float, Field(allow_inf_nan=False)]
+Matrix = list[list[Number]]
+Vector = list[Number]
+
+# Units whose values are resource usage: never negative.
+USAGE_UNITS = ("cores", "bytes", "percent", "fraction")
+# Plausibility bounds of usage in native units: no single container has used more (the largest
+# machines sold have under 1,000 cores and 32 TiB). A statistic beyond them is not a fit of
+# real data; the operator's own --max-sample-* bounds, set to the cluster's largest node, are
+# tighter.
+PLAUSIBLE_MAX = {"cores": 4096.0, "bytes": float(2 ** 47)}
+# Arrays are written with 9 significant digits (float32-exact): orderings hold to this tolerance.
+_TOL = 1e-6
+# Sizes beyond any real model; the API server needs them to bound the cost of the CEL rules.
+MAX_FEATURES = 32
+MAX_PHASES = 64
+
+
+# ----------------------------------------------------------------------------- CEL rules
+# The same checks as the validators below, as CEL rules in the CRD (x-kubernetes-validations),
+# so that `kubectl apply` of a forged or corrupted document fails at the API server, not in a
+# window. Each rule guards its indices: a rule that errors would reject with a worse message.
+def _abs(x: str) -> str:
+    return f"({x} < 0.0 ? -({x}) : {x})"
+
+
+def _le_cel(a: str, b: str) -> str:
+    return f"{a} <= {b} + 1e-6 * ({_abs(a)} + {_abs(b)}) + 1e-30"
+
+
+_STATS_CEL = [{
+    "rule": "self.min.all(i, lo, i < self.max.size() && i < self.mean.size() && "
+            "i < self.std.size() && i < self.p50.size() && i < self.p90.size() && "
+            "i < self.p95.size() && i < self.p99.size() && "
+            + " && ".join(_le_cel(a, b) for a, b in (
+                ("lo", "self.p50[i]"), ("self.p50[i]", "self.p90[i]"),
+                ("self.p90[i]", "self.p95[i]"), ("self.p95[i]", "self.p99[i]"),
+                ("self.p99[i]", "self.max[i]"), ("lo", "self.mean[i]"),
+                ("self.mean[i]", "self.max[i]")))
+            + " && self.std[i] <= (self.max[i] - lo) / 2.0 + 1e-6 * ("
+            + _abs("lo") + " + " + _abs("self.max[i]") + ") + 1e-30)",
+    "message": "phase statistics must be those of real samples: min <= p50 <= p90 <= p95 <= "
+               "p99 <= max, min <= mean <= max, std <= (max - min) / 2",
+}]
+_DOCUMENT_CEL = [
+    {"rule": "self.scaler.mean.all(j, m, self.phases.exists(p, j < p.min.size() && "
+             + _le_cel("p.min[j]", "m") + ") && self.phases.exists(p, j < p.max.size() && "
+             + _le_cel("m", "p.max[j]") + "))",
+     "message": "scaler.mean must lie within the training data's range (the phases' min..max)"},
+    {"rule": "self.scaler.scale.all(j, s, s <= 1.000001 || self.phases.exists(p, "
+             "self.phases.exists(q, j < p.min.size() && j < q.max.size() && "
+             + _le_cel("s", "(q.max[j] - p.min[j])") + ")))",
+     "message": "scaler.scale must not exceed the training data's range"},
+    {"rule": "self.features.all(j, f, !(f.unit in " + str(list(USAGE_UNITS)) + ") || "
+             "self.phases.all(p, j >= p.min.size() || p.min[j] >= 0.0))",
+     "message": "usage (cores, bytes, percent, fraction) cannot be negative"},
+    {"rule": "self.features.all(j, f, !(f.unit in " + str(list(PLAUSIBLE_MAX)) + ") || "
+             "self.phases.all(p, j >= p.max.size() || p.max[j] <= (f.unit == 'cores' ? "
+             f"{PLAUSIBLE_MAX['cores']!r} : {PLAUSIBLE_MAX['bytes']!r})))",
+     "message": f"phase statistics beyond any machine ({PLAUSIBLE_MAX['cores']:g} cores, "
+                f"{PLAUSIBLE_MAX['bytes'] / 2 ** 40:g} TiB)"},
+    {"rule": "self.transitions.all(r, r.sum() >= 0.9999 && r.sum() <= 1.0001)",
+     "message": "transitions: every row must be probabilities summing to 1"},
+]
 
 
 def to_list(a) -> list:
@@ -34,9 +98,12 @@ class Feature(_Strict):
     unit: str = Field(min_length=1)
 
 
+FeatureVector = Annotated[Vector, Field(max_length=MAX_FEATURES)]
+
+
 class Scaler(_Strict):
-    mean: Vector
-    scale: Vector
+    mean: FeatureVector
+    scale: FeatureVector
 
     @field_validator("scale")
     @classmethod
@@ -59,32 +126,61 @@ class CRBMWeights(_Strict):
 
 class Dwell(_Strict):
     runs: int = Field(ge=0)
-    mean: float
-    p50: float
-    p90: float
-    max: float
+    mean: Number = Field(ge=0)
+    p50: Number = Field(ge=0)
+    p90: Number = Field(ge=0)
+    max: Number = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Dwell":
+        if not _le(self.p50, self.p90) or not _le(self.p90, self.max) \
+                or not _le(self.mean, self.max):
+            raise ValueError("dwell: expected p50 <= p90 <= max and mean <= max")
+        return self
 
 
 class PhaseStats(_Strict):
     """Statistics of one phase; vectors are per feature, in the features' units."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              json_schema_extra={"x-kubernetes-validations": _STATS_CEL})
     phase: int = Field(ge=0)
     samples: int = Field(ge=0)
-    share: float
-    mean: Vector
-    std: Vector
-    min: Vector
-    max: Vector
-    p50: Vector
-    p90: Vector
-    p95: Vector
-    p99: Vector
+    share: Number = Field(ge=0, le=1)
+    mean: FeatureVector
+    std: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        max_length=MAX_FEATURES)
+    min: FeatureVector
+    max: FeatureVector
+    p50: FeatureVector
+    p90: FeatureVector
+    p95: FeatureVector
+    p99: FeatureVector
     dwell: Dwell  # in samples of step_seconds
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PhaseStats":
+        """The statistics of one set of samples: min <= p50 <= p90 <= p95 <= p99 <= max,
+        min <= mean <= max, std at most half the range (true of any sample set)."""
+        chain = ("min", "p50", "p90", "p95", "p99", "max")
+        for j in range(min(len(getattr(self, f)) for f in (*chain, "mean", "std"))):
+            v = {f: getattr(self, f)[j] for f in (*chain, "mean", "std")}
+            for a, b in zip(chain, chain[1:]):
+                if not _le(v[a], v[b]):
+                    raise ValueError(f"phase {self.phase}, feature {j}: {a} {v[a]:g} > {b} "
+                                     f"{v[b]:g} (not the statistics of real samples)")
+            if not (_le(v["min"], v["mean"]) and _le(v["mean"], v["max"])):
+                raise ValueError(f"phase {self.phase}, feature {j}: mean {v['mean']:g} outside "
+                                 f"[min {v['min']:g}, max {v['max']:g}]")
+            if not _le(v["std"], (v["max"] - v["min"]) / 2, abs(v["min"]) + abs(v["max"])):
+                raise ValueError(f"phase {self.phase}, feature {j}: std {v['std']:g} exceeds half "
+                                 f"the range [{v['min']:g}, {v['max']:g}]")
+        return self
 
 
 class Prototype(_Strict):
     sequence: list[int]
-    executions: int
-    share: float
+    executions: int = Field(ge=0)
+    share: Number = Field(ge=0, le=1)
 
 
 class KSelectionReport(_Strict):
@@ -112,15 +208,20 @@ class FitReport(_Strict):
 
 
 class PhaseModelDocument(_Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              json_schema_extra={"x-kubernetes-validations": _DOCUMENT_CEL})
     schema_version: Literal["ai4dl.io/phase-model/v1"] = Field(SCHEMA_VERSION, alias="schemaVersion")
     step_seconds: float = Field(gt=0, alias="stepSeconds")
-    features: list[Feature] = Field(min_length=1)
+    features: list[Feature] = Field(min_length=1, max_length=MAX_FEATURES)
     scaler: Scaler
     crbm: CRBMWeights
-    centroids: Matrix
-    novelty_threshold: Vector = Field(alias="noveltyThreshold")
-    phases: list[PhaseStats]
-    transitions: Matrix
+    centroids: list[list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]]] = Field(
+        max_length=MAX_PHASES, description="hidden-unit probabilities, in [0, 1]")
+    novelty_threshold: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        alias="noveltyThreshold")
+    phases: list[PhaseStats] = Field(max_length=MAX_PHASES)
+    transitions: list[Annotated[list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]],
+                                Field(max_length=MAX_PHASES)]] = Field(max_length=MAX_PHASES)
     prototypes: list[Prototype] = []
     fit: FitReport | None = None
 
@@ -153,7 +254,46 @@ class PhaseModelDocument(_Strict):
                 if len(getattr(p, f)) != V:
                     raise ValueError(f"phases[{p.phase}].{f} has {len(getattr(p, f))} values, "
                                      f"expected {V}")
+        self._sane()
         return self
+
+    def _sane(self) -> None:
+        """Numbers a fit of real data can produce, so that a corrupted or forged document is
+        refused here (by `kubectl apply`, the trainer, the operator) and never reaches a
+        window: usage never negative nor beyond a physical bound, the scaler inside the
+        training data's range, probabilities in [0, 1], rows of the transition matrix summing
+        to one."""
+        k = len(self.centroids)
+        lo = [min(p.min[j] for p in self.phases) for j in range(len(self.features))]
+        hi = [max(p.max[j] for p in self.phases) for j in range(len(self.features))]
+        for j, f in enumerate(self.features):
+            if f.unit in USAGE_UNITS and lo[j] < 0:
+                raise ValueError(f"phases: feature {f.name!r} ({f.unit}) has negative usage "
+                                 f"{lo[j]:g}")
+            bound = PLAUSIBLE_MAX.get(f.unit)
+            if bound is not None and hi[j] > bound:
+                raise ValueError(f"phases: feature {f.name!r} reaches {hi[j]:g} {f.unit}, beyond "
+                                 f"any machine ({bound:g})")
+            m, sc = self.scaler.mean[j], self.scaler.scale[j]
+            if not (_le(lo[j], m) and _le(m, hi[j])):
+                raise ValueError(f"scaler.mean[{j}] = {m:g} is outside the training data's range "
+                                 f"[{lo[j]:g}, {hi[j]:g}] of {f.name!r}")
+            if not _le(sc, max(hi[j] - lo[j], 1.0)):
+                raise ValueError(f"scaler.scale[{j}] = {sc:g} exceeds the training data's range "
+                                 f"of {f.name!r} ({hi[j] - lo[j]:g})")
+        for i, row in enumerate(self.transitions):
+            if abs(sum(row) - 1) > 1e-4:
+                raise ValueError(f"transitions[{i}]: a row of probabilities summing to 1 expected")
+        if any(s < 0 or s >= k for p in self.prototypes for s in p.sequence):
+            raise ValueError(f"prototypes: phase ids must be in [0, {k})")
+        if sorted(p.phase for p in self.phases) != list(range(k)):
+            raise ValueError(f"phases: expected phase ids 0..{k - 1}, once each")
+
+
+def _le(a: float, b: float, scale: float = 0.0) -> bool:
+    """a <= b up to the documents' float32 rounding (relative to ``scale`` when given: the
+    magnitude the compared numbers were computed from). The CEL rules use the same test."""
+    return a <= b + _TOL * (abs(a) + abs(b) + scale) + 1e-30
 
 
 def _shape(m: Matrix) -> tuple[int, ...]:

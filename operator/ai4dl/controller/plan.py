@@ -6,11 +6,18 @@ tested without a cluster, and the policy and safety code are the evaluator's own
 
 Rules that make it safe to change other people's running jobs:
 - no resize on missing data: a container whose window has a missing sample is skipped;
+- no resize on absurd data: a window with a negative, infinite or physically impossible sample
+  (above ``max_value``, the largest a container can have) is skipped as ``bad-sample``;
 - one handling per window: a pod whose state annotation already records this window is
   skipped (an operator restart mid-window neither loses nor repeats a resize);
 - the QoS class never changes (Guaranteed pods move limits with requests; Burstable pods keep
   requests at or under their limits; BestEffort pods are left alone);
-- a pending or in-progress resize is not stacked on (Deferred / Infeasible / InProgress).
+- a pending or in-progress resize is not stacked on (Deferred / Infeasible / InProgress);
+- a write the API server would cap or change (a quantity beyond int64) is never sent, and a
+  resize the API server did not apply as sent is not sent again until the target changes.
+
+Every pod that gets nothing says why: ``PodPlan.skipped`` (a reason counted in /metrics) and,
+for what its owner must fix, ``PodPlan.notices`` (Warning Events the runtime emits once per pod).
 """
 
 from __future__ import annotations
@@ -30,6 +37,17 @@ from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety
 
 MANAGED = ("cpu", "memory")
 NATIVE_UNITS = {"cpu": "cores", "memory": "bytes"}
+# Why a container's window could not be used. The first three are gaps or garbage in the
+# metrics (counted by the MetricsIncomplete condition); a container that started during the
+# window simply has no full window yet. Worst first: a pod's reason is its worst container's.
+DATA_SKIPS = ("bad-sample", "partial-data", "no-data")
+SKIP_ORDER = (*DATA_SKIPS, "warming-up")
+# Grace after a container starts before its series is complete: the cpu feature is a rate over
+# one minute, which Prometheus answers only once two scrapes are in it.
+START_GRACE_SECONDS = 60.0
+# The API server keeps quantities as 64-bit integers (bytes, millicores): a larger value is
+# silently capped, so it is never sent.
+INT64_MAX = float(2 ** 63 - 1)
 
 
 @dataclass
@@ -41,6 +59,7 @@ class ContainerPlan:
     target: dict[str, float] = field(default_factory=dict)     # after safety and QoS rules
     current: dict[str, float] = field(default_factory=dict)
     skipped: str | None = None                                 # why nothing was planned
+    detail: str = ""                                           # ... in words (logs, events)
 
 
 @dataclass
@@ -50,6 +69,9 @@ class PodPlan:
     resize: dict | None = None                  # body for PATCH pods/<name>/resize
     annotations: dict[str, str] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    # Warnings about the pod's own setup (reason, message): the runtime emits each once per
+    # pod, not every window.
+    notices: list[tuple[str, str]] = field(default_factory=list)
     skipped: str | None = None                  # why the whole pod was skipped this window
 
     @property
@@ -61,6 +83,22 @@ class PodPlan:
 class WindowPlan:
     pods: list[PodPlan]
     resources: tuple[str, ...]
+    # spec-level contradictions (floor > ceiling), one message per resource
+    bound_conflicts: list[str] = field(default_factory=list)
+    ceiling_below_usage: int = 0        # pods whose memory ceiling is below their working set
+
+    def data_skips(self) -> dict[str, int]:
+        """Pods skipped for gaps or garbage in their metrics, by reason."""
+        out: dict[str, int] = {}
+        for p in self.pods:
+            if p.skipped in DATA_SKIPS:
+                out[p.skipped] = out.get(p.skipped, 0) + 1
+        return out
+
+    def considered(self) -> int:
+        """Pods whose metrics were looked at this window (not already handled, not left alone
+        for their setup)."""
+        return sum(1 for p in self.pods if p.containers and p.skipped != "already-handled")
 
     def pods_per_phase(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -92,7 +130,8 @@ def managed_resources(model) -> tuple[str, ...]:
     return tuple(out)
 
 
-def safety_config(spec: PhaseModelSpec, resources: Sequence[str]) -> SafetyConfig:
+def safety_config(spec: PhaseModelSpec, resources: Sequence[str],
+                  max_value: Mapping[str, float] | None = None) -> SafetyConfig:
     pol = spec.policy
     bounds = [pol.resources.get(r) for r in resources]
     floor = tuple(parse_quantity(b.floor) if b and b.floor else 0.0 for b in bounds)
@@ -101,7 +140,59 @@ def safety_config(spec: PhaseModelSpec, resources: Sequence[str]) -> SafetyConfi
                         max_decrease=pol.max_decrease, cooldown_windows=pol.cooldown_windows,
                         memory_margin=pol.memory_margin, min_change=pol.min_change,
                         memory_index=resources.index("memory") if "memory" in resources
-                        else None)
+                        else None,
+                        max_value=tuple(float(max_value.get(r, np.inf)) for r in resources)
+                        if max_value else None)
+
+
+def bound_conflicts(spec: PhaseModelSpec, resources: Sequence[str]) -> list[str]:
+    """floor > ceiling, per resource, in words (nothing satisfies both: that resource is held)."""
+    out = []
+    for r in resources:
+        b = spec.policy.resources.get(r)
+        if b and b.floor and b.ceiling and parse_quantity(b.floor) > parse_quantity(b.ceiling):
+            out.append(f"policy.resources.{r}: floor {b.floor} > ceiling {b.ceiling}; {r} "
+                       f"requests are left as they are")
+    return out
+
+
+def classify_window(x: np.ndarray | None, W: int, resource_cols: Sequence[int],
+                    max_value: Sequence[float] | None) -> tuple[str | None, str]:
+    """Whether a container's last W samples (model feature order) can be planned from: None, or
+    the skip reason and what was wrong. Garbage (a negative, infinite or impossible value) is
+    told apart from gaps (NaN: Prometheus had no sample, or answered NaN)."""
+    if x is None or len(x) == 0:
+        return "no-data", "no series for the container"
+    window = x[-W:]
+    res = window[:, list(resource_cols)]
+    with np.errstate(invalid="ignore"):
+        if np.isinf(window).any():
+            return "bad-sample", "an infinite sample"
+        if (res < 0).any():
+            return "bad-sample", f"a negative sample ({np.nanmin(res):g})"
+        if max_value is not None:
+            over = res > np.asarray(max_value)[None, :]
+            if over.any():
+                return "bad-sample", (f"a sample above the physical maximum "
+                                      f"({res[over].max():g} > {np.asarray(max_value)[np.nonzero(over)[1][0]]:g})")
+    missing = np.isnan(window).any(1)
+    if len(window) < W or missing.all():
+        return ("no-data" if missing.all() else "partial-data"), "no samples in the window"
+    if missing.any():
+        return "partial-data", f"{int(missing.sum())} of {W} samples missing"
+    return None, ""
+
+
+def usable_context(context: np.ndarray, resource_cols: Sequence[int],
+                   max_value: Sequence[float] | None) -> int:
+    """Rows of history the encoder may use: all of them when every value is a plausible sample,
+    else none (the first samples of the window then stand in for their history)."""
+    if not len(context) or not np.all(np.isfinite(context)):
+        return 0
+    res = context[:, list(resource_cols)]
+    if (res < 0).any() or (max_value is not None and (res > np.asarray(max_value)).any()):
+        return 0
+    return len(context)
 
 
 def window_samples(spec: PhaseModelSpec) -> int:
@@ -110,11 +201,14 @@ def window_samples(spec: PhaseModelSpec) -> int:
 
 def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 samples: Mapping[tuple[str, str, str], np.ndarray], n_context: int,
-                window_start: float, now_iso: str) -> WindowPlan:
+                window_start: float, now_iso: str,
+                max_value: Mapping[str, float] | None = None) -> WindowPlan:
     """Decide, for every pod of one PhaseModel, phases, recommendations and resizes.
 
     ``samples[(namespace, pod, container)]`` is (n_context + W, F) in ``spec.features``
     order (NaN where Prometheus had nothing); the last W rows are the window that just ended.
+    ``max_value`` (cores, bytes per resource) is the largest a container can physically have:
+    a sample above it is garbage, and no request is set above it.
     """
     resources = managed_resources(model)
     W = window_samples(spec)
@@ -124,7 +218,9 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     policy = make_phase_policy(model, resources, spec.policy.kind, spec.policy.statistic,
                                spec.policy.k, spec.policy.margin, spec.policy.reader,
                                spec.policy.scope)
-    safety = safety_config(spec, resources)
+    safety = safety_config(spec, resources, max_value)
+    limits = safety.max_value
+    res_idx = [model.features_.index(r) for r in resources]
     managed_names = set(spec.policy.containers)
 
     plans: list[PodPlan] = []
@@ -135,28 +231,43 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
         if pod.state().get("window") == window_start:
             plan.skipped = "already-handled"
             continue
-        for c in pod.containers:
-            if managed_names and c.name not in managed_names:
-                continue
+        if pod.qos == "BestEffort":
+            plan.skipped = "best-effort"
+            plan.notices.append(("BestEffortPod", "no cpu or memory requests or limits: setting "
+                                 "any would change its QoS class (BestEffort), so ai4dl leaves "
+                                 "this pod alone"))
+            continue
+        managed = [c for c in pod.containers if not managed_names or c.name in managed_names]
+        if not managed:
+            plan.skipped = "no-managed-container"
+            plan.notices.append(("NoManagedContainer", f"spec.policy.containers "
+                                 f"{sorted(managed_names)} of PhaseModel {pod.phasemodel} match "
+                                 f"none of this pod's containers "
+                                 f"({', '.join(c.name for c in pod.containers)})"))
+            continue
+        for c in managed:
             cp = ContainerPlan(c.name, current={r: c.requests.get(r, np.nan) for r in resources})
             plan.containers.append(cp)
             x = samples.get((pod.namespace, pod.name, c.name))
-            if x is None or len(x) < W:
-                cp.skipped = "no-data"
+            if x is not None:
+                x = np.asarray(x, np.float64)[:, np.argsort(feature_idx)]   # model feature order
+            reason, detail = classify_window(x, W, res_idx, limits)
+            if reason in ("no-data", "partial-data"):
+                started = pod.started.get(c.name)
+                if started is not None and started > window_start - W * spec.step_seconds \
+                        - START_GRACE_SECONDS:
+                    reason, detail = "warming-up", "started during the window"
+            if reason is not None:
+                cp.skipped, cp.detail = reason, detail   # never a resize based on it
                 continue
-            x = np.asarray(x, np.float64)[:, np.argsort(feature_idx)]   # model feature order
             window = x[-W:]
-            if not np.all(np.isfinite(window)):
-                cp.skipped = "no-data"          # never a resize based on missing data
-                continue
             context = x[:-W][-n_context:] if n_context else x[:0]
-            ctx = len(context) if np.all(np.isfinite(context)) else 0
-            rows.append((len(plans) - 1, cp, np.vstack([context[-ctx:] if ctx else x[:0],
-                                                        window]), ctx))
+            ctx = usable_context(context, res_idx, limits)
+            rows.append((len(plans) - 1, cp, np.vstack([context[len(context) - ctx:], window]),
+                         ctx))
     if rows:
         # One encoder product and one nearest-centroid product for every container.
         detections = model.detect([r[2] for r in rows], n_context=[r[3] for r in rows])
-        res_idx = [model.features_.index(r) for r in resources]
         current = np.array([[cp.current[r] for r in resources] for _, cp, _, _ in rows])
         proposals = np.empty_like(current)
         working_set = np.full(len(rows), np.nan)
@@ -173,9 +284,18 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
         known = np.isfinite(current)
         state = SafetyState(np.where(known, current, 0.0), since)
         targets, _ = apply_safety(np.where(known, proposals, np.nan), state, safety, working_set)
-        for i, (_, cp, _, _) in enumerate(rows):
+        below = _ceiling_below_working_set(safety, working_set)
+        for i, (pi, cp, _, _) in enumerate(rows):
             cp.proposal = dict(zip(resources, proposals[i].tolist()))
             cp.target = {r: float(targets[i, j]) for j, r in enumerate(resources) if known[i, j]}
+            if below[i]:
+                m = safety.memory_index
+                plans[pi].notices.append(("CeilingBelowUsage", (
+                    f"container {cp.name}: memory ceiling "
+                    f"{format_resource('memory', safety.ceiling[m])} is below its working set "
+                    f"{format_resource('memory', working_set[i])} (+ memoryMargin "
+                    f"{safety.memory_margin:g}); its request comes down to the ceiling at most "
+                    f"maxDecrease per window")))
     for plan in plans:
         if plan.skipped is None:
             _finish(plan, spec, resources, window_start, now_iso)
@@ -183,7 +303,19 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     for plan in plans:
         if plan.skipped is None and plan.resize is None and not plan.annotations:
             plan.skipped = "unchanged"
-    return WindowPlan(plans, resources)
+    return WindowPlan(plans, resources, bound_conflicts(spec, resources),
+                      sum(1 for p in plans if any(n[0] == "CeilingBelowUsage" for n in p.notices)))
+
+
+def _ceiling_below_working_set(safety: SafetyConfig, working_set: np.ndarray) -> np.ndarray:
+    """Per row: the memory ceiling is below the latest working set × (1 + margin), so the
+    ceiling (a hard cap) wins over the working-set rule: the owner must hear of it."""
+    m = safety.memory_index
+    if m is None or safety.ceiling is None or not np.isfinite(safety.ceiling[m]):
+        return np.zeros(len(working_set), bool)
+    need = working_set * (1.0 + (safety.memory_margin or 0.0))
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(need, nan=0.0) > safety.ceiling[m]
 
 
 def _rate_limit(plans: list[PodPlan], limit: int) -> None:
@@ -208,6 +340,14 @@ def _rate_limit(plans: list[PodPlan], limit: int) -> None:
                          if phase_changed else {})
 
 
+def _representable(resource: str, value: float) -> bool:
+    """The formatted quantity fits the API server's int64 (bytes; millicores)."""
+    if not np.isfinite(value) or value < 0:
+        return False
+    base = parse_quantity(format_resource(resource, value))
+    return (base * 1000 if resource == "cpu" else base) <= INT64_MAX
+
+
 def _windows_since_increase(pod: PodInfo, container: str, resource: str, window_start: float,
                             window_seconds: int) -> int:
     t = pod.state().get("lastIncrease", {}).get(container, {}).get(resource)
@@ -224,9 +364,17 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     if mode == "Off":
         plan.skipped = "mode-off"
         return
+    for c in plan.containers:
+        if c.skipped is None and c.target and not all(_representable(r, v)
+                                                      for r, v in c.target.items()):
+            # The API server would cap it (and it is far beyond any machine anyway).
+            c.skipped, c.detail = "unrepresentable", f"target {c.target} beyond int64"
+            c.target = {}
     planned = [c for c in plan.containers if c.skipped is None and c.target]
     if not planned:
-        plan.skipped = "no-data" if plan.containers else "no-managed-container"
+        reasons = [c.skipped for c in plan.containers if c.skipped]
+        plan.skipped = min(reasons, key=lambda r: SKIP_ORDER.index(r) if r in SKIP_ORDER
+                           else len(SKIP_ORDER)) if reasons else "no-request"
         return
     by_name = {c.name: c for c in pod.containers}
     qos = pod.qos
@@ -273,11 +421,6 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         if unchanged:
             plan.annotations = {}
         return
-    if qos == "BestEffort":
-        plan.events.append(("Warning", "ResizeSkipped", "BestEffort pod: setting requests "
-                            "would change its QoS class"))
-        plan.skipped = "qos"
-        return
     if qos_class(new_containers) != qos:
         plan.events.append(("Warning", "ResizeSkipped", f"the resize would change the QoS class "
                             f"from {qos} to {qos_class(new_containers)}"))
@@ -311,7 +454,17 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
                                f"{format_resource(r, new_v)}")
                 if new_v > old_v:
                     increases.setdefault(name, {})[r] = window_start
+    untaken = state.get("untaken") or {}
+    sent = {b["name"]: b["resources"] for b in body}
+    if untaken.get("containers") == sent:
+        # The API server did not apply this very resize as sent (it capped or changed it):
+        # sending it again every window would change nothing. Sent again once the target moves.
+        plan.skipped = "resize-not-taken"
+        if unchanged:
+            plan.annotations = {}
+        return
     plan.resize = {"spec": {"containers": body}}
+    state.pop("untaken", None)
     if increases:
         state["lastIncrease"] = increases
     plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)

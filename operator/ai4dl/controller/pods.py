@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ A_PHASE_SINCE = "ai4dl.io/phase-since"
 A_RECOMMENDATION = "ai4dl.io/recommendation"
 A_LAST_APPLIED = "ai4dl.io/last-applied"
 A_STATE = "ai4dl.io/state"
+OWNED_ANNOTATIONS = (A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION, A_LAST_APPLIED, A_STATE)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class PodInfo:
     resize_in_progress: bool = False
     resize_error: str | None = None
     resource_version: str = ""              # of the object read: the precondition of a resize
+    started: dict[str, float] = field(default_factory=dict)   # container -> start (unix s)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -57,6 +60,13 @@ class PodInfo:
             return data if isinstance(data, dict) else {}
         except json.JSONDecodeError:
             return {}
+
+
+def _timestamp(text: str | None) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _resources(section: dict | None) -> dict[str, float]:
@@ -98,6 +108,18 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
             in_progress = True
             if cond.get("reason") == "Error":
                 error = cond.get("message") or "resize error"
+    # When each container's current run began (its metrics series begins there): the
+    # container's own start where the kubelet reports it, else the pod's.
+    pod_start = _timestamp(status.get("startTime")) if status.get("startTime") else None
+    started = {}
+    for cs in status.get("containerStatuses") or []:
+        t = _timestamp(((cs.get("state") or {}).get("running") or {}).get("startedAt")) \
+            if ((cs.get("state") or {}).get("running") or {}).get("startedAt") else None
+        if t is not None or pod_start is not None:
+            started[cs.get("name", "")] = t if t is not None else pod_start
+    for c in containers:
+        if c.name not in started and pod_start is not None:
+            started[c.name] = pod_start
     return PodInfo(
         namespace=meta.get("namespace", ""), name=meta.get("name", ""),
         uid=meta.get("uid", ""), phasemodel=annotations.get(MODEL_ANNOTATION, ""),
@@ -105,4 +127,4 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
         running=status.get("phase") == "Running",
         deleting=bool(meta.get("deletionTimestamp")),
         resize_pending=pending, resize_in_progress=bool(in_progress), resize_error=error,
-        resource_version=str(meta.get("resourceVersion") or ""))
+        resource_version=str(meta.get("resourceVersion") or ""), started=started)

@@ -3,11 +3,19 @@ VPA's recommendation post-processors). Each rule is a pure function over arrays 
 (pods, resources), so the operator applies it to all pods of a PhaseModel at once and the
 evaluator to all executions of a replay at once.
 
-Order: skip changes below the threshold -> limit the change per window -> hold decreases during
-the cool-down after an increase -> cover the latest memory working set -> clamp to floor and
-ceiling. The last two run last because they are the guarantees: memory is never set below the
-latest working set × (1 + margin) (unless the ceiling forbids it), and the result is always
-within [floor, ceiling].
+Order: drop proposals that are not numbers -> skip changes below the threshold -> limit the
+change per window -> hold decreases during the cool-down after an increase -> cover the latest
+memory working set -> clamp to floor and ceiling -> approach a ceiling below the allocation in
+force at the per-window decrease limit -> hold resources whose bounds contradict each other ->
+cap at the physical maximum.
+
+The guarantees: memory is never set below the latest working set × (1 + margin) (unless the
+ceiling forbids it); nothing is ever raised above the ceiling nor left below the floor; a
+ceiling below the allocation in force is reached step by step (``max_decrease`` per window,
+like any decrease: a ceiling set below what a job uses must not cut it in one window); where
+floor > ceiling nothing changes (the operator reports the contradiction); and no allocation
+exceeds ``max_value``, the largest a container can physically have (a request above it
+could only come from a broken sample or model, and the API server would cap it).
 """
 
 from __future__ import annotations
@@ -27,13 +35,21 @@ class SafetyConfig:
     memory_margin: float | None = None           # memory >= latest working set x (1 + margin); None = off
     min_change: float = 0.0                      # relative change below which nothing is resized
     memory_index: int | None = 1                 # which resource column is memory
+    max_value: tuple[float, ...] | None = None   # per resource: physical maximum; None = none
 
     @classmethod
     def operator_defaults(cls, n_resources: int = 2, memory_index: int | None = 1
                           ) -> "SafetyConfig":
-        """Conservative settings for live pods (VPA's updater skips changes under 10 %)."""
-        return cls(max_decrease=0.5, cooldown_windows=1, memory_margin=0.1, min_change=0.1,
-                   memory_index=memory_index)
+        """Conservative settings for live pods, the PhaseModel CRD's defaults (VPA's updater
+        skips changes under 10 %; at most double per window, at most halve)."""
+        return cls(max_increase=1.0, max_decrease=0.5, cooldown_windows=1, memory_margin=0.1,
+                   min_change=0.1, memory_index=memory_index)
+
+    def invalid_bounds(self) -> np.ndarray | None:
+        """Per resource: True where floor > ceiling (a contradiction nothing can satisfy)."""
+        if self.floor is None or self.ceiling is None:
+            return None
+        return np.asarray(self.floor, np.float64) > np.asarray(self.ceiling, np.float64)
 
 
 @dataclass
@@ -94,6 +110,34 @@ def clamp(proposal, floor, ceiling):
     return out
 
 
+def approach_ceiling(proposal, current, ceiling, max_decrease):
+    """A ceiling below the allocation in force is reached at most ``max_decrease`` per window:
+    lowering a running job's memory from 32 Gi to a 2 Gi ceiling in one window invites the OOM
+    killer as surely as any other cut. Only values already above the ceiling move this way;
+    nothing is ever raised above it."""
+    if ceiling is None or max_decrease is None:
+        return proposal
+    ceiling = np.asarray(ceiling, np.float64)
+    step = current * (1.0 - max_decrease)
+    return np.where((current > ceiling) & (proposal < step), np.minimum(step, current), proposal)
+
+
+def hold_contradictory_bounds(proposal, current, floor, ceiling):
+    """Where floor > ceiling no value satisfies both: keep the allocation in force rather than
+    guess which one the user meant (the operator warns about the contradiction)."""
+    if floor is None or ceiling is None:
+        return proposal
+    bad = np.asarray(floor, np.float64) > np.asarray(ceiling, np.float64)
+    return np.where(bad, current, proposal)
+
+
+def cap_physical(proposal, max_value):
+    """Never above the largest value a container can physically have."""
+    if max_value is None:
+        return proposal
+    return np.minimum(proposal, np.asarray(max_value, np.float64))
+
+
 # ----------------------------------------------------------------------------- the chain
 def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
                  working_set: np.ndarray | None = None) -> tuple[np.ndarray, SafetyState]:
@@ -105,7 +149,9 @@ def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
     """
     proposal = np.asarray(proposal, np.float64)
     cur = state.current
-    p = np.where(np.isfinite(proposal), proposal, cur)
+    # Not a number, or negative: no allocation can be read from it (never a resize based on it).
+    with np.errstate(invalid="ignore"):
+        p = np.where(np.isfinite(proposal) & (proposal >= 0), proposal, cur)
     # Whether a change is worth making is judged on the policy's own proposal: judged after
     # the per-window limit, a large change cut into small steps would never be made.
     p = skip_small_changes(p, cur, config.min_change)
@@ -113,6 +159,9 @@ def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
     p = cool_down(p, cur, state.since_increase, config.cooldown_windows)
     p = cover_working_set(p, working_set, config.memory_margin, config.memory_index)
     p = clamp(p, config.floor, config.ceiling)
+    p = approach_ceiling(p, cur, config.ceiling, config.max_decrease)
+    p = hold_contradictory_bounds(p, cur, config.floor, config.ceiling)
+    p = cap_physical(p, config.max_value)
     since = np.where(p > cur, 0, state.since_increase + 1)
     return p, SafetyState(p, since)
 
@@ -126,7 +175,9 @@ def apply_safety_sequence(proposals: np.ndarray, initial: np.ndarray, config: Sa
     """
     out = np.empty_like(np.asarray(proposals, np.float64))
     state = SafetyState(np.asarray(initial, np.float64))
-    out[0] = clamp(state.current, config.floor, config.ceiling)
+    out[0] = cap_physical(hold_contradictory_bounds(
+        clamp(state.current, config.floor, config.ceiling), state.current, config.floor,
+        config.ceiling), config.max_value)
     state = SafetyState(out[0])
     for w in range(1, len(proposals)):
         ws = None if working_sets is None else working_sets[w]
