@@ -193,7 +193,7 @@ class OperatorProcess:
     def start(self) -> "OperatorProcess":
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
-               "--metrics-port", str(self.metrics_port), "--liveness", "",
+               "--metrics-port", str(self.metrics_port), "--health-port", "0",
                "--prometheus-timeout", str(self.timeout), "--prometheus-retries", "1",
                "--settle-seconds", str(self.settle)]
         self._out = open(self.logfile, "ab")

@@ -5,8 +5,8 @@
 #
 # deploy/ai4dl-operator.yaml  everything: Namespace ai4dl-system, the CRD, ServiceAccount, RBAC,
 #                             Deployment, metrics Service; Prometheus URL is a placeholder to edit
-# deploy/rbac.yaml            just the ServiceAccount and its RBAC (the operator integration tests
-#                             bind it)
+# deploy/rbac.yaml            just the ServiceAccount, its RBAC and the admission policy that limits
+#                             its pod writes (the operator integration tests apply it)
 # tests/test_helm.py re-renders into a temporary folder and fails when deploy/ is out of date.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,9 +43,10 @@ NS
   template --include-crds --set "prometheus.url=$PLACEHOLDER_URL"
 } > "$OUT/ai4dl-operator.yaml.tmp"
 {
-  header "--show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml"
+  header "--show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml --show-only templates/admissionpolicy.yaml"
   template --set "prometheus.url=$PLACEHOLDER_URL" \
-    --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml
+    --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml \
+    --show-only templates/admissionpolicy.yaml
 } > "$OUT/rbac.yaml.tmp"
 mv -f "$OUT/ai4dl-operator.yaml.tmp" "$OUT/ai4dl-operator.yaml"
 mv -f "$OUT/rbac.yaml.tmp" "$OUT/rbac.yaml"

@@ -109,7 +109,7 @@ class Operator:
     def start(self) -> "Operator":
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
-               "--metrics-port", str(self.metrics_port), "--liveness", "",
+               "--metrics-port", str(self.metrics_port), "--health-port", "0",
                "--prometheus-timeout", "2", "--prometheus-retries", "1",
                "--settle-seconds", "1.5", *self.extra_args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "a"),

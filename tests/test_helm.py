@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ai4dl.controller.pods import OWNED_ANNOTATIONS
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, default_features
 from e2e.controlplane import cluster as _cp
 from e2e_fixtures_operator import free_port, stop_process
@@ -116,14 +117,18 @@ RESTRICTED = {"runAsNonRoot": True, "runAsUser": 65532, "readOnlyRootFilesystem"
 def test_default_render(helm, helm_env):
     docs = template(helm, helm_env, "--set", f"prometheus.url={URL}")
     assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding", "Deployment",
-                                               "Service", "ServiceAccount"]
+                                               "Service", "ServiceAccount",
+                                               "ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicyBinding"]
     (dep,) = by_kind(docs, "Deployment")
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["command"] == ["ai4dl-operator"]
     assert f"--prometheus-url={URL}" in c["args"] and "--metrics-port=8080" in c["args"]
-    assert "--liveness=http://0.0.0.0:8081/healthz" in c["args"]
+    assert {"--metrics-bind-address=0.0.0.0", "--health-bind-address=0.0.0.0",
+            "--health-port=8081", "--max-container-cpu=2048",
+            "--max-container-memory=64Ti"} <= set(c["args"])
     assert not any(a.startswith("--peering") for a in c["args"])
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -139,12 +144,22 @@ def test_default_render(helm, helm_env):
     (role,) = by_kind(docs, "ClusterRole")
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"]
              for g in rule["apiGroups"] for r in rule["resources"]}
-    assert rules[("", "pods")] == {"get", "list", "watch", "patch"}
-    assert rules[("", "pods/resize")] == {"patch"}
-    assert rules[("", "pods/status")] == {"get"}
-    assert rules[("", "events")] >= {"create"}
-    assert rules[(GROUP, PLURAL)] >= {"get", "list", "watch", "patch"}
-    assert rules[(GROUP, f"{PLURAL}/status")] >= {"patch"}
+    assert rules == {("", "pods"): {"get", "list", "patch"}, ("", "pods/resize"): {"patch"},
+                     ("", "events"): {"create"}, (GROUP, PLURAL): {"get", "list", "watch", "patch"},
+                     (GROUP, f"{PLURAL}/status"): {"get", "patch"}}
+    (binding,) = by_kind(docs, "ClusterRoleBinding")     # cluster-wide: no watchNamespaces
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    # the admission policy: the operator's ServiceAccount, its own annotations, the bounds
+    (vap,) = by_kind(docs, "ValidatingAdmissionPolicy")
+    (vapb,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    assert vapb["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    assert vap["spec"]["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:ai4dl-system:ai4dl-operator'")
+    owned = next(v["expression"] for v in vap["spec"]["variables"] if v["name"] == "owned")
+    assert owned == str(list(OWNED_ANNOTATIONS))     # the operator's own list, nothing more
+    assert any("quantity(r == 'cpu' ? '2048' : '64Ti')" in v["expression"]
+               for v in vap["spec"]["validations"])
     # least privilege: no Secrets, no wildcards, no writes beyond these, no peering when standalone
     assert not any(r in ("secrets", "configmaps", "*") or g == "*" for g, r in rules)
     assert not any(v in ("*", "delete", "deletecollection", "create") for (g, r), vs in rules.items()
@@ -156,13 +171,17 @@ def test_all_features_render(helm, helm_env):
     docs = template(helm, helm_env, "-f", ALL_FEATURES, release="r", namespace="ops")
     kinds = sorted(d["kind"] for d in docs)
     assert kinds.count("CronJob") == 2 and kinds.count("PhaseModel") == 1
-    assert kinds.count("ServiceMonitor") == 1 and kinds.count("RoleBinding") == 2
+    assert kinds.count("ServiceMonitor") == 1 and kinds.count("RoleBinding") == 4
+    assert "ClusterRoleBinding" not in kinds           # watchNamespaces: namespaced grants only
     (dep,) = by_kind(docs, "Deployment")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"--peering=ai4dl", "--namespace=ml", "--namespace=vision", "--verbose"} <= set(args)
     role = next(d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"] == "r-ai4dl-operator")
-    assert any("kopf.dev" in rule["apiGroups"] and set(rule["resources"]) ==
-               {"clusterkopfpeerings", "kopfpeerings"} for rule in role["rules"])
+    assert any("kopf.dev" in rule["apiGroups"] and rule["resources"] == ["kopfpeerings"]
+               for rule in role["rules"])
+    # the operator's role is granted in the watched namespaces only
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")
+                  if b["roleRef"]["name"] == "r-ai4dl-operator") == ["ml", "vision"]
     jobs = {j["metadata"]["annotations"]["ai4dl.io/phasemodel"]: j for j in by_kind(docs, "CronJob")}
     assert set(jobs) == {"ops/resnet", "nlp/bert"}
     bert = jobs["nlp/bert"]
@@ -187,7 +206,8 @@ def test_all_features_render(helm, helm_env):
     assert parsed.peering == "ai4dl" and parsed.namespace == ["ml", "vision"]
     assert c["securityContext"] == RESTRICTED
     # the trainer may patch PhaseModels in the listed namespaces only
-    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["nlp", "ops"]
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")
+                  if b["roleRef"]["name"].endswith("-trainer")) == ["nlp", "ops"]
     trole = next(d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-trainer"))
     assert trole["rules"] == [
         {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "patch"]},
@@ -201,7 +221,9 @@ def test_deploy_manifests_are_rendered_from_the_chart(helm, tmp_path):
             f"deploy/{name} is out of date with charts/ai4dl-operator: run `make generate`")
     docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text())]
     # tests/test_operator_integration.py binds this file for SA ai4dl-system/ai4dl-operator
-    assert [d and d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    assert [d and d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                               "ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicyBinding"]
     assert docs[0]["metadata"] == {**docs[0]["metadata"], "name": "ai4dl-operator",
                                    "namespace": "ai4dl-system"}
     assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "ai4dl-operator",
@@ -410,7 +432,7 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
         can = lambda *a: kubectl("auth", "can-i", *a, "--as", who, "-n", k8s_namespace,  # noqa: E731
                                  check=False).stdout.strip()
         assert can("patch", "pods", "--subresource=resize") == "yes"
-        assert can("list", "pods") == "yes" and can("watch", "pods") == "yes"
+        assert can("list", "pods") == "yes" and can("watch", "pods") == "no"
         assert can("patch", f"{PLURAL}.{GROUP}", "--subresource=status") == "yes"
         assert can("get", "secrets") == "no" and can("list", "secrets") == "no"
         assert can("delete", "pods") == "no" and can("create", "pods") == "no"

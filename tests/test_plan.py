@@ -325,7 +325,7 @@ def test_resizes_are_rate_limited_largest_change_first(fitted_model, window):
 
 
 def test_label_selector_pushes_the_phasemodel_selector_to_the_api_server():
-    from ai4dl.controller.runtime import label_selector, selector_matches
+    from ai4dl.controller.runtime import label_selector
     from ai4dl.crd import LabelSelector
 
     sel = LabelSelector.model_validate({
@@ -338,4 +338,4 @@ def test_label_selector_pushes_the_phasemodel_selector_to_the_api_server():
                                    "!debug,owner,zone notin (x)")
     assert label_selector(LabelSelector()) == "ai4dl.io/managed=true"
     ok = {"app": "train", "team": "a", "tier": "gpu", "owner": "me"}
-    assert selector_matches(sel, ok) and not selector_matches(sel, {**ok, "debug": "1"})
+    assert sel.matches(ok) and not sel.matches({**ok, "debug": "1"})

@@ -60,6 +60,23 @@ class LabelSelector(_Base):
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list,
                                                               alias="matchExpressions")
 
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Whether a pod with these labels is selected (Kubernetes' label selector rules)."""
+        for k, v in self.match_labels.items():
+            if labels.get(k) != v:
+                return False
+        for e in self.match_expressions:
+            has = e.key in labels
+            if e.operator == "In" and (not has or labels[e.key] not in e.values):
+                return False
+            if e.operator == "NotIn" and has and labels[e.key] in e.values:
+                return False
+            if e.operator == "Exists" and not has:
+                return False
+            if e.operator == "DoesNotExist" and has:
+                return False
+        return True
+
 
 class FeatureSource(_Base):
     """One model feature and the PromQL that yields it per (namespace, pod, container).

@@ -60,8 +60,13 @@ app.kubernetes.io/part-of: ai4dl
 - {{ printf "--prometheus-timeout=%v" .Values.prometheus.timeout | quote }}
 - {{ printf "--prometheus-retries=%v" .Values.prometheus.retries | quote }}
 - {{ printf "--settle-seconds=%v" .Values.operator.settleSeconds | quote }}
+- {{ printf "--metrics-bind-address=%s" .Values.metrics.bindAddress | quote }}
 - {{ printf "--metrics-port=%v" .Values.metrics.port | quote }}
-- {{ printf "--liveness=http://0.0.0.0:%v/healthz" .Values.probes.port | quote }}
+- {{ printf "--health-bind-address=%s" .Values.probes.bindAddress | quote }}
+- {{ printf "--health-port=%v" .Values.probes.port | quote }}
+- {{ printf "--max-container-cpu=%v" .Values.operator.maxContainer.cpu | quote }}
+- {{ printf "--max-container-memory=%v" .Values.operator.maxContainer.memory | quote }}
+- {{ printf "--orphan-check-seconds=%v" .Values.operator.orphanCheckSeconds | quote }}
 {{- range .Values.operator.watchNamespaces }}
 - {{ printf "--namespace=%s" . | quote }}
 {{- end }}

@@ -8,44 +8,104 @@ import logging
 import os
 import sys
 
+from ai4dl.controller.runtime import DEFAULT_MAX_VALUE
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ai4dl-operator", description="Phase-based vertical "
-                                "autoscaling of opted-in pods (kopf operator).")
-    p.add_argument("--prometheus-url", default=os.environ.get("AI4DL_PROMETHEUS_URL", ""),
+    p = argparse.ArgumentParser(
+        prog="ai4dl-operator",
+        description="Phase-based vertical autoscaling of opted-in pods (kopf operator). Pods opt "
+                    "in with the label ai4dl.io/managed=true and name their PhaseModel with the "
+                    "annotation ai4dl.io/phasemodel.")
+    g = p.add_argument_group("metrics source")
+    g.add_argument("--prometheus-url", default=os.environ.get("AI4DL_PROMETHEUS_URL", ""),
                    help="Prometheus base URL (env AI4DL_PROMETHEUS_URL); required")
-    p.add_argument("--namespace", action="append", default=[],
-                   help="watch only these namespaces (repeatable); default: cluster-wide")
-    p.add_argument("--metrics-port", type=int, default=int(os.environ.get("AI4DL_METRICS_PORT",
-                                                                          "8080")))
-    p.add_argument("--liveness", default="http://0.0.0.0:8081/healthz",
-                   help="kopf liveness endpoint (empty to disable)")
-    p.add_argument("--phasemodel-selector", action="append", default=[], metavar="LABEL=VALUE",
+    g.add_argument("--prometheus-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="timeout of one Prometheus query (default 10)")
+    g.add_argument("--prometheus-retries", type=int, default=3, metavar="N",
+                   help="attempts per query before the window is skipped as "
+                        "PrometheusUnavailable (default 3)")
+    g.add_argument("--settle-seconds", type=float, default=1.0, metavar="SECONDS",
+                   help="wait after a window boundary before querying, so the window's last "
+                        "scrape is in (default 1)")
+    g = p.add_argument_group("what is served")
+    g.add_argument("--namespace", action="append", default=[],
+                   help="serve only PhaseModels and pods in this namespace (repeatable); "
+                        "default: cluster-wide")
+    g.add_argument("--phasemodel-selector", action="append", default=[], metavar="LABEL=VALUE",
                    help="serve only PhaseModels with these labels (repeatable): shards one "
                         "cluster's PhaseModels across operator replicas (docs/scaling.md)")
-    p.add_argument("--peering", default="", help="kopf peering name for HA (default standalone)")
-    p.add_argument("--prometheus-timeout", type=float, default=10.0)
-    p.add_argument("--prometheus-retries", type=int, default=3)
-    p.add_argument("--settle-seconds", type=float, default=1.0,
-                   help="wait after a window boundary before querying (scrape lag)")
-    p.add_argument("-v", "--verbose", action="store_true")
+    g.add_argument("--peering", default="",
+                   help="kopf peering name, for a guarded second instance (default: standalone)")
+    g.add_argument("--orphan-check-seconds", type=float, default=120.0, metavar="SECONDS",
+                   help="how often to look for opted-in pods naming no PhaseModel, a missing "
+                        "one, or one whose selector they do not match (one Warning Event per "
+                        "pod; 0 turns it off; default 120)")
+    g = p.add_argument_group("bounds (no sample above them is believed, no request set above "
+                             "them; set them to your largest node's allocatable)")
+    g.add_argument("--max-container-cpu", default=_fmt(DEFAULT_MAX_VALUE["cpu"]),
+                   metavar="QUANTITY", help="largest cpu a container can use, e.g. 128 or "
+                   "96000m (default %(default)s cores)")
+    g.add_argument("--max-container-memory", default="64Ti", metavar="QUANTITY",
+                   help="largest memory a container can use, e.g. 1Ti (default %(default)s)")
+    g = p.add_argument_group("endpoints")
+    g.add_argument("--metrics-bind-address", default="127.0.0.1", metavar="ADDRESS",
+                   help="address of /metrics (default 127.0.0.1: local only; the Helm chart "
+                        "sets 0.0.0.0 so that Prometheus can scrape it)")
+    g.add_argument("--metrics-port", type=int, metavar="PORT",
+                   default=int(os.environ.get("AI4DL_METRICS_PORT", "8080")),
+                   help="port of /metrics (env AI4DL_METRICS_PORT; default 8080; 0 turns it off)")
+    g.add_argument("--health-bind-address", default="127.0.0.1", metavar="ADDRESS",
+                   help="address of kopf's liveness endpoint /healthz (default 127.0.0.1; the "
+                        "Helm chart sets 0.0.0.0 for the kubelet's probes)")
+    g.add_argument("--health-port", type=int, default=8081, metavar="PORT",
+                   help="port of /healthz (default 8081; 0 turns it off)")
+    g.add_argument("--liveness", default=None, metavar="URL",
+                   help="deprecated: kopf's liveness URL, e.g. http://0.0.0.0:8081/healthz "
+                        "(overrides --health-bind-address/--health-port; empty turns it off)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
+
+
+def _fmt(cores: float) -> str:
+    return f"{cores:g}"
+
+
+def liveness_url(args: argparse.Namespace) -> str | None:
+    if args.liveness is not None:
+        return args.liveness or None
+    if not args.health_port:
+        return None
+    host = args.health_bind_address
+    return f"http://{'[' + host + ']' if ':' in host else host}:{args.health_port}/healthz"
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.prometheus_url:
-        print("ai4dl-operator: error: --prometheus-url (or AI4DL_PROMETHEUS_URL) is required",
-              file=sys.stderr)
+
+    def fail(message: str) -> int:
+        print(f"ai4dl-operator: error: {message}", file=sys.stderr)
         return 2
+
+    if not args.prometheus_url:
+        return fail("--prometheus-url (or AI4DL_PROMETHEUS_URL) is required")
     shard = {}
     for item in args.phasemodel_selector:
         key, eq, value = item.partition("=")
         if not eq or not key:
-            print(f"ai4dl-operator: error: --phasemodel-selector {item!r}: expected LABEL=VALUE",
-                  file=sys.stderr)
-            return 2
+            return fail(f"--phasemodel-selector {item!r}: expected LABEL=VALUE")
         shard[key] = value
+    from ai4dl.controller.quantity import parse_quantity
+
+    max_value = {}
+    for r, flag, text in (("cpu", "--max-container-cpu", args.max_container_cpu),
+                          ("memory", "--max-container-memory", args.max_container_memory)):
+        try:
+            max_value[r] = parse_quantity(text)
+        except ValueError:
+            return fail(f"{flag} {text!r}: not a Kubernetes quantity")
+        if not max_value[r] > 0:
+            return fail(f"{flag} {text!r}: must be above 0")
     # Read by the handlers module when it registers the PhaseModel daemon (import below).
     os.environ["AI4DL_PHASEMODEL_SELECTOR"] = ",".join(f"{k}={v}" for k, v in shard.items())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -57,13 +117,19 @@ def main(argv=None) -> int:
     handlers.CONFIG.update(prometheus_url=args.prometheus_url,
                            prometheus_timeout=args.prometheus_timeout,
                            prometheus_retries=args.prometheus_retries,
-                           settle_seconds=args.settle_seconds)
+                           settle_seconds=args.settle_seconds, max_value=max_value,
+                           namespaces=list(args.namespace),
+                           orphan_check_seconds=args.orphan_check_seconds)
     if args.metrics_port:
-        metrics.serve(args.metrics_port)
+        try:
+            metrics.serve(args.metrics_port, args.metrics_bind_address)
+        except OSError as err:
+            return fail(f"/metrics on {args.metrics_bind_address}:{args.metrics_port}: "
+                        f"{err.strerror or err}")
     asyncio.run(kopf.operator(
         standalone=not args.peering, peering_name=args.peering or None,
         namespaces=args.namespace, clusterwide=not args.namespace,
-        liveness_endpoint=args.liveness or None))
+        liveness_endpoint=liveness_url(args)))
     return 0
 
 

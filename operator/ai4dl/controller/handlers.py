@@ -1,7 +1,11 @@
 """kopf registration: one daemon per PhaseModel (one loop per model, never one timer per pod).
 kopf does not watch pods at all: each window lists the model's opted-in pods once, filtered by
 the API server (ai4dl.controller.runtime.WindowRunner.list_pods), so the operator never reads
-or caches other pods, and kopf writes none of its last-handled annotations onto pods."""
+or caches other pods, and kopf writes none of its last-handled annotations onto pods.
+
+Besides: one sweep per operator for opted-in pods that no PhaseModel serves
+(ai4dl.controller.orphans), and, when a PhaseModel is deleted, the removal of the annotations
+the operator wrote on its pods."""
 
 from __future__ import annotations
 
@@ -19,13 +23,44 @@ log = logging.getLogger("ai4dl.operator")
 
 # Filled in by ai4dl.controller.__main__ (or tests) before kopf starts.
 CONFIG: dict = {"prometheus_url": os.environ.get("AI4DL_PROMETHEUS_URL", ""),
-                "prometheus_timeout": 10.0, "prometheus_retries": 3}
+                "prometheus_timeout": 10.0, "prometheus_retries": 3, "max_value": None,
+                "namespaces": [], "orphan_check_seconds": 0.0}
+_TASKS: list[asyncio.Task] = []
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_) -> None:
+async def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 4
+    # No watch on CustomResourceDefinitions or Namespaces: the PhaseModel CRD is installed
+    # before the operator (the chart does it) and the namespaces are given, so the operator
+    # needs no cluster-wide read of either (least privilege; a new CRD needs a restart).
+    settings.scanning.disabled = True
+    if CONFIG.get("orphan_check_seconds"):
+        _TASKS.append(asyncio.create_task(_orphan_sweeps(CONFIG["orphan_check_seconds"])))
+
+
+@kopf.on.cleanup()
+async def stop_tasks(**_) -> None:
+    for task in _TASKS:
+        task.cancel()
+    _TASKS.clear()
+
+
+async def _orphan_sweeps(interval: float) -> None:
+    from functools import partial
+
+    from ai4dl.controller.kubeio import write_event
+    from ai4dl.controller.orphans import OrphanSweep
+
+    core, custom = _clients()
+    sweep = OrphanSweep(core, custom, CONFIG.get("namespaces") or [], partial(write_event, core))
+    while True:
+        try:
+            await asyncio.to_thread(sweep.run)
+        except Exception as err:   # an unreachable API server: next time
+            log.warning("orphan sweep failed: %s: %s", type(err).__name__, str(err)[:300])
+        await asyncio.sleep(interval)
 
 
 def _clients():
@@ -63,7 +98,8 @@ def phasemodel_labels(text: str) -> dict[str, str] | None:
 async def phasemodel_windows(namespace, name, body, stopped, **_):
     """One loop per PhaseModel: at each window boundary, process all its pods at once."""
     core, custom = _clients()
-    runner = WindowRunner(core, custom, _source(), namespace, name)
+    runner = WindowRunner(core, custom, _source(), namespace, name,
+                          max_value=CONFIG.get("max_value"))
     done = None     # the boundary handled last
     while not stopped:
         window = int((body.get("spec") or {}).get("windowSeconds") or 600)
@@ -91,3 +127,16 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
                      name, report.window_start, report.pods, report.resized, report.skipped)
         except Exception:   # one bad window must not end the loop of this PhaseModel
             log.exception("PhaseModel %s/%s: window failed", namespace, name)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL,
+                labels=phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", "")))
+async def phasemodel_deleted(namespace, name, **_):
+    """Its pods keep nothing that describes a model that is gone (kopf holds the PhaseModel's
+    finalizer until this returns; the daemon skips windows once deletion began)."""
+    from ai4dl.controller.orphans import forget_phasemodel
+
+    core, _ = _clients()
+    n = await asyncio.to_thread(forget_phasemodel, core, namespace, name)
+    log.info("PhaseModel %s/%s deleted: the operator's annotations removed from %d pods",
+             namespace, name, n)

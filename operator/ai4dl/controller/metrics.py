@@ -24,11 +24,20 @@ WINDOW_SECONDS = Histogram("ai4dl_window_duration_seconds",
                            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel",
                      ["namespace", "phasemodel"], registry=REGISTRY)
+PODS_SKIPPED = Gauge("ai4dl_pods_skipped",
+                     "Pods skipped in the last window for gaps or bad samples in their metrics",
+                     ["namespace", "phasemodel", "reason"], registry=REGISTRY)
+NOTICES = Counter("ai4dl_pod_warnings_total",
+                  "Warning Events about pods' own setup (once per pod), by reason",
+                  ["namespace", "reason"], registry=REGISTRY)
+ORPHAN_PODS = Gauge("ai4dl_orphan_pods",
+                    "Opted-in pods no PhaseModel serves, at the last sweep, by reason",
+                    ["namespace", "reason"], registry=REGISTRY)
 NOVEL_SHARE = Gauge("ai4dl_novel_share", "Share of containers whose last window was novel",
                     ["namespace", "phasemodel"], registry=REGISTRY)
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
+def serve(port: int, addr: str = "127.0.0.1") -> None:
     start_http_server(port, addr=addr, registry=REGISTRY)
 
 

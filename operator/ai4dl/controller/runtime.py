@@ -20,8 +20,9 @@ from pydantic import ValidationError
 from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
-from ai4dl.controller.plan import WindowPlan, plan_window, window_samples
-from ai4dl.controller.pods import PodInfo, pod_info
+from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window, window_samples
+from ai4dl.controller.kubeio import api_message, drain, read_json, write_event
+from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
 from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
 from ai4dl.model import PhaseModel
@@ -30,7 +31,12 @@ log = logging.getLogger("ai4dl.operator")
 
 WRITERS = 8   # concurrent pod writes per window (the client's connection pool is sized to match)
 LIST_PAGE = 500   # pods per LIST page: bounds the raw JSON held at once
-SKIP_REASONS = {"gone": "pod-gone", "conflict": "conflict"}   # write outcome -> metric reason
+SKIP_REASONS = {"gone": "pod-gone", "conflict": "conflict",   # write outcome -> metric reason
+                "untaken": "resize-not-taken"}
+# Largest cpu (cores) and memory (bytes) a container can have: a sample above it is garbage,
+# and no request is set above it (--max-container-cpu / --max-container-memory; the chart's
+# ValidatingAdmissionPolicy enforces the same bound on the operator's resizes).
+DEFAULT_MAX_VALUE = {"cpu": 2048.0, "memory": float(64 * 2 ** 40)}
 
 
 def now_iso(t: float | None = None) -> str:
@@ -56,23 +62,6 @@ def label_selector(selector: LabelSelector) -> str:
     return ",".join(terms)
 
 
-def selector_matches(selector: LabelSelector, labels: dict[str, str]) -> bool:
-    for k, v in selector.match_labels.items():
-        if labels.get(k) != v:
-            return False
-    for e in selector.match_expressions:
-        has = e.key in labels
-        if e.operator == "In" and (not has or labels[e.key] not in e.values):
-            return False
-        if e.operator == "NotIn" and has and labels[e.key] in e.values:
-            return False
-        if e.operator == "Exists" and not has:
-            return False
-        if e.operator == "DoesNotExist" and has:
-            return False
-    return True
-
-
 @dataclass
 class WindowReport:
     window_start: float
@@ -85,6 +74,7 @@ class WindowReport:
     plan: WindowPlan | None = None
     novel: int = 0              # containers whose window was novel
     classified: int = 0         # containers given a phase
+    noticed: int = 0            # Warning Events about pods' own setup sent this window
 
 
 class ModelCache:
@@ -109,10 +99,16 @@ class ModelCache:
 class WindowRunner:
     """The I/O around :func:`plan_window` for one PhaseModel."""
 
-    def __init__(self, core_api, custom_api, source, namespace: str, name: str):
+    def __init__(self, core_api, custom_api, source, namespace: str, name: str,
+                 max_value: dict[str, float] | None = None):
         self.core, self.custom, self.source = core_api, custom_api, source
         self.namespace, self.name = namespace, name
+        self.max_value = dict(DEFAULT_MAX_VALUE if max_value is None else max_value)
         self.models = ModelCache()
+        # Warnings about a pod's own setup already sent, per pod: (uid, reason). Once per pod
+        # (per operator process), not every window: an Event per pod per window would bury
+        # the one that matters.
+        self._noticed: dict[tuple[str, str], set[tuple[str, str]]] = {}
         # Containers given metrics last window (memory only: after a restart the first
         # window's vanished pods keep their series until the process ends, nothing worse).
         self._in_metrics: set[tuple[str, str, str]] = set()
@@ -127,7 +123,7 @@ class WindowRunner:
         pods: list[PodInfo] = []
         token = None
         while True:
-            page = _read_json(self.core.list_namespaced_pod(
+            page = read_json(self.core.list_namespaced_pod(
                 self.namespace, label_selector=label_selector(spec.selector), limit=LIST_PAGE,
                 _continue=token, _preload_content=False))
             pods += [pod_info(item) for item in page.get("items") or []]
@@ -149,6 +145,8 @@ class WindowRunner:
                                   f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}")
         start = window_start(now, spec.window_seconds)
         report = WindowReport(start)
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            return report        # being deleted: its pods' annotations are being removed
         if spec.policy.mode == "Off":
             self._status(body, report, ready=True, reason="Off", message="mode Off: not acting")
             return report
@@ -166,14 +164,14 @@ class WindowRunner:
             except ApiException as err:
                 m.ERRORS.labels(*labels, f"api-{err.status}").inc()
                 return self._degraded(body, report, "PodListFailed",
-                                      f"listing pods: {_api_message(err)}", skip=True)
+                                      f"listing pods: {api_message(err)}", skip=True)
             except (OSError, HTTPError) as err:   # unreachable (urllib3's retries spent)
                 m.ERRORS.labels(*labels, "api-unreachable").inc()
                 return self._degraded(body, report, "PodListFailed",
                                       f"listing pods: {type(err).__name__}: {err}"[:300],
                                       skip=True)
         mine = [p for p in pods if p.running and not p.deleting and p.phasemodel == self.name
-                and selector_matches(spec.selector, p.labels)]
+                and spec.selector.matches(p.labels)]
         report.pods = len(mine)
         m.PODS_TRACKED.labels(*labels).set(len(mine))
         refs = [(p.namespace, p.name, c.name) for p in mine for c in p.containers
@@ -199,7 +197,8 @@ class WindowRunner:
                 return self._degraded(body, report, "PrometheusUnavailable", str(err), skip=True)
             samples = {tuple(ref): got[ref].values for ref in got}
         try:
-            plan = plan_window(spec, model, mine, samples, n_context, start, now_iso(now))
+            plan = plan_window(spec, model, mine, samples, n_context, start, now_iso(now),
+                               max_value=self.max_value)
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
         report.plan = plan
@@ -211,8 +210,43 @@ class WindowRunner:
                                  report.classified, spec.refit)
         self._status(body, report, ready=True, reason="WindowProcessed",
                      message=f"{report.pods} pods, {report.resized} resized",
-                     per_phase=plan.pods_per_phase(), novelty=novelty)
+                     per_phase=plan.pods_per_phase(), novelty=novelty,
+                     extra=self._plan_conditions(body, plan))
         return report
+
+    def _plan_conditions(self, body: dict, plan: WindowPlan) -> list[tuple[str, str, str, str]]:
+        """(type, status, reason, message) of what the window found wrong: pods skipped for gaps
+        or garbage in their metrics (MetricsIncomplete, with the share), and bounds that cannot
+        hold (BoundsConflict). A bound conflict is also a Warning Event on the PhaseModel when
+        it appears."""
+        out = []
+        skips, considered = plan.data_skips(), plan.considered()
+        n = sum(skips.values())
+        for r in DATA_SKIPS:
+            m.PODS_SKIPPED.labels(self.namespace, self.name, r).set(skips.get(r, 0))
+        if n:
+            detail = ", ".join(f"{r} {c}" for r, c in sorted(skips.items()))
+            out.append(("MetricsIncomplete", "True", "PodsSkipped",
+                        f"{n} of {considered} pods ({100.0 * n / max(considered, 1):.0f} %) "
+                        f"skipped this window, never resized on missing or bad samples: "
+                        f"{detail}"))
+        else:
+            out.append(("MetricsIncomplete", "False", "Complete",
+                        f"every pod's window was complete ({considered} pods)"))
+        problems = list(plan.bound_conflicts)
+        if plan.ceiling_below_usage:
+            problems.append(f"the memory ceiling is below the working set of "
+                            f"{plan.ceiling_below_usage} pods: their requests come down to it "
+                            f"at most maxDecrease per window")
+        if problems:
+            reason = "FloorAboveCeiling" if plan.bound_conflicts else "CeilingBelowUsage"
+            out.append(("BoundsConflict", "True", reason, "; ".join(problems)))
+            prev = _condition(body, "BoundsConflict")
+            if prev.get("status") != "True" or prev.get("message") != out[-1][3]:
+                self._event_on_phasemodel(body, "Warning", reason, out[-1][3])
+        else:
+            out.append(("BoundsConflict", "False", "BoundsHold", ""))
+        return out
 
     # ------------------------------------------------------------------ writes
     def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport) -> None:
@@ -242,6 +276,17 @@ class WindowRunner:
             if key[:2] not in present:
                 m.forget_pod(*key, self.name, plan.resources)
                 self._in_metrics.discard(key)
+        for key in list(self._noticed):
+            if key not in present:
+                del self._noticed[key]
+        for p in plan.pods:
+            seen = self._noticed.setdefault(p.pod.key, set())
+            for reason, msg in p.notices:
+                if (p.pod.uid, reason) not in seen:
+                    seen.add((p.pod.uid, reason))
+                    p.events.append(("Warning", reason, msg))
+                    report.noticed += 1
+                    m.NOTICES.labels(self.namespace, reason).inc()
         self._in_metrics |= {(*p.pod.key, c.name) for p in plan.pods for c in p.containers
                              if c.phase is not None}
         work = [p for p in plan.pods if p.resize is not None or p.annotations or p.events]
@@ -254,6 +299,8 @@ class WindowRunner:
                     m.RESIZES.labels(*labels).inc()
                 elif outcome in SKIP_REASONS:
                     m.SKIPPED_WINDOWS.labels(*labels, SKIP_REASONS[outcome]).inc()
+                    report.skipped[SKIP_REASONS[outcome]] = \
+                        report.skipped.get(SKIP_REASONS[outcome], 0) + 1
                 elif outcome:
                     report.error = f"{p.pod.namespace}/{p.pod.name}: {outcome}"
 
@@ -264,22 +311,38 @@ class WindowRunner:
         from urllib3.exceptions import HTTPError
 
         try:
-            if p.resize is not None and not self._resize(p):
+            taken = self._resize(p) if p.resize is not None else True
+            if taken is False:
                 log.info("%s/%s: resized by someone else since this window's read; planned "
                          "again next window", p.pod.namespace, p.pod.name)
                 return "conflict"
+            if isinstance(taken, dict):
+                # The API server stored other values than we sent (it capped or changed them):
+                # remember this resize, so it is not sent again until the target moves.
+                sent = {c["name"]: c["resources"] for c in p.resize["spec"]["containers"]}
+                state = json.loads(p.annotations.get(A_STATE) or "{}")
+                state["untaken"] = {"containers": sent}
+                p.annotations[A_STATE] = json.dumps(state, separators=(",", ":"),
+                                                    sort_keys=True)
+                p.events = [("Warning", "ResizeNotApplied",
+                             f"the API server stored {json.dumps(taken, sort_keys=True)} for "
+                             f"the resize {json.dumps(sent, sort_keys=True)}; not sent again "
+                             f"until the target changes")] + [e for e in p.events
+                                                              if e[1] != "Resized"]
             if p.annotations:
-                _drain(self.core.patch_namespaced_pod(
+                drain(self.core.patch_namespaced_pod(
                     p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}},
                     _preload_content=False))
             for etype, ereason, msg in p.events:
                 self._event(p.pod, etype, ereason, msg)
+            if isinstance(taken, dict):
+                return "untaken"
             return "resized" if p.resize is not None else ""
         except ApiException as err:
             if err.status == 404:       # the pod vanished mid-window: nothing to do
                 return "gone"
             m.ERRORS.labels(self.namespace, self.name, f"api-{err.status}").inc()
-            msg = _api_message(err)
+            msg = api_message(err)
             log.warning("%s/%s: write failed: %s", p.pod.namespace, p.pod.name, msg)
             self._event(p.pod, "Warning", "ResizeFailed", msg)
             return msg
@@ -287,26 +350,29 @@ class WindowRunner:
             m.ERRORS.labels(self.namespace, self.name, "api-unreachable").inc()
             return f"API server unreachable: {type(err).__name__}"
 
-    def _resize(self, p, attempts: int = 3) -> bool:
+    def _resize(self, p, attempts: int = 3) -> bool | dict:
         """PATCH pods/resize with the resourceVersion of the pod we planned from, so a resize
         made by someone else in between is never overwritten with a target computed from stale
         requests. On a conflict the pod is read again: if only other fields changed (labels,
         annotations, status) the same resize is sent with the new version; if its resources
-        changed, False (nothing written; the next window plans from what is there)."""
+        changed, False (nothing written; the next window plans from what is there).
+
+        True when the answer shows what was sent; else what the API server stored instead
+        ({container: {part: {resource: quantity}}}): the resize did not take as sent."""
         from kubernetes.client.exceptions import ApiException
 
         version, planned_from = p.pod.resource_version, p.pod.containers
         for _ in range(attempts):
             body = dict(p.resize, metadata={"resourceVersion": version}) if version else p.resize
             try:
-                _drain(self.core.patch_namespaced_pod_resize(
+                stored = read_json(self.core.patch_namespaced_pod_resize(
                     p.pod.name, p.pod.namespace, body, _preload_content=False))
-                return True
+                return _stored_differs(p.resize, stored) or True
             except ApiException as err:
                 if err.status != 409 or not version:
                     raise
             m.ERRORS.labels(self.namespace, self.name, "api-409").inc()
-            fresh = pod_info(_read_json(self.core.read_namespaced_pod(
+            fresh = pod_info(read_json(self.core.read_namespaced_pod(
                 p.pod.name, p.pod.namespace, _preload_content=False)))
             if fresh.containers != planned_from:
                 return False
@@ -314,22 +380,17 @@ class WindowRunner:
         return False
 
     def _event(self, pod: PodInfo, etype: str, reason: str, message: str) -> None:
-        from kubernetes.client.exceptions import ApiException
+        self._event_for({"kind": "Pod", "namespace": pod.namespace, "name": pod.name,
+                         "uid": pod.uid, "apiVersion": "v1"}, etype, reason, message)
 
-        ts = now_iso()
-        body = {
-            "metadata": {"generateName": f"{pod.name}.ai4dl.", "namespace": pod.namespace},
-            "involvedObject": {"kind": "Pod", "namespace": pod.namespace, "name": pod.name,
-                               "uid": pod.uid, "apiVersion": "v1"},
-            "type": etype, "reason": reason, "message": message[:1000],
-            "source": {"component": "ai4dl-operator"}, "firstTimestamp": ts,
-            "lastTimestamp": ts, "count": 1, "reportingComponent": "ai4dl-operator",
-        }
-        try:
-            _drain(self.core.create_namespaced_event(pod.namespace, body, _preload_content=False))
-        except ApiException as err:     # an Event is best effort, never a reason to stop
-            log.info("event for %s/%s not recorded: %s", pod.namespace, pod.name,
-                     _api_message(err))
+    def _event_for(self, involved: dict, etype: str, reason: str, message: str) -> None:
+        write_event(self.core, involved, etype, reason, message)
+
+    def _event_on_phasemodel(self, body: dict, etype: str, reason: str, message: str) -> None:
+        meta = body.get("metadata") or {}
+        self._event_for({"kind": "PhaseModel", "namespace": self.namespace, "name": self.name,
+                         "uid": meta.get("uid", ""), "apiVersion": f"{GROUP}/{VERSION}"},
+                        etype, reason, message)
 
     def _degraded(self, body: dict, report: WindowReport, reason: str, message: str,
                   skip: bool = False) -> WindowReport:
@@ -343,7 +404,8 @@ class WindowRunner:
 
     def _status(self, body: dict, report: WindowReport, ready: bool, reason: str, message: str,
                 per_phase: dict[str, int] | None = None,
-                novelty: NoveltyVerdict | None = None) -> None:
+                novelty: NoveltyVerdict | None = None,
+                extra: list[tuple[str, str, str, str]] = ()) -> None:
         from kubernetes.client.exceptions import ApiException
 
         old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -355,9 +417,18 @@ class WindowRunner:
             return {"type": ctype, "status": status, "reason": r, "message": msg[:1000],
                     "lastTransitionTime": now if changed else prev.get("lastTransitionTime", now)}
 
-        conditions = [cond("Ready", "True" if ready else "False", reason, message),
-                      cond("Degraded", "False" if ready else "True", reason,
-                           "" if ready else message)]
+        # Degraded: the window could not be processed, or it was but skipped pods for bad
+        # metrics or works against bounds that cannot hold (the window's own conditions say
+        # which); Ready stays True in the second case.
+        trouble = next((x for x in extra if x[1] == "True"), None)
+        if not ready:
+            degraded = cond("Degraded", "True", reason, message)
+        elif trouble is not None:
+            degraded = cond("Degraded", "True", trouble[0], trouble[3])
+        else:
+            degraded = cond("Degraded", "False", reason, "")
+        conditions = [cond("Ready", "True" if ready else "False", reason, message), degraded]
+        conditions += [cond(*x) for x in extra]
         if novelty is not None:
             conditions.append(cond(NOVELTY_CONDITION, "True" if novelty.recommended else "False",
                                    novelty.reason, novelty.message))
@@ -382,28 +453,32 @@ class WindowRunner:
         except ApiException as err:
             if err.status != 404:
                 log.warning("status of %s/%s not written: %s", self.namespace, self.name,
-                            _api_message(err))
+                            api_message(err))
 
 
-def _drain(response) -> None:
-    """Read a raw answer and hand its connection back to the pool. The answer (the whole pod)
-    is not needed, and building client objects from it cost ~15 % of the operator's CPU per
-    write; but an answer left unread keeps its connection out of the pool, so every later
-    write opens a new TLS connection (a window measured twice as slow)."""
-    response.read()
-    response.release_conn()
+def _condition(body: dict, ctype: str) -> dict:
+    return next((c for c in (body.get("status") or {}).get("conditions") or []
+                 if c.get("type") == ctype), {})
 
 
-def _read_json(response):
-    """A raw answer as JSON, its connection handed back to the pool."""
-    try:
-        return json.loads(response.data)
-    finally:
-        response.release_conn()
+def _stored_differs(resize: dict, stored: dict) -> dict | None:
+    """What the API server stored for the containers and values a resize sent, where that is
+    not what was sent (compared as quantities: it may respell "1024Mi" as "1Gi")."""
+    from ai4dl.controller.quantity import parse_quantity
 
-
-def _api_message(err) -> str:
-    try:
-        return json.loads(err.body).get("message") or f"HTTP {err.status}"
-    except (TypeError, ValueError, AttributeError):
-        return f"HTTP {err.status}: {err.reason}"
+    by_name = {c.get("name"): (c.get("resources") or {})
+               for c in (stored.get("spec") or {}).get("containers") or []}
+    out: dict = {}
+    for c in resize["spec"]["containers"]:
+        have = by_name.get(c["name"], {})
+        for part, values in c["resources"].items():
+            for r, q in values.items():
+                got = (have.get(part) or {}).get(r)
+                try:
+                    same = got is not None and abs(parse_quantity(got) - parse_quantity(q)) <= \
+                        1e-9 * max(parse_quantity(q), 1.0)
+                except ValueError:
+                    same = False
+                if not same:
+                    out.setdefault(c["name"], {}).setdefault(part, {})[r] = got
+    return out or None

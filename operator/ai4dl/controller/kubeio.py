@@ -1,0 +1,56 @@
+"""Raw answers of the Kubernetes client: read them without building client objects (which cost
+~15 % of the operator's CPU per write) and always hand the connection back to the pool."""
+
+from __future__ import annotations
+
+import json
+
+
+def drain(response) -> None:
+    """Read a raw answer and hand its connection back to the pool. The answer (the whole pod)
+    is not needed, and building client objects from it cost ~15 % of the operator's CPU per
+    write; but an answer left unread keeps its connection out of the pool, so every later
+    write opens a new TLS connection (a window measured twice as slow)."""
+    response.read()
+    response.release_conn()
+
+
+def read_json(response):
+    """A raw answer as JSON, its connection handed back to the pool."""
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
+
+
+def api_message(err) -> str:
+    try:
+        return json.loads(err.body).get("message") or f"HTTP {err.status}"
+    except (TypeError, ValueError, AttributeError):
+        return f"HTTP {err.status}: {err.reason}"
+
+
+def write_event(core_api, involved: dict, etype: str, reason: str, message: str) -> None:
+    """An Event about ``involved`` (kind, namespace, name, uid, apiVersion); best effort: a
+    failure is logged, never a reason to stop."""
+    import datetime as dt
+    import logging
+
+    from kubernetes.client.exceptions import ApiException
+
+    ts = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {
+        "metadata": {"generateName": f"{involved['name'][:200]}.ai4dl.",
+                     "namespace": involved["namespace"]},
+        "involvedObject": involved,
+        "type": etype, "reason": reason, "message": message[:1000],
+        "source": {"component": "ai4dl-operator"}, "firstTimestamp": ts,
+        "lastTimestamp": ts, "count": 1, "reportingComponent": "ai4dl-operator",
+    }
+    try:
+        drain(core_api.create_namespaced_event(involved["namespace"], body,
+                                               _preload_content=False))
+    except ApiException as err:
+        logging.getLogger("ai4dl.operator").info(
+            "event for %s/%s not recorded: %s", involved["namespace"], involved["name"],
+            api_message(err))
