@@ -80,9 +80,44 @@ def operator_kubeconfig(kube_cluster, tmp_path_factory):
         except utils.FailToCreateError as err:
             if not all(e.status == 409 for e in err.api_exceptions):
                 raise
-    return kube_cluster.service_account_kubeconfig(
+    path = kube_cluster.service_account_kubeconfig(
         "ai4dl-system", "ai4dl-operator", tmp_path_factory.mktemp("operator") / "kubeconfig",
         create=False)
+    wait_admission_policy(kube_cluster, path)
+    return path
+
+
+def wait_admission_policy(kube_cluster, kubeconfig: Path, namespace: str = "ai4dl-system",
+                          timeout: float = 30) -> None:
+    """Until the chart's ValidatingAdmissionPolicy is in force for the ServiceAccount of
+    ``kubeconfig`` (the API server loads a new policy within a second or so): a dry-run label
+    patch of a pod without the opt-in label must be denied by it."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    probe = "ai4dl-admission-probe"
+    try:
+        kube_cluster.core.create_namespaced_pod(namespace, {
+            "metadata": {"name": probe},
+            "spec": {"nodeName": "ai4dl-no-node", "containers": [
+                {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    core = client.CoreV1Api(api)
+
+    def denied():
+        try:
+            core.patch_namespaced_pod(probe, namespace, {"metadata": {"labels": {"probe": "1"}}},
+                                      dry_run="All")
+        except ApiException as err:
+            return err.status == 422 and "ValidatingAdmissionPolicy" in (err.body or "")
+        return False
+    try:
+        wait_for(denied, timeout, interval=0.2, what="the admission policy in force")
+    finally:
+        api.close()
 
 
 def stop_process(proc: subprocess.Popen | None, sig=signal.SIGTERM, timeout: float = 15) -> None:
