@@ -211,7 +211,8 @@ def test_all_features_render(helm, helm_env):
     trole = next(d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-trainer"))
     assert trole["rules"] == [
         {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "patch"]},
-        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]}]
+        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
 
 
 def test_deploy_manifests_are_rendered_from_the_chart(helm, tmp_path):

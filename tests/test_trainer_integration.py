@@ -3,7 +3,9 @@ real kube-apiserver; the last step of the CronJob scenario is the operator using
 
 History: the AI4DL sample trace ``sample-vr.csv`` (a real DL training container, cpu cores and
 memory bytes) cut into pods of the Prometheus namespace ``hist``, written as cAdvisor series
-ending ten minutes ago; one pod restarts (a new container id), one has a long gap.
+ending ten minutes ago; one pod restarts (a new container id), one has a long gap. Their labels
+are in kube-state-metrics' ``kube_pod_labels``: six pods the PhaseModel serves (opted in, app
+train) and two it must not learn from (another PhaseModel's pod, and a pod not opted in).
 """
 
 from __future__ import annotations
@@ -63,10 +65,17 @@ def history(real_trace, trace_exporter, prometheus_binary, tmp_path_factory):
     runs[("hist", "train-g", "main")] = [Execution("g", np.r_[a.times, b.times],
                                                    np.vstack([a.values, b.values]),
                                                    a.features, a.units, step=STEP)]
+    served = {OPT_IN_LABEL: "true", "app": "train"}
+    labels = {("hist", pod): served for _, pod, _ in runs}
+    # not this PhaseModel's: another model's pod and a pod that never opted in
+    runs[("hist", "infer-0", "main")] = [_at(pieces[0], end - 6 * 3600)]
+    runs[("hist", "plain-0", "main")] = [_at(pieces[1], end - 6 * 3600)]
+    labels[("hist", "infer-0")] = {OPT_IN_LABEL: "true", "app": "infer"}
+    labels[("hist", "plain-0")] = {"app": "train"}
     exporter = trace_exporter({}, speed=1.0, loop=True)
     srv = history_server(targets=[exporter.url], workdir=tmp_path_factory.mktemp("prom-hist"),
                          scrape_interval="1s", binary=prometheus_binary)
-    backfill(runs, srv.storage_path, promtool_next_to(prometheus_binary))
+    backfill(runs, srv.storage_path, promtool_next_to(prometheus_binary), pod_labels=labels)
     srv.start()
     yield srv.url, exporter
     srv.stop()
@@ -147,10 +156,14 @@ def test_cronjob_refit_is_applied_and_used_by_the_operator(
         assert logs[-1]["event"] == "applied", logs[-1]
         history_log = next(x for x in logs if x["event"] == "history")
         assert history_log["containers"] == 6 and history_log["executions"] == 8
+        members = next(x for x in logs if x["event"] == "membership")
+        assert (members["found"], members["kept"], members["notServed"]) == (8, 6, 2)
+        assert members["source"] == "kube-state-metrics" and "dropped 2" in members["message"]
 
         pm = read_pm(kube_cluster, ns, "pm")
         training = pm["status"]["training"]
         assert training["decision"] == "applied"
+        assert "(6 of 8 containers served)" in training["source"]
         assert training["candidateScore"] <= training["currentScore"] * (1 + training["tolerance"])
         assert training["executions"] >= 3 and training["heldOutExecutions"] >= 1
         for key in ("samples", "fitSeconds", "reconstructionError", "noveltyRate", "phases",
@@ -261,6 +274,13 @@ def test_bad_input_exit_codes_and_one_line_errors(kube_cluster, k8s_namespace, h
                      "--phasemodel", f"{ns}/pm", "--kubeconfig", str(kube_cluster.kubeconfig),
                      "--log-format", "json"]) == 2
     assert "too few executions to fit" in error_line(capsys)["message"]
+
+    # only pods the PhaseModel does not serve
+    assert cli_main(["train", "--prometheus", url, "--selector", 'namespace="hist",pod="infer-0"',
+                     "--phasemodel", f"{ns}/pm", "--kubeconfig", str(kube_cluster.kubeconfig),
+                     "--log-format", "json"]) == 2
+    assert "none of the 1 containers found is served by the PhaseModel" in \
+        error_line(capsys)["message"]
 
     assert train(kube_cluster, url, "--phasemodel", f"{ns}/pm", "--selector", "pod=~(") == 2
     assert "rejected the query" in error_line(capsys)["message"]

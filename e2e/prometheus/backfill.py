@@ -7,7 +7,11 @@ its own absolute timestamps) becomes the series cAdvisor would have written for 
 * ``container_cpu_usage_seconds_total``: CPU seconds, integrated from 0 at the run's start
   (a restart starts a new series at 0, so ``rate()`` gives back the trace's cores);
 * ``container_memory_working_set_bytes``;
-* ``container_start_time_seconds``: the run's start.
+* ``container_start_time_seconds``: the run's start;
+
+and, for the pods given ``pod_labels``, kube-state-metrics' ``kube_pod_labels`` (value 1 with a
+``label_<key>`` label per pod label, over the pod's runs), which the trainer reads to keep only
+the pods a PhaseModel serves.
 
 The samples are written as OpenMetrics text, one file per aligned 2-hour window (promtool
 re-reads its whole input once per block, so one file per block keeps it to one pass), and
@@ -35,7 +39,8 @@ BLOCK_SECONDS = 7200
 CPU = "container_cpu_usage_seconds_total"
 MEMORY = "container_memory_working_set_bytes"
 START = "container_start_time_seconds"
-FAMILIES = (CPU, MEMORY, START)
+KSM_LABELS = "kube_pod_labels"
+FAMILIES = (CPU, MEMORY, START, KSM_LABELS)
 
 
 def promtool_next_to(prometheus: Path | str) -> Path:
@@ -45,8 +50,19 @@ def promtool_next_to(prometheus: Path | str) -> Path:
     return p
 
 
-def _series(runs: Mapping[tuple[str, str, str], Sequence[Execution]]):
+def _series(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
+            pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None):
     """(family, labels, times, values) of every series, one run at a time."""
+    from ai4dl.sources.membership import ksm_label
+
+    for (ns, pod), labels in (pod_labels or {}).items():
+        t = np.unique(np.concatenate([np.asarray(ex.times, np.float64)
+                                      for (n, p, _), execs in runs.items() if (n, p) == (ns, pod)
+                                      for ex in execs] or [np.empty(0)]))
+        if len(t):
+            text = ",".join(f'{ksm_label(k)}="{v}"' for k, v in sorted(labels.items()))
+            yield (KSM_LABELS, f'namespace="{ns}",pod="{pod}"' + (f",{text}" if text else ""),
+                   t, np.ones(len(t)))
     for (ns, pod, ctr), execs in runs.items():
         for k, ex in enumerate(execs):
             labels = (f'namespace="{ns}",pod="{pod}",container="{ctr}",'
@@ -62,11 +78,13 @@ def _series(runs: Mapping[tuple[str, str, str], Sequence[Execution]]):
 
 
 def write_openmetrics(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
-                      folder: Path) -> list[Path]:
+                      folder: Path,
+                      pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None
+                      ) -> list[Path]:
     """OpenMetrics files, one per aligned 2-hour window that has samples."""
     folder.mkdir(parents=True, exist_ok=True)
     chunks: dict[int, dict[str, list[str]]] = {}
-    for family, labels, t, v in _series(runs):
+    for family, labels, t, v in _series(runs, pod_labels):
         block = (t // BLOCK_SECONDS).astype(np.int64)
         for b in np.unique(block):
             sel = block == b
@@ -89,13 +107,15 @@ def write_openmetrics(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
 
 
 def backfill(runs: Mapping[tuple[str, str, str], Sequence[Execution]], storage: Path | str,
-             promtool: Path | str, workers: int = 2) -> int:
-    """Write the runs' series as TSDB blocks into ``storage``; returns the samples written."""
+             promtool: Path | str, workers: int = 2,
+             pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None) -> int:
+    """Write the runs' series as TSDB blocks into ``storage``; returns the samples written.
+    ``pod_labels[(namespace, pod)]``: that pod's labels as kube-state-metrics exports them."""
     storage = Path(storage)
     storage.mkdir(parents=True, exist_ok=True)
     n = sum(3 * len(ex) for execs in runs.values() for ex in execs)
     with tempfile.TemporaryDirectory(prefix="ai4dl-backfill-") as tmp:
-        files = write_openmetrics(runs, Path(tmp))
+        files = write_openmetrics(runs, Path(tmp), pod_labels)
 
         def run(path: Path) -> None:
             r = subprocess.run([str(promtool), "tsdb", "create-blocks-from", "openmetrics",

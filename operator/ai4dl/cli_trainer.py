@@ -15,6 +15,7 @@ import sys
 import time
 from typing import NamedTuple
 
+from ai4dl.crd import OPT_IN_LABEL
 from ai4dl.errors import Ai4dlError
 
 EXIT_INPUT, EXIT_UNAVAILABLE, EXIT_REJECTED = 2, 3, 4
@@ -147,7 +148,8 @@ def _check_flags(args: argparse.Namespace) -> None:
                          f"{args.max_samples}")
 
 
-def _pull(args, spec, since_s: float, now: float, log: RunLog):
+def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
+    from ai4dl.sources import membership as mb
     from ai4dl.sources.prometheus import FeatureQuery, PrometheusSource
     from ai4dl.sources.prometheus_history import PrometheusHistory, normalise_selector
     from ai4dl.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS
@@ -173,14 +175,41 @@ def _pull(args, spec, since_s: float, now: float, log: RunLog):
                 bar.total = total
                 bar.update(1)
 
+        def served(refs, start, end):
+            """Only the pods this PhaseModel serves: opted in and matching spec.selector."""
+            namespaces = sorted({r.namespace for r in refs})
+            verdict = mb.from_kube_state_metrics(src, spec.selector, namespaces, start, end)
+            if verdict is None:
+                if core_api is None:
+                    raise Ai4dlError("cannot tell which pods the PhaseModel serves: no "
+                                     "kube-state-metrics pod labels and no API server")
+                verdict = mb.from_api_server(core_api, spec.selector, namespaces)
+            kept, no, unknown = verdict.split(refs)
+            return kept, no, unknown, verdict.source
+
         try:
             result = hist.executions(now - since_s, now, on_query=on_query,
-                                     max_samples=args.max_samples or None)
+                                     max_samples=args.max_samples or None, select=served)
         finally:
             if bar is not None:
                 bar.close()
     for w in dict.fromkeys(result.warnings):
         log.warning("prometheus-warning", w)
+    members = None
+    if result.not_served or result.unknown or result.membership:
+        members = (f"kept {result.pods} of {result.found} containers: the pods PhaseModel "
+                   f"{args.phasemodel} serves ({OPT_IN_LABEL}=true and its spec.selector, "
+                   f"from {result.membership})")
+        if result.not_served or result.unknown:
+            members += f"; dropped {result.not_served + result.unknown}"
+            parts = ([f"{result.not_served} not opted in or not selected"]
+                     if result.not_served else [])
+            parts += ([f"{result.unknown} not opted in, not selected or gone"]
+                      if result.unknown else [])
+            members += f" ({', '.join(parts)})"
+        log.info("membership", members, found=result.found, kept=result.pods,
+                 notServed=result.not_served, unknown=result.unknown,
+                 source=result.membership)
     log.info("history", f"read {result.pods} containers ({result.series} series) from "
              f"{args.prometheus} in {result.queries} queries, {result.seconds:.1f} s: "
              f"{len(result.executions)} executions, {result.samples:,} samples",
@@ -199,11 +228,16 @@ def _pull(args, spec, since_s: float, now: float, log: RunLog):
         cap = None
     if not result.executions:
         found = (f"{result.pods} containers matched but none has {hist.min_samples} samples "
-                 "of every feature" if result.pods else "no series matched")
+                 "of every feature" if result.pods else
+                 f"none of the {result.found} containers found is served by the PhaseModel "
+                 f"({OPT_IN_LABEL}=true and its spec.selector)" if result.found else
+                 "no series matched")
         raise Ai4dlError(f"no data for selector {{{selector}}} in the last {args.since} at "
                          f"{args.prometheus}: {found}")
-    return (result.executions,
-            _source(f"prometheus {args.prometheus} {{{selector}}} last {args.since}", cap))
+    base = f"prometheus {args.prometheus} {{{selector}}} last {args.since}"
+    if members and (result.not_served or result.unknown):
+        base += f" ({result.pods} of {result.found} containers served)"
+    return result.executions, _source(base, cap)
 
 
 class Cap(NamedTuple):
@@ -290,7 +324,7 @@ def train_phasemodel(args: argparse.Namespace) -> int:
         if not due:
             return 0
 
-    executions, source = (_pull(args, spec, since_s, now, log) if args.prometheus
+    executions, source = (_pull(args, spec, since_s, now, log, kube.core) if args.prometheus
                           else _traces(args, spec, log))
     try:
         train, held = T.split_recent(executions, args.holdout)

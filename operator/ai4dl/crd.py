@@ -60,6 +60,18 @@ class LabelSelector(_Base):
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list,
                                                               alias="matchExpressions")
 
+    def server_side(self, opt_in_label: str | None = None) -> str:
+        """As a Kubernetes label selector string for a LIST (the opt-in label first when
+        given), so that the API server filters."""
+        terms = [f"{opt_in_label}=true"] if opt_in_label else []
+        terms += [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
+        for e in self.match_expressions:
+            if e.operator in ("In", "NotIn"):
+                terms.append(f"{e.key} {e.operator.lower()} ({','.join(e.values)})")
+            else:
+                terms.append(e.key if e.operator == "Exists" else f"!{e.key}")
+        return ",".join(terms)
+
     def matches(self, labels: dict[str, str]) -> bool:
         """Whether a pod with these labels is selected (Kubernetes' label selector rules)."""
         for k, v in self.match_labels.items():

@@ -50,7 +50,7 @@ async def stop_tasks(**_) -> None:
 async def _orphan_sweeps(interval: float) -> None:
     from functools import partial
 
-    from ai4dl.controller.kubeio import write_event
+    from ai4dl.kube.raw import write_event
     from ai4dl.controller.orphans import OrphanSweep
 
     core, custom = _clients()

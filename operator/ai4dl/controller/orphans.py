@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from ai4dl.controller.kubeio import drain, read_json
+from ai4dl.kube.raw import drain, read_json
 from ai4dl.controller.pods import OWNED_ANNOTATIONS, PodInfo, pod_info
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector
 

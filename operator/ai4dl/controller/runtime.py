@@ -21,7 +21,7 @@ from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
 from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window, window_samples
-from ai4dl.controller.kubeio import api_message, drain, read_json, write_event
+from ai4dl.kube.raw import api_message, drain, read_json, write_event
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
 from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
@@ -52,14 +52,7 @@ def window_start(now: float, window_seconds: int) -> float:
 
 def label_selector(selector: LabelSelector) -> str:
     """The opt-in label and a PhaseModel's selector as one server-side label selector."""
-    terms = [f"{OPT_IN_LABEL}=true"]
-    terms += [f"{k}={v}" for k, v in sorted(selector.match_labels.items())]
-    for e in selector.match_expressions:
-        if e.operator in ("In", "NotIn"):
-            terms.append(f"{e.key} {e.operator.lower()} ({','.join(e.values)})")
-        else:
-            terms.append(e.key if e.operator == "Exists" else f"!{e.key}")
-    return ",".join(terms)
+    return selector.server_side(OPT_IN_LABEL)
 
 
 @dataclass

@@ -78,6 +78,7 @@ class PhaseModels:
         from kubernetes import client
 
         self.api = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)     # the trainer's pod lists (which pods are served)
         self.host = api.configuration.host
 
     def _call(self, what: str, fn, *args, **kw):

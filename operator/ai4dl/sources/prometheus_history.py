@@ -199,6 +199,11 @@ class HistoryResult:
     dropped_executions: int = 0           # pulled, but all older than the newest max_samples
     dropped_samples: int = 0              # samples pulled but not kept
     trimmed: bool = False                 # executions were cut at the cap's time
+    # containers found but not pulled (``select``): not served by the PhaseModel, or unknown
+    not_served: int = 0
+    unknown: int = 0
+    membership: str = ""                  # where the verdict came from
+    found: int = 0                        # containers the series lookup found
 
     @property
     def samples(self) -> int:
@@ -321,9 +326,15 @@ class PrometheusHistory:
 
     def executions(self, start: float, end: float,
                    on_query: Callable[[int, int], None] | None = None,
-                   max_samples: int | None = None) -> HistoryResult:
+                   max_samples: int | None = None,
+                   select: Callable[[list[PodRef], float, float],
+                                    tuple[list[PodRef], int, int, str]] | None = None
+                   ) -> HistoryResult:
         """Pull [start, end] and cut it into executions. ``on_query(done, total)`` after each
         range query (progress).
+
+        ``select(containers, start, end)`` -> (kept, not served, unknown, how decided): only
+        the kept containers are pulled (:mod:`ai4dl.sources.membership`).
 
         ``max_samples``: keep at most this many samples, the newest (:func:`keep_newest`).
         The time chunks are pulled newest first and the pull stops once the chunks pulled hold
@@ -337,7 +348,15 @@ class PrometheusHistory:
         start = float(np.ceil(start / self.step) * self.step)
         end = float(np.floor(end / self.step) * self.step)
         counts = self.discover(start, end)
-        result = HistoryResult([], len(counts), sum(counts.values()), 0, 0, 0.0)
+        found = len(counts)
+        not_served = unknown = 0
+        how = ""
+        if select is not None and counts:
+            kept, not_served, unknown, how = select(list(counts), start, end)
+            counts = {r: counts[r] for r in kept}
+        result = HistoryResult([], len(counts), sum(counts.values()), 0, 0, 0.0,
+                               not_served=not_served, unknown=unknown, membership=how,
+                               found=found)
         if not counts:
             result.seconds = time.perf_counter() - t0
             return result
