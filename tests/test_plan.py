@@ -339,3 +339,38 @@ def test_label_selector_pushes_the_phasemodel_selector_to_the_api_server():
     assert label_selector(LabelSelector()) == "ai4dl.io/managed=true"
     ok = {"app": "train", "team": "a", "tier": "gpu", "owner": "me"}
     assert sel.matches(ok) and not sel.matches({**ok, "debug": "1"})
+
+
+def test_what_the_api_server_stored_is_compared_as_quantities():
+    from ai4dl.controller.runtime import _stored_differs
+
+    sent = {"spec": {"containers": [{"name": "main", "resources": {
+        "requests": {"cpu": "1500m", "memory": "1024Mi"}}}]}}
+    same = {"spec": {"containers": [{"name": "main", "resources": {
+        "requests": {"cpu": "1.5", "memory": "1Gi"}}}, {"name": "side", "resources": {}}]}}
+    assert _stored_differs(sent, same) is None          # respelled, not changed
+    capped = {"spec": {"containers": [{"name": "main", "resources": {
+        "requests": {"cpu": "1500m", "memory": "9223372036854775807"}}}]}}
+    assert _stored_differs(sent, capped) == {
+        "main": {"requests": {"memory": "9223372036854775807"}}}
+    assert _stored_differs(sent, {"spec": {"containers": []}}) == {
+        "main": {"requests": {"cpu": None, "memory": None}}}
+
+
+def test_orphans_are_told_apart():
+    from ai4dl.controller.orphans import find_orphans
+    from ai4dl.crd import LabelSelector
+
+    def p(name, model, labels):
+        info = pod(name)
+        info.phasemodel, info.labels = model, labels
+        return info
+
+    sel = LabelSelector.model_validate({"matchLabels": {"app": "train"}})
+    pods = [p("ok", "pm", {"app": "train"}), p("none", "", {"app": "train"}),
+            p("ghost", "gone", {"app": "train"}), p("other", "pm", {"app": "infer"}),
+            p("unreadable", "broken", {})]
+    got = {o.pod.name: o.reason for o in find_orphans(pods, {("ns", "pm"): sel,
+                                                              ("ns", "broken"): None})}
+    assert got == {"none": "NoPhaseModel", "ghost": "PhaseModelNotFound",
+                   "other": "SelectorMismatch"}

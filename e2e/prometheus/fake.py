@@ -1,0 +1,111 @@
+"""A small fake Prometheus on 127.0.0.1 that answers range queries with garbage on purpose.
+
+The real Prometheus cannot be made to answer a negative working set or 1e30 bytes; a broken
+exporter behind it can. This server speaks just enough of the HTTP API for the operator's
+window query (``POST /api/v1/query_range``): for every pod it was given, one series per feature
+named in the query (the operator's ``label_replace(..., "ai4dl_feature", "<name>", ...)``),
+with values chosen per pod:
+
+    good      plausible usage (cpu 1.5 cores, memory 2 GiB, a little noise)
+    negative  both features negative
+    huge      memory 1e30 bytes
+    inf       memory +Inf
+    nan       every value NaN
+    empty     no series at all
+    partial   every other point missing
+    broken    series without the ``container`` label
+
+``answer = "not-json"`` makes every answer a 200 with a body that is not JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+FEATURE_RE = re.compile(r'"ai4dl_feature",\s*"([^"]+)"')
+GOOD = {"cpu": 1.5, "memory": 2.0 * 2 ** 30}
+MODES = ("good", "negative", "huge", "inf", "nan", "empty", "partial", "broken")
+
+
+def _value(mode: str, feature: str, t: float) -> str | None:
+    base = GOOD.get(feature, 1.0) * (1.0 + 0.02 * np.sin(t / 7.0))
+    if mode == "negative":
+        return f"{-base:.6g}"
+    if mode == "huge" and feature == "memory":
+        return "1e30"
+    if mode == "inf" and feature == "memory":
+        return "+Inf"
+    if mode == "nan":
+        return "NaN"
+    if mode == "partial" and int(t) % 2:
+        return None
+    return f"{base:.6g}"
+
+
+class FakePrometheus:
+    """``pods``: {(namespace, pod, container): mode}; change it (or ``answer``) any time."""
+
+    def __init__(self):
+        self.pods: dict[tuple[str, str, str], str] = {}
+        self.answer = "matrix"
+        self.queries = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):   # quiet
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                body = fake._answer(self.path, form)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        name="fake-prometheus")
+
+    def start(self) -> "FakePrometheus":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _answer(self, path: str, form: dict) -> bytes:
+        self.queries += 1
+        if self.answer == "not-json":
+            return b"<html>this is not Prometheus</html>"
+        if not path.startswith("/api/v1/query_range"):
+            return json.dumps({"status": "success", "data": []}).encode()
+        query = (form.get("query") or [""])[0]
+        start, end = float(form["start"][0]), float(form["end"][0])
+        step = float(form["step"][0])
+        times = np.arange(start, end + step / 2, step)
+        result = []
+        for (ns, pod, ctr), mode in sorted(self.pods.items()):
+            if mode == "empty":
+                continue
+            for feature in FEATURE_RE.findall(query):
+                metric = {"namespace": ns, "pod": pod, "ai4dl_feature": feature}
+                if mode != "broken":
+                    metric["container"] = ctr
+                values = [[round(float(t), 3), v] for t in times
+                          if (v := _value(mode, feature, float(t))) is not None]
+                result.append({"metric": metric, "values": values})
+        return json.dumps({"status": "success",
+                           "data": {"resultType": "matrix", "result": result}}).encode()
