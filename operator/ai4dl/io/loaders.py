@@ -248,7 +248,7 @@ def _screen(columns: Sequence[tuple[str, np.ndarray, bool]], on_bad: str, source
     if on_bad == "error":
         kind = ("NaN (or empty)" if np.isnan(value) else "infinite" if np.isinf(value)
                 else "negative")
-        raise TraceError(f"{kind} value {value!r} (on_bad='drop' skips such rows)",
+        raise TraceError(f"{kind} value {value!r} (--on-bad drop skips such rows)",
                          path=path, row=row, column=name)
     where = f"row {row}" if path == source else f"{path}:{row}"
     warnings.append(f"{source}: dropped {int(bad.sum())} rows with NaN/Inf/negative values "
