@@ -113,3 +113,23 @@ def test_bad_input_gives_one_line_and_exit_2(fitted_model, tmp_path, setup, args
     assert len(lines) == 1 and lines[0].startswith("ai4dl: error: "), proc.stderr
     assert expect in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_every_flag_has_help_text():
+    import argparse
+
+    from ai4dl.cli import build_parser
+    from ai4dl.controller.__main__ import build_parser as operator_parser
+
+    missing = []
+
+    def walk(parser, prefix):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    walk(sub, f"{prefix} {name}")
+            elif a.option_strings and not a.help:
+                missing.append(f"{prefix} {a.option_strings[-1]}")
+    walk(build_parser(), "ai4dl")
+    walk(operator_parser(), "ai4dl-operator")
+    assert not missing, missing

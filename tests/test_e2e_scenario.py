@@ -126,13 +126,15 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
                                 "resources": {"cpu": {"floor": "100m"},
                                               "memory": {"floor": "64Mi"}}}}})
 
-        # 2. history: real workloads, not opted in (the operator leaves them alone)
+        # 2. history: real workloads of the PhaseModel (opted in: the trainer learns only from
+        #    the pods the PhaseModel serves; they end Succeeded before the operator starts)
         t_hist = time.time()
         for name, program in HISTORY:
             runner.create_pod(name, workload_command(program, duration=45, epochs=2, workers=1,
                                                      extra=("--duty", "0.35")),
                               namespace=ns, requests=ORIGINAL,
-                              labels={"app": "dl", OPT_IN_LABEL: "false"})
+                              labels={"app": "dl", OPT_IN_LABEL: "true"},
+                              annotations={MODEL_ANNOTATION: "workloads"})
         wait_for(lambda: all(runner.process(n, namespace=ns).returncode is not None
                              for n, _ in HISTORY), 150, "the history runs to finish", interval=1)
         assert all(runner.process(n, namespace=ns).returncode == 0 for n, _ in HISTORY), \

@@ -259,8 +259,12 @@ def operator_factory(operator_kubeconfig, stack, tmp_path, request):
     made: list[Operator] = []
 
     def make(prometheus_url: str | None = None) -> Operator:
+        # No orphan sweep: other tests' pods (their PhaseModels deleted) would get Warning
+        # Events, and this module counts the API server's writes (tests/test_faults_bad_input.py
+        # covers the sweep).
         op = Operator(operator_kubeconfig, prometheus_url or prom.url,
-                      tmp_path / f"operator{len(made)}.log").start()
+                      tmp_path / f"operator{len(made)}.log",
+                      extra_args=("--orphan-check-seconds", "0")).start()
         made.append(op)
         return op
 
@@ -274,9 +278,6 @@ def operator_factory(operator_kubeconfig, stack, tmp_path, request):
 @pytest.fixture()
 def phasemodel(kube_cluster, model_doc):
     """``phasemodel(ns, **policy)``: an InPlace PhaseModel "pm", deleted after the test."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
     made = []
 
     def make(ns, mode="InPlace", **policy):
@@ -284,12 +285,27 @@ def phasemodel(kube_cluster, model_doc):
         return make_phasemodel(kube_cluster, ns, "pm", model_doc, mode=mode, **policy)
 
     yield make
-    custom = client.CustomObjectsApi(kube_cluster.api_client)
     for ns in made:
-        try:
-            custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pm")
-        except ApiException:
-            pass
+        delete_phasemodel(kube_cluster, ns)
+
+
+def delete_phasemodel(kube_cluster, ns: str, timeout: float = 20) -> None:
+    """Delete ``ns/pm`` and wait until it is gone: the running operator removes its
+    annotations from the pods and releases its finalizer (else the next test's operator would
+    do that clean-up among the writes it counts)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    custom = client.CustomObjectsApi(kube_cluster.api_client)
+    try:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pm")
+    except ApiException:
+        return
+    try:
+        wait_for(lambda: not custom.list_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL)["items"], timeout, what=f"PhaseModel {ns}/pm deleted")
+    except AssertionError:
+        pass
 
 
 def _fail_with_log(op: Operator):
@@ -516,12 +532,8 @@ def apiserver_run(kube_cluster, fault_pods, stack, operator_kubeconfig, model_do
             r["pm"], r["ready_error"] = read_pm(kube_cluster, ns, "pm"), str(err)
         r["log"] = op.log.read_text()
     finally:
+        delete_phasemodel(kube_cluster, ns)     # while the operator runs: it cleans up now
         op.stop()
-        try:
-            client.CustomObjectsApi(kube_cluster.api_client).delete_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, "pm")
-        except ApiException:
-            pass
     return r
 
 
@@ -701,13 +713,9 @@ def writer_run(kube_cluster, fault_pods, stack, operator_kubeconfig, model_doc,
         thread.join(15)
         time.sleep(0.5)
         watch.stop()
+        delete_phasemodel(kube_cluster, ns)     # while the operator runs: it cleans up now
         op.stop()
         proxy.close()
-        try:
-            client.CustomObjectsApi(kube_cluster.api_client).delete_namespaced_custom_object(
-                GROUP, VERSION, ns, PLURAL, "pm")
-        except ApiException:
-            pass
     c1 = apiserver_counts(kube_cluster)
     pods = {p.metadata.name: p for p in core.list_namespaced_pod(ns).items}
     api.close()

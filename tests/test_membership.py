@@ -42,10 +42,11 @@ def test_membership_from_kube_state_metrics():
         {"namespace": "ml", "pod": "e", **on, "label_app": "other"},          # relabelled later:
         {"namespace": "ml", "pod": "e", **on, "label_app": "train"},          # served once
     ])
-    got = mb.from_kube_state_metrics(src, SEL, ["ml"], 0, 1)
+    got = mb.from_kube_state_metrics(src, SEL, ["ml", "ml-b.x"], 0, 1)
     assert got.served == {("ml", "a"): True, ("ml", "b"): False, ("ml", "c"): False,
                           ("ml", "d"): False, ("ml", "e"): True}
-    assert src.asked == [['kube_pod_labels{namespace=~"ml"}']]
+    # RE2-escaped for PromQL (a "-" is not escaped: PromQL refuses "\\-")
+    assert src.asked == [['kube_pod_labels{namespace=~"ml|ml-b\\\\.x"}']]
     refs = [PodRef("ml", p, "main") for p in "abcdez"]
     kept, no, unknown = got.split(refs)
     assert [r.pod for r in kept] == ["a", "e"] and (no, unknown) == (3, 1)

@@ -517,11 +517,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="model.json", help="model file (default model.json)")
     p.add_argument("--phases", default="auto", help="number of phases, or 'auto' (default)")
     p.add_argument("--k-range", default="2-10", help="candidate k for auto (default 2-10)")
-    p.add_argument("--k-rule", default="silhouette", choices=("silhouette", "elbow"))
+    p.add_argument("--k-rule", default="silhouette", choices=("silhouette", "elbow"),
+                   help="how --phases auto picks k: best silhouette, or the WCSS elbow "
+                        "(default silhouette)")
     p.add_argument("--hidden", type=int, default=10, help="CRBM hidden units (default 10)")
     p.add_argument("--history", type=int, default=3, help="CRBM history frames (default 3)")
     p.add_argument("--epochs", type=int, default=60, help="maximum CRBM epochs (default 60)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of the CRBM, k-means and the validation split (default 0)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="CRBM training device (default auto: cuda when torch sees one)")
     from ai4dl.cli_trainer import add_trainer_args
@@ -531,10 +534,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rollback", help="put a PhaseModel's previous model back (swaps "
                        "spec.model and spec.previousModel)")
-    p.add_argument("--phasemodel", required=True, metavar="NAMESPACE/NAME")
+    p.add_argument("--phasemodel", required=True, metavar="NAMESPACE/NAME",
+                   help="the PhaseModel whose spec.model and spec.previousModel are swapped")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster when "
                    "KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config)")
-    p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto")
+    p.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
+                   help="text lines, JSON lines (a Job's logs), or auto: JSON when not a "
+                        "terminal (default auto)")
     p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser("detect", help="phase per sample for traces, as CSV or JSON")
@@ -555,21 +561,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="plots", help="output folder (default plots)")
     p.add_argument("--execution", action="append", help="execution to plot; repeatable "
                    "(default: the longest ones)")
-    p.add_argument("--max-executions", type=int, default=3)
+    p.add_argument("--max-executions", type=int, default=3,
+                   help="executions drawn per figure (default 3)")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("demo", help="train, detect, describe and plot on embedded synthetic data")
     p.add_argument("-o", "--output", default="ai4dl-demo", help="output folder (default "
                    "ai4dl-demo)")
-    p.add_argument("--executions", type=int, default=40)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--executions", type=int, default=40,
+                   help="synthetic DL jobs to generate (default 40)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("synthetic", help="write synthetic DL training jobs (the demo's data) as "
                        "a long CSV")
-    p.add_argument("-o", "--output", default="synthetic.csv")
-    p.add_argument("--executions", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--output", default="synthetic.csv",
+                   help="long CSV to write (default synthetic.csv)")
+    p.add_argument("--executions", type=int, default=200,
+                   help="synthetic DL jobs to generate (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--gpu", action="store_true", help="also gpu_util and gpu_memory")
     p.set_defaults(func=cmd_synthetic)
 

@@ -59,7 +59,8 @@ def add_trainer_args(p: argparse.ArgumentParser) -> None:
                    "KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config)")
     g.add_argument("--prometheus-timeout", type=float, default=60.0, help="seconds per query "
                    "(default 60)")
-    g.add_argument("--prometheus-retries", type=int, default=3)
+    g.add_argument("--prometheus-retries", type=int, default=3,
+                   help="retries per query before giving up with exit code 3 (default 3)")
     g.add_argument("--prometheus-concurrency", type=int, default=2, metavar="N",
                    help="range queries in flight during the history pull (default 2)")
     g.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
