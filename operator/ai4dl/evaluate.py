@@ -121,7 +121,11 @@ def replay(data: ReplayInput, policy: Policy, window: int,
 # ----------------------------------------------------------------------------- scoring
 @dataclass
 class ResourceScore:
-    """One policy, one resource, aggregated over the scored samples."""
+    """One policy, one resource, aggregated over the scored samples.
+
+    The raw fields are at the policy's own allocation; the ``*_at`` maps are at the margin that
+    makes it reach each target fulfilment (matched fulfilment, ../shared/docs/evaluation.md),
+    so they compare across policies."""
     allocation: float            # resource-time (unit-hours, GiB-hours for bytes)
     usage: float
     vs_oracle: float             # allocation ÷ oracle allocation
@@ -131,10 +135,16 @@ class ResourceScore:
     under_samples: int
     worst_shortfall: float       # max(usage - allocation), in the resource's unit
     worst_shortfall_rel: float   # max((usage - allocation) / allocation)
-    oom_windows: int             # windows whose max usage exceeds the allocation
+    oom_windows: int             # raw allocation: windows whose max usage exceeds it
     resizes: int                 # windows whose allocation differs from the previous one
+    scored_windows: int = 0      # windows scored (the cold-start window excluded by default)
     margin_at: dict = field(default_factory=dict)      # target -> margin reaching it
     vs_oracle_at: dict = field(default_factory=dict)   # target -> allocation ÷ oracle there
+    # at the matched margin of each target:
+    short_windows_at: dict = field(default_factory=dict)       # windows with any shortfall
+    short_window_share_at: dict = field(default_factory=dict)  # ... ÷ scored windows
+    worst_shortfall_at: dict = field(default_factory=dict)     # max(usage - alloc), unit
+    worst_shortfall_rel_at: dict = field(default_factory=dict)  # max((usage - alloc) / usage)
 
 
 def _per_sample(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
@@ -190,11 +200,16 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
                                                    window)[m] for i, m in zip(wins, M)]) \
             if wins else usage
     oracle = allocs.get("oracle")
-    window_max = {i: np.maximum.reduceat(data.usage[i], np.arange(0, len(data.usage[i]), window),
-                                         axis=0) for i in wins}
+    first = 0 if include_cold_start else 1
+    # per scored window: its max usage (for windows with a shortfall) and which policy row
+    wmax = [np.maximum.reduceat(data.usage[i], np.arange(0, len(data.usage[i]), window),
+                                axis=0)[first:] for i in wins]
+    window_max = np.concatenate(wmax) if wmax else np.empty((0, len(scales)))
     out: dict[str, list[ResourceScore]] = {}
     for name, A in allocs.items():
         rows = []
+        W = [replays[name].allocations[i][first: first + len(w)] for i, w in zip(wins, wmax)]
+        win_alloc = np.concatenate(W) if W else window_max
         for j, scale in enumerate(scales):
             a, u = A[:, j], usage[:, j]
             alloc_t = float(a.sum() * hours / scale)
@@ -202,31 +217,61 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
             short = u - a
             with np.errstate(divide="ignore", invalid="ignore"):
                 rel = np.where(a > 0, short / a, np.where(short > 0, np.inf, 0.0))
-            oom = resizes = 0
-            first = 0 if include_cold_start else 1
+            resizes = 0
             for i in wins:
-                rw = replays[name].allocations[i][:, j]
-                oom += int(np.count_nonzero(window_max[i][first:, j] > rw[first:]))
                 # the change from the cold start's request at window 1 is a resize too
-                resizes += int(np.count_nonzero(np.diff(rw) != 0))
+                resizes += int(np.count_nonzero(np.diff(replays[name].allocations[i][:, j])
+                                                 != 0))
+            peak_sum = float(static_peak[:, j].sum()) if len(a) else 0.0
             s = ResourceScore(
                 allocation=alloc_t, usage=float(u.sum() * hours / scale),
                 vs_oracle=alloc_t / oracle_t if oracle_t else np.nan,
-                vs_static_peak=float(a.sum() / static_peak[:, j].sum()) if len(a) else np.nan,
+                # an execution idle at 0 all its life has a static peak of 0: no ratio then
+                vs_static_peak=float(a.sum() / peak_sum) if peak_sum > 0 else np.nan,
                 fulfilment=float(np.mean(u <= a)) if len(a) else np.nan,
                 fulfilment_10=float(np.mean(u <= 1.1 * a)) if len(a) else np.nan,
                 under_samples=int(np.count_nonzero(u > a)),
                 worst_shortfall=float(max(short.max(), 0.0)) / scale if len(a) else 0.0,
                 worst_shortfall_rel=float(max(rel.max(), 0.0)) if len(a) else 0.0,
-                oom_windows=oom, resizes=resizes)
+                oom_windows=int(np.count_nonzero(window_max[:, j] > win_alloc[:, j])),
+                resizes=resizes, scored_windows=len(window_max))
             for t in targets:
                 mm = matched_margin(u, a, t)
                 s.margin_at[t] = mm
                 s.vs_oracle_at[t] = (alloc_t * (1 + mm) / oracle_t
                                      if oracle_t and np.isfinite(mm) else np.inf)
+                if np.isfinite(mm):
+                    at = a * (1.0 + mm)
+                    n_short = int(np.count_nonzero(window_max[:, j] > win_alloc[:, j] * (1 + mm)))
+                    gap = u - at
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
+                    s.short_windows_at[t] = n_short
+                    s.short_window_share_at[t] = (n_short / len(window_max) if len(window_max)
+                                                  else np.nan)
+                    s.worst_shortfall_at[t] = (float(max(gap.max(), 0.0)) / scale if len(gap)
+                                               else 0.0)
+                    s.worst_shortfall_rel_at[t] = float(max(rel_u.max(), 0.0)) if len(gap) else 0.0
+                else:
+                    s.short_windows_at[t] = s.short_window_share_at[t] = np.nan
+                    s.worst_shortfall_at[t] = s.worst_shortfall_rel_at[t] = np.nan
             rows.append(s)
         out[name] = rows
     return out
+
+
+def wins_over(scores: dict[str, list[ResourceScore]], name: str, j: int, target: float,
+              baseline: str = "adaptive-max") -> bool | None:
+    """The rule of ../shared/docs/evaluation.md: ``name`` wins on resource ``j`` at ``target``
+    when it is cheaper than ``baseline`` (allocation ÷ oracle at the matched margin) and has no
+    more windows with a shortfall there. None when either was not scored or cannot reach it."""
+    if name not in scores or baseline not in scores:
+        return None
+    a, b = scores[name][j], scores[baseline][j]
+    va, vb = a.vs_oracle_at.get(target, np.nan), b.vs_oracle_at.get(target, np.nan)
+    if not (np.isfinite(va) and np.isfinite(vb)):
+        return None
+    return bool(va < vb and a.short_windows_at[target] <= b.short_windows_at[target])
 
 
 # ----------------------------------------------------------------------------- the whole run
