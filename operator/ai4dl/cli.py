@@ -380,8 +380,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ai4dl.evaluate import EvaluationConfig, run_evaluation
     from ai4dl.policy.safety import SafetyConfig
 
+    from ai4dl.evaluate import PHASE_POLICIES
+
     kw, model_params = _evaluation_flags(args)
-    phase_policies = [p for p in kw["policies"] if p in ("phase", "phase-proactive")]
+    phase_policies = [p for p in kw["policies"] if p in PHASE_POLICIES]
     model = None
     if args.model:
         from ai4dl.io.modelfile import load_model

@@ -444,6 +444,9 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
     # the reference: adaptive-max at its own matched multiplier on these windows
     m_ref = _matched_multiplier(rho_all[:, 0], target)
     ref_short = int(np.count_nonzero(wrho_all[:, 0] > m_ref))
+    # the table must beat that count by its counting noise (one standard error, √count), or
+    # a tie on the training windows is a coin toss on new ones
+    goal_short = ref_short - math.sqrt(ref_short)
     ref_cost = m_ref * float((seg_len * levels[:, 0]).sum())
 
     s_of_sample = sid[win_of]
@@ -566,23 +569,43 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
         return c, alloc, short
 
     base = max(ref_cost / max(n_w, 1), 1e-300)          # a typical window's allocation
-    grid = [0.0] + list(base * np.geomspace(1e-3, 1e6, 28))
-    best = None
     seen: dict = {}
-    for mu in grid:
+    best = None
+
+    def consider(mu: float):
+        nonlocal best
         lam = lam_for(mu)
         j, _ = solve(lam, mu)
         key_j = j.tobytes()
         if key_j not in seen:                      # many prices give the same table
             seen[key_j] = at_matched(j)
         c, alloc, short = seen[key_j]
-        cheaper, fewer = alloc < ref_cost, short <= ref_short
+        cheaper, fewer = alloc < ref_cost, short <= goal_short
         # first the tables that win both ways (cheapest first), then those that are at least
         # cheaper (fewest windows short first), then the rest (cheapest first)
         key = ((0, alloc) if cheaper and fewer else (1, short, alloc) if cheaper
                else (2, alloc))
         if best is None or key < best[0]:
             best = (key, j, c, alloc, short, mu, lam)
+        return fewer
+
+    # windows short fall as the window price rises: bracket the least price meeting the
+    # reference on a coarse grid, then bisect there (the cheapest such table sits at it)
+    grid = [0.0] + list(base * np.geomspace(1e-3, 1e6, 28))
+    fails, meets = None, None
+    for mu in grid:
+        if consider(mu):
+            meets = mu
+            break
+        fails = mu
+    if meets is not None and fails is not None:
+        lo, hi = max(fails, base * 1e-6), meets
+        for _ in range(24):
+            mid = math.sqrt(lo * hi)
+            if consider(mid):
+                hi = mid
+            else:
+                lo = mid
     _, j, c, alloc, short, mu, lam = best
     est_out[present] = j // _RANKS
     mult_out[present] = mul[rows, j]
