@@ -193,11 +193,25 @@ def cmd_describe(args: argparse.Namespace) -> int:
     from ai4dl.report import describe
 
     doc = read_document(args.model)
+    model = PhaseModel.from_document(doc)
     if args.json:
         print(doc.model_dump_json(by_alias=True, exclude_none=True,
                                   exclude={"crbm", "centroids", "scaler"}, indent=2))
     else:
-        print(describe(PhaseModel.from_document(doc)), end="")
+        print(describe(model), end="")
+    if args.heatmap:
+        tables = getattr(model, "policy_tables_", None)
+        if not tables:
+            raise Ai4dlError(f"{args.model} holds no fitted policy table (schema "
+                             f"{doc.schema_version}): nothing to draw for --heatmap")
+        import matplotlib.pyplot as plt
+
+        from ai4dl.plots import headroom_figure
+
+        fig = headroom_figure(tables)
+        fig.savefig(args.heatmap, dpi=110)
+        plt.close(fig)
+        _say(args, f"wrote {args.heatmap}")
     return 0
 
 
@@ -549,6 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("describe", help="phase table, prototypes, transition matrix, fit report")
     p.add_argument("model")
     p.add_argument("--json", action="store_true", help="the document's statistics as JSON")
+    p.add_argument("--heatmap", metavar="PNG", help="also draw the learned head-room per "
+                   "state (the model's fitted policy tables) into this PNG")
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("plot", help="traces with phase bands, distributions, phase graph (PNG)")

@@ -614,3 +614,59 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
                    "window_price": mu, "sample_price": lam,
                    "coverage": float(cov[rows, j].sum() / N) if N else float("nan")})
     return est_out, mult_out, report
+
+
+# ----------------------------------------------------------------------------- document
+def to_table(policy: HeadroomPolicy):
+    """The fitted policy as the model document's :class:`~ai4dl.document.HeadroomTable`
+    (finite numbers only: the padding edges of tied quantiles and the bins past them, which no
+    value can reach, are left out)."""
+    from ai4dl.document import HeadroomResourceTable, HeadroomTable, to_list
+
+    policy._check_fitted()
+    res = []
+    for r, name in enumerate(policy.resources_):
+        edges = policy.edges_[r]
+        keep = int(np.count_nonzero(np.isfinite(edges)))
+        bins = keep + 1
+        res.append(HeadroomResourceTable(
+            resource=name, burstEdges=to_list(edges[:keep]),
+            estimators=[[ESTIMATORS[int(e)] for e in row[:bins]]
+                        for row in policy.estimator_[r]],
+            multipliers=to_list(policy.multiplier_[r][:, :bins]),
+            windows=policy.support_[r][:, :bins].astype(int).tolist(),
+            pooled=[[POOL_LEVELS[int(p)] for p in row[:bins]] for row in policy.pooled_[r]],
+            coldStart=float(policy.cold_start_[r])))
+    fit = [{k: float(v) for k, v in rep.items() if np.isfinite(v)}
+           for rep in policy.fit_report_] if policy.fit_report_ else None
+    return HeadroomTable(name=policy.name, usesPhase=policy.use_phase, target=policy.target,
+                         windowSamples=policy.window_, resources=res, fit=fit)
+
+
+def from_table(table) -> HeadroomPolicy:
+    """A fitted :class:`HeadroomPolicy` from a validated document table."""
+    pol = HeadroomPolicy(target=table.target, use_phase=table.uses_phase, name=table.name)
+    bins = max(len(r.burst_edges) + 1 for r in table.resources)
+    rows = len(table.resources[0].multipliers)
+    R = len(table.resources)
+    pol.window_ = table.window_samples
+    pol.n_phases_ = rows
+    pol.resources_ = tuple(r.resource for r in table.resources)
+    pol.bins_ = bins
+    # resources with fewer distinct edges get unreachable padding bins (edges at +inf)
+    pol.edges_ = np.full((R, bins - 1), np.inf)
+    pol.estimator_ = np.zeros((R, rows, bins), np.int64)
+    pol.multiplier_ = np.ones((R, rows, bins))
+    pol.support_ = np.zeros((R, rows, bins), np.int64)
+    pol.pooled_ = np.full((R, rows, bins), 2, np.int64)
+    pol.cold_start_ = np.empty(R)
+    for j, r in enumerate(table.resources):
+        b = len(r.burst_edges) + 1
+        pol.edges_[j, : b - 1] = r.burst_edges
+        pol.estimator_[j, :, :b] = [[ESTIMATORS.index(e) for e in row] for row in r.estimators]
+        pol.multiplier_[j, :, :b] = r.multipliers
+        pol.support_[j, :, :b] = r.windows
+        pol.pooled_[j, :, :b] = [[POOL_LEVELS.index(p) for p in row] for row in r.pooled]
+        pol.cold_start_[j] = r.cold_start
+    pol.fit_report_ = [dict(d) for d in table.fit] if table.fit else [{} for _ in range(R)]
+    return pol
