@@ -538,3 +538,77 @@ def test_proactive_rows_are_phase_levels(sc):
         for r in range(levels.shape[1]):
             assert wl[w, r] in capped[:, r]
             assert capped[:, r].min() - 1e-9 <= ex[w, r] <= capped[:, r].max() + 1e-9
+
+
+# ----------------------------------------------------------------------------- no allocation without evidence
+def _headroom_for(R):
+    """A head-room table fitted on random spiky executions (its multipliers are evidence
+    from training windows)."""
+    from ai4dl.policy.headroom import HeadroomPolicy
+
+    rng = np.random.default_rng(5)
+    usages = [rng.gamma(2.0, 1.0, (200, R)) * rng.uniform(0.1, 10.0, R) for _ in range(30)]
+    phases = [np.repeat(rng.integers(0, 5, 20), 10)[:200] for _ in usages]
+    return HeadroomPolicy(target=0.95, min_windows=20).fit(usages, phases, 5, 5)
+
+
+HEADROOM = {R: _headroom_for(R) for R in (1, 2)}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_no_policy_allocates_far_above_what_the_execution_has_shown(sc):
+    """Row w >= 1 of every policy is at most a bound × the execution's own maximum before w.
+
+    The bound, and why it is the right one: every level these policies compute from the
+    execution's own samples is a max, a sample, a median, or a mean + k·σ of some of them,
+    and for non-negative values mean + k·σ <= (1 + √(1 + k²)) / 2 × their max
+    (policies.stat_bound: 1.618 for k = 2; equality for a two-point distribution). So
+    adaptive-max may reach 1 ×, adaptive-stat and the phase policies stat_bound(k) × (1 +
+    margin) — model scope included, whose pooled levels are capped at that (they belong to
+    other jobs' scale: no evidence about this one). The head-room table adds its fitted
+    multiplier on top: that head-room is evidence, learned from training windows. The cold
+    start (row 0: nothing shown yet) and the oracle (it reads the future) are outside the
+    property, and so is static (the user's own request)."""
+    from ai4dl.policy.policies import stat_bound
+
+    usage, phases, window, initial, levels, T, dwell, m = sc
+    R = usage.shape[1]
+    policies = [(p, 1.0) for p in (AdaptiveMax(),)]
+    for p in all_policies(levels, T, dwell):
+        if isinstance(p, (Static, AdaptiveMax)):
+            continue
+        k = getattr(p, "k", 2.0)
+        policies.append((p, stat_bound(k) * (1.0 + getattr(p, "margin", 0.0))))
+    # the levels far above the usage: model scope may not pass them on
+    policies.append((PhasePolicy(levels * 1e6, 0.0, "max"), stat_bound(2.0)))
+    policies.append((PhaseProactive(levels * 1e6, T, dwell), stat_bound(2.0)))
+    h = HEADROOM[R]
+    policies.append((h, stat_bound(2.0) * h.max_multiplier()))
+    ph = np.minimum(phases, 4)                  # the table knows 5 phases
+    for pol, bound in policies:
+        win = 5 if isinstance(pol, type(h)) else window
+        rows = pol.allocate(usage, ph if pol.needs_phases else None, win, initial, 15.0)
+        for w in range(1, len(rows)):
+            shown = usage[: w * win].max(0)
+            assert np.all(rows[w] <= bound * shown * (1 + 1e-9) + 1e-12), (pol.name, w)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 30))
+def test_vpa_allocates_no_more_than_its_own_evidence_allows(seed, window):
+    """VPA without a workload history: the target is the end of the 5 % histogram bucket of
+    a P90 of what the pod has shown (or of an OOM bump of it: max(M + 100 MiB, 1.2 M)) plus
+    15 %, or the pod minimums (25 millicores, 250 MiB)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+    cpu = rng.gamma(2.0, 1.0, n) * rng.uniform(0.001, 8.0)
+    mem = rng.gamma(2.0, 1.0, n) * rng.uniform(1e6, 8 * GiB)
+    u = np.c_[cpu, mem]
+    rows = VpaPolicy().allocate(u, None, window, np.array([1.0, GiB]), 15.0)
+    for w in range(1, len(rows)):
+        M = u[: w * window].max(0)
+        cpu_bound = max(1.15 * (1.05 * (M[0] + 0.001) + 0.01), 0.025)
+        mem_bound = max(1.15 * (1.05 * max(M[1] + 100 * 2 ** 20, 1.2 * M[1]) + 1e7 + 2),
+                        250 * 2 ** 20)
+        assert rows[w, 0] <= cpu_bound * (1 + 1e-9) and rows[w, 1] <= mem_bound * (1 + 1e-9)

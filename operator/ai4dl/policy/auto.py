@@ -131,6 +131,23 @@ def build_candidate(name: str, train, window: int, model=None, target: float = D
     raise ValueError(f"unknown candidate policy {name!r} (known: {', '.join(CANDIDATES)})")
 
 
+def pick_winner(scores: dict, candidates: Sequence[str], j: int, target: float,
+                baseline: str = BASELINE) -> str:
+    """The rule: of the candidates that win against ``baseline`` on resource ``j`` at
+    ``target`` (cheaper at the matched margin, no more windows short), the cheapest; the
+    baseline when none does (ties go to the earlier candidate)."""
+    from ai4dl.evaluate import wins_over
+
+    best, best_cost = baseline, None
+    for name in candidates:
+        if name == baseline or not wins_over(scores, name, j, target, baseline):
+            continue
+        cost = scores[name][j].vs_oracle_at[target]
+        if best_cost is None or cost < best_cost:
+            best, best_cost = name, cost
+    return best
+
+
 def recent_split(starts: Sequence[float], holdout: float) -> tuple[list[int], list[int]]:
     """Indices of the older executions and of the most recent ``holdout`` share (by start
     time; at least one on each side when there are two or more)."""
@@ -198,16 +215,13 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
 
         for j, (res, t) in enumerate(zip(resources, targets)):
             sc = by_target[t]
-            best, best_cost = BASELINE, None
             for name in candidates:
                 r = sc[name][j]
                 win = name != BASELINE and bool(wins_over(sc, name, j, t, BASELINE))
                 scores.append(CandidateScore(name, res, t, float(r.vs_oracle_at[t]),
                                              float(r.short_windows_at[t]),
                                              float(r.short_window_share_at[t]), win))
-                if win and (best_cost is None or r.vs_oracle_at[t] < best_cost):
-                    best, best_cost = name, r.vs_oracle_at[t]
-            winners.append(best)
+            winners.append(pick_winner(sc, candidates, j, t))
         reason = "; ".join(
             f"{res}: {w}" + ("" if w != BASELINE else " (no candidate was cheaper with no "
                              "more windows short)") for res, w in zip(resources, winners))
