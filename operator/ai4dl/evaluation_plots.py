@@ -165,9 +165,11 @@ def sweep_figure(result: EvaluationResult, sweep: Sequence[dict]):
                      fontsize=10)
         ax.grid(alpha=0.25, lw=0.5)
         ax.tick_params(labelsize=8)
+    def swept_what(f: str) -> str:
+        return "fit target" if any("target" in p for p in sweep if p["policy"] == f) else "k"
+
     handles = [Line2D([], [], color=policy_colour(f), marker="o", lw=0.8,
-                      label=f"{f} ({'fit target' if any('target' in p for p in sweep if p['policy'] == f) else 'k'} swept)")
-               for f in families]
+                      label=f"{f} ({swept_what(f)} swept)") for f in families]
     handles += [Line2D([], [], color="0.4", marker=marker[m], lw=0, label=f"margin {m:g}")
                 for m in margins]
     handles += [Line2D([], [], color=policy_colour(n), marker="*", markersize=11, lw=0,

@@ -149,8 +149,6 @@ class HeadroomPolicy:
     the amount of training data when left as None.
     """
 
-    needs_phases_default = True
-
     def __init__(self, *, target: float = 0.97, use_phase: bool = True,
                  max_bins: int = 4, min_windows: int | None = None,
                  floor: float | None = None, name: str | None = None):
@@ -179,7 +177,9 @@ class HeadroomPolicy:
 
     def resolved_floor(self) -> float:
         """Coverage floor per state: the target's miss rate at most doubled."""
-        return float(self.floor) if self.floor is not None else max(0.0, 1.0 - 2.0 * (1.0 - self.target))
+        if self.floor is not None:
+            return float(self.floor)
+        return max(0.0, 1.0 - 2.0 * (1.0 - self.target))
 
     def resolved_min_windows(self) -> int:
         """Training windows a state needs: about ten beyond its target quantile."""
@@ -245,7 +245,6 @@ class HeadroomPolicy:
             seg_len.append(np.minimum(window, len(u) - window * np.arange(1, n_rows + 1)))
         self.cold_start_ = (np.quantile(np.stack(first_peaks), self.target, axis=0,
                                         method="higher") if first_peaks else np.zeros(R))
-        E = len(ESTIMATORS)
         if not L:
             # nothing to learn from (every execution fits in its cold-start window): the last
             # window's max, as adaptive-max, everywhere

@@ -153,7 +153,7 @@ def own_overall_levels(usage: np.ndarray, window: int, k: float) -> np.ndarray:
 
 
 def own_cap(usage: np.ndarray, window: int, k: float) -> np.ndarray:
-    """(rows, R): the most a mean + k·σ of this execution's own samples before each window
+    """(rows, R): the most a mean + k·σ of the execution's own samples before each window
     w >= 1 could be, stat_bound(k) × their running maximum. The cap on model-scope levels:
     a pooled level belongs to other jobs' scale, and without evidence from the execution
     itself no forecast may exceed what its own samples could justify."""
