@@ -123,6 +123,18 @@ def headroom_bench(model, args) -> tuple:
                      f"({n} samples)", f"{us:.0f} µs", ""))
     us = serving_us(fits["burst-headroom"][0], u[:240], None, args.window)
     rows.append(("serve one pod, burst-headroom, 1 h history", f"{us:.0f} µs", ""))
+    pods = min(2000, len(data.usage) * 2)
+    hists = [data.usage[i % len(data.usage)][:240] for i in range(pods)]
+    labels = [data.phases[i % len(data.usage)][:240] for i in range(pods)]
+    runs = []
+    with threadpool_limits(1):
+        for _ in range(5):
+            t = time.perf_counter()
+            h.next_allocations(hists, labels, args.window)
+            runs.append(time.perf_counter() - t)
+    batch = statistics.median(runs)
+    rows.append((f"serve {pods} pods at once (next_allocations, 1 h histories)",
+                 f"{batch * 1e3:.1f} ms = {batch / pods * 1e6:.1f} µs per pod", ""))
     print("## Head-room table\n\n| measure | value | target |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")

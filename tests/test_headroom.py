@@ -202,6 +202,18 @@ def test_causal_and_next_allocation_is_the_last_row(fitted, i, m):
     assert np.isfinite(full).all() and full.shape == (len(u) // 10 + 1, 1)
 
 
+def test_batched_serving_equals_one_pod_at_a_time(fitted):
+    h, usages, phases = fitted
+    cut = [0, 5, 10, 37, 400, 123, 250, 9]                   # some pods still cold
+    us = [usages[i][:c] for i, c in enumerate(cut)]
+    ps = [phases[i][:c] for i, c in enumerate(cut)]
+    batch = h.next_allocations(us, ps, 10)
+    for row, u, p in zip(batch, us, ps):
+        np.testing.assert_allclose(row, h.next_allocation(u, p, 10), rtol=1e-12)
+    with pytest.raises(ValueError, match="phase of every sample"):
+        h.next_allocations(us, None, 10)
+
+
 # ----------------------------------------------------------------------------- document
 def test_table_round_trip_and_served_the_same(fitted):
     h, usages, phases = fitted

@@ -375,6 +375,50 @@ class HeadroomPolicy:
                        np.median(last, 0), own])[None]
         return self._lookup(lv, burstiness(last[None]), None if cur is None else [cur])[0]
 
+    def next_allocations(self, usages: Sequence[np.ndarray],
+                         phases: Sequence[np.ndarray] | None, window: int) -> np.ndarray:
+        """:meth:`next_allocation` for many pods at once, (pods, R): one vectorised pass over
+        all histories (the operator's call, once per window for all pods of a model)."""
+        self._check_fitted()
+        if window != self.window_:
+            raise ValueError(f"{self.name} was fitted for windows of {self.window_} samples, "
+                             f"not {window}")
+        R = len(self.multiplier_)
+        usages = [np.asarray(u, np.float64).reshape(-1, R) for u in usages]
+        n = len(usages)
+        if self.use_phase and (phases is None or len(phases) != n):
+            raise ValueError(f"{self.name} needs the phase of every sample of every pod")
+        m = np.array([len(u) // window for u in usages])
+        out = np.repeat(self.cold_start_[None, :], n, 0)
+        live = np.flatnonzero(m > 0)
+        if not len(live):
+            return out
+        hist = [usages[i][: m[i] * window] for i in live]
+        last = np.stack([h[-window:] for h in hist])                       # (P, W, R)
+        flat = np.concatenate(hist)                                        # (N, R)
+        pod = np.repeat(np.arange(len(live)), [len(h) for h in hist])
+        if self.use_phase:
+            ph = [np.asarray(phases[i])[: m[i] * window] for i in live]
+            if any(len(p) != len(h) for p, h in zip(ph, hist)):
+                raise ValueError("phases and usage must have one entry per sample")
+            cur = np.array([p[-1] for p in ph])
+            keep = np.concatenate(ph) == cur[pod]
+        else:
+            cur = None
+            keep = np.ones(len(flat), bool)
+        w = keep.astype(np.float64)
+        c = np.bincount(pod, weights=w, minlength=len(live))[:, None]
+        s1 = np.stack([np.bincount(pod, weights=w * flat[:, r], minlength=len(live))
+                       for r in range(R)], 1)
+        s2 = np.stack([np.bincount(pod, weights=w * flat[:, r] ** 2, minlength=len(live))
+                       for r in range(R)], 1)
+        mu = s1 / c
+        own = mu + K_STD * np.sqrt(np.maximum(s2 / c - mu * mu, 0.0))
+        lv = np.stack([last.max(1), last.mean(1) + K_STD * last.std(1), last[:, -1],
+                       np.median(last, 1), own], 1)                        # (P, E, R)
+        out[live] = self._lookup(lv, burstiness(last), cur)
+        return out
+
     # ------------------------------------------------------------------ description
     def max_multiplier(self) -> float:
         self._check_fitted()
