@@ -432,10 +432,12 @@ class HeadroomPolicy:
             edges = self.edges_[r]
             for p in range(self.multiplier_.shape[1]):
                 for b in range(self.multiplier_.shape[2]):
-                    lo = "" if b == 0 else f"{edges[b - 1]:.3g}"
-                    hi = "" if b == len(edges) else f"{edges[b]:.3g}"
+                    # bins are right-closed: (edges[b-1], edges[b]], the first from 1
+                    lo = "[1" if b == 0 else f"({edges[b - 1]:.3g}"
+                    hi = ("∞)" if b == len(edges) or not np.isfinite(edges[b])
+                          else f"{edges[b]:.3g}]")
                     out.append({"resource": res, "phase": p if self.use_phase else None,
-                                "burstiness": f"[{lo or '1'}, {hi or '∞'})",
+                                "burstiness": f"{lo}, {hi}",
                                 "estimator": ESTIMATORS[int(self.estimator_[r, p, b])],
                                 "multiplier": float(self.multiplier_[r, p, b]),
                                 "windows": int(self.support_[r, p, b]),
