@@ -240,6 +240,19 @@ def test_calibration_on_gcd(shared_data):
     (["--resources", "cpu,gpu"], "no feature 'gpu'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(long_csv, flags, words):
+    _one_line_error(long_csv, flags, words)
+
+
+def test_vpa_on_a_resource_it_does_not_know_is_one_line(tmp_path):
+    path = tmp_path / "gpu.csv"
+    rows = ["execution,timestamp,memory,gpu_util"] + [f"e{i % 3},{15 * (i // 3)},{1e9 + i},{i % 7}"
+                                                      for i in range(300)]
+    path.write_text("\n".join(rows) + "\n")
+    _one_line_error(path, ["--resources", "memory,gpu_util", "--policies", "vpa,oracle"],
+                    "'vpa' recommends cpu and memory only, not 'gpu_util'")
+
+
+def _one_line_error(long_csv, flags, words):
     rc, stdout, stderr = _run(["evaluate", str(long_csv), *flags])
     assert rc == 2 and stdout == ""
     lines = stderr.strip().splitlines()

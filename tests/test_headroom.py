@@ -175,6 +175,15 @@ class TestFit:
         with pytest.raises(ValueError, match="not fitted"):
             HeadroomPolicy().allocate(usages[0], phases[0], 10, None, 15.0)
 
+    def test_nothing_to_learn_gives_the_last_window_max_and_a_cold_start(self):
+        # every execution ends inside its cold-start window: no scored window to learn from
+        usages = [col(1, 2, 3), col(4, 5)]
+        h = HeadroomPolicy().fit(usages, [np.zeros(3, int), np.zeros(2, int)], 5, 1)
+        assert (h.pooled_ == 2).all() and h.estimator_.ravel().tolist() == [0]
+        assert h.cold_start_[0] == 5.0
+        out = h.allocate(col(1, 9, 2, 2, 2, 7), np.zeros(6, int), 5, None, 15.0)
+        np.testing.assert_array_equal(out, col(5.0, 9.0))
+
     def test_fits_1000_executions_quickly_enough_to_matter(self):
         # not a timing test (bench/bench_policies.py measures): the fit must not be quadratic
         usages, phases = two_state_data(n_exec=200, n=200)

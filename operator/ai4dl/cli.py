@@ -412,6 +412,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   "is not used", file=sys.stderr)
     traces = load_from_args(args)
     resources = _evaluation_resources(args, traces)
+    other = [r for r in resources if r not in ("cpu", "memory")]
+    if "vpa" in kw["policies"] and other:
+        raise Ai4dlError(f"policy 'vpa' recommends cpu and memory only, not {other[0]!r}: "
+                         f"leave it out with --policies, or {other[0]!r} with --resources")
     if model is not None and phase_policies:
         missing = [f for f in (*resources, *model.features_) if f not in model.features_
                    or f not in traces.features]
