@@ -122,6 +122,9 @@ def test_the_served_policy_is_the_winners_columns_refit_on_all(choice):
         np.testing.assert_array_equal(rows[:, j], own[:, j])
     d = choice.as_dict()
     assert d["winners"] == list(choice.winners) and len(d["scores"]) == len(choice.scores)
+    learned = {(w, t) for w, t in zip(choice.winners, choice.targets) if w.endswith("headroom")}
+    assert len(choice.tables) == len(learned) and all(isinstance(t, HeadroomPolicy)
+                                                      for t in choice.tables)
 
 
 def test_too_few_executions_serve_the_baseline():

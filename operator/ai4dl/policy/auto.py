@@ -59,7 +59,18 @@ class AutoChoice:
     n_validation: int                   # held-out (most recent) executions scored
     reason: str                         # one line
     policy: object = field(default=None, repr=False)   # the served policy (refit on all)
-    fitted: dict = field(default_factory=dict, repr=False)  # learned candidates, refit on all
+
+    @property
+    def tables(self) -> list:
+        """The fitted head-room tables among the winners (distinct; refit on all training
+        executions): what the trainer stores in the model document (``policy_tables_``)."""
+        from ai4dl.policy.headroom import HeadroomPolicy
+
+        out: list = []
+        for p in getattr(self.policy, "policies", ()):
+            if isinstance(p, HeadroomPolicy) and all(p is not q for q in out):
+                out.append(p)
+        return out
 
     def as_dict(self) -> dict:
         """JSON-safe summary (for the PhaseModel status)."""
@@ -238,4 +249,4 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
         chosen.append(fitted[key])
     policy = PerResource(tuple(chosen), name="auto")
     return AutoChoice(resources, targets, tuple(winners), scores, len(fit_idx), len(val_idx),
-                      reason, policy, {k[0]: v for k, v in fitted.items()})
+                      reason, policy)
