@@ -1,23 +1,37 @@
-"""Benchmark of the replay evaluator: executions through every policy. Prints a markdown table.
+"""Benchmark of the replay evaluator and of the head-room table. Prints markdown tables.
 
     .venv/bin/python bench/bench_policies.py [--executions 5000] [--samples 2400] [--window 40]
+                                             [--fit-executions 1000] [--skip-replay]
 
 Data: the synthetic DL-job generator (seed 0), cpu + memory, every execution cut to exactly
 --samples samples at 15 s. The phase model is fitted once beforehand on 200 other synthetic
-executions (its fit is the core benchmark's business, not this one's). Target: 5,000
-executions × 2,400 samples through all policies in under 2 minutes on 2 cores.
+executions (its fit is the core benchmark's business, not this one's).
+
+1. Replay: --executions through every policy (the head-room tables fitted on the
+   --fit-executions set first; ``auto`` is a choice among the others, timed in 2). Target:
+   5,000 executions × 2,400 samples through all policies in under 2 minutes on 2 cores.
+2. Head-room table: what fitting it adds to a fit of --fit-executions × --samples (phase labels
+   of every training sample, then the table; target < 10 s), what ``auto``'s choice costs, and
+   the per-pod serving cost of the operator's call (``next_allocation``: the next window from
+   the history so far), in microseconds, for a 1 h and a 10 h history.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import time
 
+import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ai4dl import synthetic
-from ai4dl.evaluate import POLICIES, EvaluationConfig, build_policies, prepare, replay, score
+from ai4dl.evaluate import (FITTED, POLICIES, EvaluationConfig, build_policies, prepare,
+                            replay, score)
 from ai4dl.model import PhaseModel
+from ai4dl.policy.auto import choose_policy
+from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.traces import TraceSet
 
 
@@ -25,26 +39,23 @@ def make(n: int, samples: int, seed: int) -> list:
     return list(synthetic.generate_fixed_length(n, samples, seed=seed, n_features=2))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--executions", type=int, default=5000)
-    ap.add_argument("--samples", type=int, default=2400)
-    ap.add_argument("--window", type=int, default=40)
-    args = ap.parse_args()
-
-    model = PhaseModel(random_state=0, epochs=30).fit(TraceSet(make(200, args.samples, 1)))
+def replay_bench(model, train, args) -> None:
     t = time.perf_counter()
     executions = make(args.executions, args.samples, 0)
     gen_s = time.perf_counter() - t
-
     timings: dict[str, float] = {}
     start = time.perf_counter()
     t = time.perf_counter()
     data = prepare(executions, ("cpu", "memory"), model)
     timings["prepare (phase detection for all samples)"] = time.perf_counter() - t
-    cfg = EvaluationConfig(window=args.window, resources=("cpu", "memory"))
+    names = tuple(p for p in POLICIES if p != "auto")
+    cfg = EvaluationConfig(window=args.window, resources=("cpu", "memory"), policies=names)
+    t = time.perf_counter()
+    policies = build_policies(cfg, model, train)
+    timings[f"fit the head-room tables ({len(train.usage)} executions)"] = \
+        time.perf_counter() - t
     replays = {}
-    for p in build_policies(cfg, model, data):
+    for p in policies:
         t = time.perf_counter()
         replays[p.name] = replay(data, p, args.window, cfg.safety)
         timings[f"replay {p.name}"] = time.perf_counter() - t
@@ -52,16 +63,99 @@ def main() -> None:
     score(data, replays, args.window)
     timings["score (aggregate)"] = time.perf_counter() - t
     total = time.perf_counter() - start
-
     n = args.executions * args.samples
-    print(f"data: {args.executions} executions x {args.samples} samples = {n:,} samples, "
-          f"window {args.window} (generated in {gen_s:.1f} s)\n")
+    print(f"## Replay\n\ndata: {args.executions} executions x {args.samples} samples = {n:,} "
+          f"samples, window {args.window} (generated in {gen_s:.1f} s)\n")
     print("| stage | seconds |\n|---|---|")
     for k, v in timings.items():
         print(f"| {k} | {v:.2f} |")
-    print(f"| **total: {len(POLICIES)} policies** | **{total:.1f}** (target < 120) |")
-    print(f"| throughput | {n * len(POLICIES) / total:,.0f} policy-samples/s |")
-    print(f"| peak RSS | {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB |")
+    print(f"| **total: {len(names)} policies** | **{total:.1f}** (target < 120) |")
+    print(f"| throughput | {n * len(names) / total:,.0f} policy-samples/s |")
+    print(f"| peak RSS | {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB |\n")
+
+
+def serving_us(pol: HeadroomPolicy, usage, phases, window: int, repeats: int = 2000) -> float:
+    """Median microseconds of one next_allocation call (one pod, one window), one thread."""
+    runs = []
+    with threadpool_limits(1):
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(repeats):
+                pol.next_allocation(usage, phases, window)
+            runs.append((time.perf_counter() - t) / repeats * 1e6)
+    return statistics.median(runs)
+
+
+def headroom_bench(model, args) -> tuple:
+    t = time.perf_counter()
+    executions = make(args.fit_executions, args.samples, 2)
+    gen_s = time.perf_counter() - t
+    t = time.perf_counter()
+    data = prepare(executions, ("cpu", "memory"), model)
+    label_s = time.perf_counter() - t
+    rows = [("data", f"{args.fit_executions} executions x {args.samples} samples, window "
+                     f"{args.window} (generated in {gen_s:.1f} s)", "")]
+    rows.append(("phase labels of every training sample", f"{label_s:.2f} s", ""))
+    fits = {}
+    for use_phase in (True, False):
+        t = time.perf_counter()
+        h = HeadroomPolicy(target=0.97, use_phase=use_phase).fit(
+            data.usage, data.phases if use_phase else None, args.window,
+            model.n_phases_ if use_phase else None, ("cpu", "memory"))
+        fits[h.name] = (h, time.perf_counter() - t)
+        rows.append((f"fit {h.name} (97 %)", f"{fits[h.name][1]:.2f} s "
+                     f"({model.n_phases_ if use_phase else 1} phase rows x {h.bins_} bins)", ""))
+    added = label_s + fits["phase-headroom"][1]
+    rows.append(("**added to the fit: labels + phase-headroom**", f"**{added:.2f} s**",
+                 "target < 10 s"))
+    rows.append(("added with the control too (+ burst-headroom)",
+                 f"{added + fits['burst-headroom'][1]:.2f} s", ""))
+    t = time.perf_counter()
+    choice = choose_policy(data, args.window, model, 0.97)
+    rows.append(("auto: fit + score 7 candidates on the 30 % most recent, refit the winner",
+                 f"{time.perf_counter() - t:.1f} s (winners: {', '.join(choice.winners)})", ""))
+    h = fits["phase-headroom"][0]
+    u, p = data.usage[0], data.phases[0]
+    for hours in (1, 10):
+        n = min(len(u), int(hours * 3600 / 15))
+        us = serving_us(h, u[:n], p[:n], args.window)
+        rows.append((f"serve one pod, next window from a {hours} h history "
+                     f"({n} samples)", f"{us:.0f} µs", ""))
+    us = serving_us(fits["burst-headroom"][0], u[:240], None, args.window)
+    rows.append(("serve one pod, burst-headroom, 1 h history", f"{us:.0f} µs", ""))
+    pods = min(2000, len(data.usage) * 2)
+    hists = [data.usage[i % len(data.usage)][:240] for i in range(pods)]
+    labels = [data.phases[i % len(data.usage)][:240] for i in range(pods)]
+    runs = []
+    with threadpool_limits(1):
+        for _ in range(5):
+            t = time.perf_counter()
+            h.next_allocations(hists, labels, args.window)
+            runs.append(time.perf_counter() - t)
+    batch = statistics.median(runs)
+    rows.append((f"serve {pods} pods at once (next_allocations, 1 h histories)",
+                 f"{batch * 1e3:.1f} ms = {batch / pods * 1e6:.1f} µs per pod", ""))
+    print("## Head-room table\n\n| measure | value | target |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    print()
+    return data
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--executions", type=int, default=5000)
+    ap.add_argument("--samples", type=int, default=2400)
+    ap.add_argument("--window", type=int, default=40)
+    ap.add_argument("--fit-executions", type=int, default=1000)
+    ap.add_argument("--skip-replay", action="store_true", help="only the head-room section")
+    args = ap.parse_args()
+
+    model = PhaseModel(random_state=0, epochs=30).fit(TraceSet(make(200, args.samples, 1)))
+    train = headroom_bench(model, args)
+    if not args.skip_replay:
+        replay_bench(model, train, args)
+    assert set(FITTED) >= {"phase-headroom", "burst-headroom"}
 
 
 if __name__ == "__main__":

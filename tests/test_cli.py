@@ -25,7 +25,7 @@ def test_train_detect_describe_plot_on_real_data(name, shared_data, tmp_path, ca
     assert main(["-q", "train", traces, "-o", str(model), "--epochs", "4", "--k-range", "2-5",
                  *extra]) == 0
     doc = json.loads(model.read_text())
-    assert doc["schemaVersion"] == "ai4dl.io/phase-model/v1" and len(doc["centroids"]) >= 2
+    assert doc["schemaVersion"] == "ai4dl.io/phase-model/v2" and len(doc["centroids"]) >= 2
 
     out = tmp_path / "detect.csv"
     assert main(["-q", "detect", str(model), traces, "-o", str(out), *extra]) == 0

@@ -27,18 +27,24 @@ def _strict_json(text: str):
     return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
 
 
-def _score_rows(text: str) -> list[list[str]]:
-    """Cells of the score table (the first markdown table of the report)."""
-    rows, started = [], False
-    for line in text.splitlines():
+def _tables(text: str) -> list[list[dict]]:
+    """Every markdown table of the report, as rows of {header: cell}."""
+    tables, rows = [], []
+    for line in text.splitlines() + [""]:
         if line.startswith("|"):
-            started = True
             rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-        elif started:
-            break
-    header, _sep, *body = rows
-    assert header[:3] == ["policy", "resource", "alloc ÷ oracle"]
-    return [dict(zip(header, r)) for r in body]
+        elif rows:
+            header, _sep, *body = rows
+            tables.append([dict(zip(header, r)) for r in body])
+            rows = []
+    return tables
+
+
+def _score_rows(text: str) -> list[dict]:
+    """Cells of the score table (the first markdown table of the report)."""
+    rows = _tables(text)[0]
+    assert list(rows[0])[:3] == ["policy", "resource", "alloc ÷ oracle"]
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -80,17 +86,32 @@ def test_table_has_a_row_per_policy_and_resource(full_run):
         if r["policy"] == "oracle":
             assert r["alloc ÷ oracle"] == "1.000"
             assert r["fulfilment (0 % / 10 % tol.)"] == "100.0 % / 100.0 %"
-        if r["resource"] == "cpu":
-            assert r["OOM windows"] == "-"
-        else:
-            assert r["OOM windows"].replace(",", "").isdigit()
         assert r["allocation"].endswith("core-h" if r["resource"] == "cpu" else "GiB-h")
-        assert r["worst shortfall"].endswith("cores" if r["resource"] == "cpu" else "GiB")
+    # then one table per target at the matched margin: windows short, OOM risk, worst
+    # shortfall, the wins rule
+    for t in ("95 %", "97 %"):
+        assert f"At {t} matched fulfilment" in stdout
+    matched = _tables(stdout)[1:3]
+    for table in matched:
+        assert [(r["policy"], r["resource"]) for r in table] == \
+            [(r["policy"], r["resource"]) for r in rows]
+        for r in table:
+            if r["resource"] == "cpu":
+                assert r["OOM-risk windows"] == "-"
+            else:
+                assert r["OOM-risk windows"].replace(",", "").isdigit()
+                assert r["windows short"].endswith(f"({r['OOM-risk windows']})")
+            unit = "cores" if r["resource"] == "cpu" else "GiB"
+            assert f" {unit} / " in r["worst shortfall (abs / ÷ usage)"]
+            assert r["wins vs adaptive-max"] in (("—",) if r["policy"] in (
+                "adaptive-max", "oracle") else ("yes", "no", "n/a"))
+        assert next(r for r in table if r["policy"] == "oracle")["windows short"] == "0.00 % (0)"
+    assert "auto (chosen on the train side only" in stdout
     assert "Savings at 95 % matched fulfilment" in stdout and r"policy \ vs" in stdout
     assert (out / "result.md").read_text() == stdout
     # progress on stderr, stage by stage
     assert "fitting the phase model" in stderr and "policy phase-proactive" in stderr
-    assert "sweep: 49 replays" in stderr
+    assert "sweep: 54 replays" in stderr
 
 
 def test_json_is_strict_and_complete(full_run):
@@ -110,18 +131,29 @@ def test_json_is_strict_and_complete(full_run):
         for p in POLICIES:
             s = doc["scores"][p][res]
             assert set(s["margin_at"]) == set(s["vs_oracle_at"]) == {"0.95", "0.97"}
+            assert set(s["short_windows_at"]) == set(s["worst_shortfall_rel_at"]) == \
+                {"0.95", "0.97"}
             assert {"allocation", "fulfilment_10", "under_samples", "worst_shortfall",
-                    "oom_windows", "resizes", "vs_static_peak"} <= set(s)
+                    "oom_windows", "resizes", "vs_static_peak", "scored_windows",
+                    "short_window_share_at", "worst_shortfall_at"} <= set(s)
         m = doc["savings"]["matrix"][res]
         assert set(m) == set(POLICIES) and "static" not in m["static"]
         a, b = (doc["scores"][p][res]["vs_oracle_at"]["0.95"] for p in ("phase", "static"))
         if isinstance(a, float) and isinstance(b, float):
             assert m["phase"]["static"] == pytest.approx(1 - a / b)
+    assert set(doc["auto"]) == {"0.95", "0.97"}
+    for choice in doc["auto"].values():
+        assert set(choice["winners"]) <= set(POLICIES) and len(choice["winners"]) == 2
+    assert doc["wins"]["phase-headroom"]["cpu"]["0.95"] in (True, False, None)
     assert len(doc["per_execution"]) == c["test_executions"]
     ex = doc["per_execution"][0]
     assert ex["name"].startswith("job-") and set(ex["scores"]) == set(POLICIES)
-    assert len(doc["sweep"]) == 2 * 7 * 3 + 7   # phase policies k x margin, adaptive-stat k
-    assert {p["policy"] for p in doc["sweep"]} == {"phase", "phase-proactive", "adaptive-stat"}
+    # phase policies k x margin, adaptive-stat k, the head-room table's fit targets
+    assert len(doc["sweep"]) == 2 * 7 * 3 + 7 + 5
+    assert {p["policy"] for p in doc["sweep"]} == {"phase", "phase-proactive", "adaptive-stat",
+                                                   "phase-headroom"}
+    assert sorted(p["target"] for p in doc["sweep"] if "target" in p) == \
+        [0.9, 0.93, 0.95, 0.97, 0.99]
 
 
 def test_plots_are_written(full_run):
@@ -208,6 +240,19 @@ def test_calibration_on_gcd(shared_data):
     (["--resources", "cpu,gpu"], "no feature 'gpu'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(long_csv, flags, words):
+    _one_line_error(long_csv, flags, words)
+
+
+def test_vpa_on_a_resource_it_does_not_know_is_one_line(tmp_path):
+    path = tmp_path / "gpu.csv"
+    rows = ["execution,timestamp,memory,gpu_util"] + [f"e{i % 3},{15 * (i // 3)},{1e9 + i},{i % 7}"
+                                                      for i in range(300)]
+    path.write_text("\n".join(rows) + "\n")
+    _one_line_error(path, ["--resources", "memory,gpu_util", "--policies", "vpa,oracle"],
+                    "'vpa' recommends cpu and memory only, not 'gpu_util'")
+
+
+def _one_line_error(long_csv, flags, words):
     rc, stdout, stderr = _run(["evaluate", str(long_csv), *flags])
     assert rc == 2 and stdout == ""
     lines = stderr.strip().splitlines()

@@ -2,12 +2,15 @@
 
 - matched_margin: known answers (order statistics of usage ÷ allocation), reaching the target;
 - the oracle is the floor: 100 % fulfilment, and no policy that fulfils 100 % allocates less;
-- score() details computed by hand (OOM windows, resizes, cold start, units, margins);
+- score() details computed by hand (OOM windows, resizes, cold start, units, margins, and
+  the windows short / worst shortfall at the matched margin);
 - the calibration figures of shared/docs/evaluation.md reproduced on the real GCD traces;
 - run_evaluation end to end on synthetic executions, with a group-disjoint split.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from ai4dl.evaluate import (
     replay,
     run_evaluation,
     score,
+    wins_over,
 )
 from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, Oracle, PhasePolicy, Static
 from ai4dl.policy.safety import SafetyConfig
@@ -197,6 +201,39 @@ class TestScoreDetails:
         assert mem.worst_shortfall_rel == pytest.approx(0.1)
         assert mem.oom_windows == 1 and mem.resizes == 1     # 1 -> 2 GiB at window 1
         assert mem.vs_oracle == pytest.approx(8 / 8.2)
+
+    def test_figures_at_the_matched_margin(self):
+        # the windows short, OOM risk and worst shortfall are taken at each policy's matched
+        # margin, not at its raw allocation (so that they compare across policies)
+        cpu, mem = self._score(False)["p"]
+        assert cpu.scored_windows == mem.scored_windows == 2
+        # 95 %: all 4 scored samples must be covered: margin 4.3 / 4 - 1, nothing short
+        assert cpu.short_windows_at[0.95] == 0 and cpu.worst_shortfall_at[0.95] == 0.0
+        assert mem.short_windows_at[0.95] == 0 and mem.short_window_share_at[0.95] == 0.0
+        # 50 %: margin -0.5 -> cpu allocation [2, 2, 2 | 0.5]: both windows short, the worst
+        # by 2.3 cores (2.3 / 4.3 of the usage)
+        assert cpu.short_windows_at[0.5] == 2 and cpu.short_window_share_at[0.5] == 1.0
+        assert cpu.worst_shortfall_at[0.5] == pytest.approx(2.3)
+        assert cpu.worst_shortfall_rel_at[0.5] == pytest.approx(2.3 / 4.3)
+        # memory at 50 %: margin 0, window 2 (2.2 GiB over 2 GiB) is the one OOM-risk window
+        assert mem.short_windows_at[0.5] == 1 == mem.oom_windows
+        assert mem.worst_shortfall_at[0.5] == pytest.approx(0.2)            # GiB
+        assert mem.worst_shortfall_rel_at[0.5] == pytest.approx(0.2 / 2.2)
+        # the rule: cheaper than adaptive-max with no more windows short
+        other = self._score(False)
+        other["adaptive-max"] = other["p"]
+        assert wins_over(other, "p", 0, 0.95) is False                      # equal cost
+        assert wins_over(other, "nope", 0, 0.95) is None
+
+    def test_an_idle_resource_has_no_static_peak_ratio(self):
+        # an execution that never used a resource: its static peak is 0 (no division by zero,
+        # which numpy warns about and pytest turns into an error for ai4dl)
+        idle = np.array([[1.0, 0.0]] * 6)
+        data = hand_input([idle])
+        reps = {"p": Replay("p", [np.array([[1.0, 0.0], [1.0, 0.0]])]),
+                "oracle": Replay("oracle", [np.array([[1.0, 0.0], [1.0, 0.0]])])}
+        cpu, mem = score(data, reps, 3)["p"]
+        assert cpu.vs_static_peak == 1.0 and math.isnan(mem.vs_static_peak)
 
     def test_cold_start_included(self):
         s = self._score(True)

@@ -62,7 +62,7 @@ def test_document_is_small_and_versioned(fitted_model):
     text = doc.model_dump_json(by_alias=True, exclude_none=True)
     assert len(text) < 30_000
     data = json.loads(text)
-    assert data["schemaVersion"] == "ai4dl.io/phase-model/v1"
+    assert data["schemaVersion"] == "ai4dl.io/phase-model/v2"
     assert set(data) >= {"stepSeconds", "features", "scaler", "crbm", "centroids", "phases",
                          "transitions", "prototypes", "noveltyThreshold", "fit"}
 

@@ -221,13 +221,47 @@ def test_automatic_reference_shift_after_100_half_lives():
 
 # ----------------------------------------------------------------- recommender basics
 
-def test_no_cpu_sample_means_no_recommendation():
+def test_an_empty_aggregate_recommends_the_minimums():
+    # Upstream since 2022: GetContainerNameToAggregateStateMap no longer filters aggregates
+    # with TotalSamplesCount == 0, so a VPA recommends the pod minimums before its first
+    # sample. (This replica returned no recommendation there before, as older VPA did.)
     r = VpaRecommender()
-    assert r.recommend(0.0) is None
-    r.add_memory_sample(0.0, 1e9)    # memory alone does not count (TotalSamplesCount)
-    assert r.recommend(10.0) is None
-    assert r.add_cpu_sample(5.0, 0.5)
-    assert r.recommend(10.0) is not None
+    rec = r.recommend(0.0)
+    minimums = {"cpu": 0.025, "memory": 250.0 * MIB}
+    assert rec.target == rec.lower_bound == rec.upper_bound == minimums
+    assert rec.confidence_cpu == rec.confidence_memory == 0.0
+    # memory samples alone (no CPU sample counted) give a memory target
+    r.add_memory_sample(0.0, 1e9)
+    assert r.total_samples_count == 0
+    assert r.recommend(10.0).target == {"cpu": 0.025,
+                                        "memory": bytes_with_margin(bucket_end(1e9, MEM_FIRST))}
+
+
+def test_one_container_state_per_pod_in_one_aggregate():
+    # model/cluster.go: pods of one workload share the aggregate but each has its own
+    # ContainerState, so an overlapping second pod's samples are not "out of order".
+    r = VpaRecommender()
+    assert r.add_cpu_samples([0.0, 60.0, 120.0], [1.0, 1.0, 1.0], container="a") == 3
+    assert r.add_cpu_samples([30.0, 90.0], [2.0, 2.0], container="b") == 2
+    assert not r.add_cpu_sample(100.0, 2.0, container="a")      # a's own order still holds
+    assert r.total_samples_count == 5
+    assert (r.first_sample_start, r.last_sample_start) == (0.0, 120.0)
+    # each container adds its own memory peak per interval to the shared histogram
+    assert r.add_memory_sample(0.0, 1e9, container="a")
+    assert r.add_memory_sample(30.0, 3e9, container="b")
+    # two peaks, at each container's own interval end (b's 30 s later: weight 2**(30/day))
+    assert r.memory.total_weight == pytest.approx(1.0 + 2.0 ** (30.0 / DAY), rel=1e-12)
+    assert r.container("a").memory_peak == int(1e9)
+    assert r.container("b").memory_peak == int(3e9)
+    assert r.memory.percentile(0.4) == pytest.approx(bucket_end(1e9, MEM_FIRST), rel=1e-12)
+    assert r.memory.percentile(0.9) == pytest.approx(bucket_end(3e9, MEM_FIRST), rel=1e-12)
+    # a's higher sample replaces a's peak only
+    assert r.add_memory_sample(60.0, 2e9, container="a")
+    assert r.memory.total_weight == pytest.approx(1.0 + 2.0 ** (30.0 / DAY), rel=1e-12)
+    assert r.memory.bucket_weight[bucket_of(1e9, MEM_FIRST)] == 0.0
+    # the default container (no key) is a third one, and the single-container names read it
+    r.add_cpu_sample(10.0, 1.0)
+    assert r.last_cpu_sample_start == 10.0 and set(r.containers) == {"a", "b", None}
 
 
 def test_cpu_samples_must_be_strictly_after_the_previous_one():

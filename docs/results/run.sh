@@ -17,8 +17,8 @@ $A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --test-fraction 0 \
 $A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --markdown $R/gcd.md
 $A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --phase-scope execution --policies $P \
    --markdown $R/gcd-execution-scope.md
-$A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 3 --phase-scope execution --policies $P \
-   --markdown $R/gcd-window-3.md
+# ... and 15-minute windows (3 samples), every policy
+$A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 3 --markdown $R/gcd-window-3.md
 $A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --phase-scope execution --phases 6 \
    --history 6 --policies $P --markdown $R/gcd-k6-history6.md
 # Alibaba GenAI serving pods: memory only, 10-minute windows at 60 s

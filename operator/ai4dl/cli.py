@@ -193,11 +193,25 @@ def cmd_describe(args: argparse.Namespace) -> int:
     from ai4dl.report import describe
 
     doc = read_document(args.model)
+    model = PhaseModel.from_document(doc)
     if args.json:
         print(doc.model_dump_json(by_alias=True, exclude_none=True,
                                   exclude={"crbm", "centroids", "scaler"}, indent=2))
     else:
-        print(describe(PhaseModel.from_document(doc)), end="")
+        print(describe(model), end="")
+    if args.heatmap:
+        tables = getattr(model, "policy_tables_", None)
+        if not tables:
+            raise Ai4dlError(f"{args.model} holds no fitted policy table (schema "
+                             f"{doc.schema_version}): nothing to draw for --heatmap")
+        import matplotlib.pyplot as plt
+
+        from ai4dl.plots import headroom_figure
+
+        fig = headroom_figure(tables)
+        fig.savefig(args.heatmap, dpi=110)
+        plt.close(fig)
+        _say(args, f"wrote {args.heatmap}")
     return 0
 
 
@@ -380,8 +394,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ai4dl.evaluate import EvaluationConfig, run_evaluation
     from ai4dl.policy.safety import SafetyConfig
 
+    from ai4dl.evaluate import PHASE_POLICIES
+
     kw, model_params = _evaluation_flags(args)
-    phase_policies = [p for p in kw["policies"] if p in ("phase", "phase-proactive")]
+    phase_policies = [p for p in kw["policies"] if p in PHASE_POLICIES]
     model = None
     if args.model:
         from ai4dl.io.modelfile import load_model
@@ -396,6 +412,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   "is not used", file=sys.stderr)
     traces = load_from_args(args)
     resources = _evaluation_resources(args, traces)
+    other = [r for r in resources if r not in ("cpu", "memory")]
+    if "vpa" in kw["policies"] and other:
+        raise Ai4dlError(f"policy 'vpa' recommends cpu and memory only, not {other[0]!r}: "
+                         f"leave it out with --policies, or {other[0]!r} with --resources")
     if model is not None and phase_policies:
         missing = [f for f in (*resources, *model.features_) if f not in model.features_
                    or f not in traces.features]
@@ -553,6 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("describe", help="phase table, prototypes, transition matrix, fit report")
     p.add_argument("model")
     p.add_argument("--json", action="store_true", help="the document's statistics as JSON")
+    p.add_argument("--heatmap", metavar="PNG", help="also draw the learned head-room per "
+                   "state (the model's fitted policy tables) into this PNG")
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("plot", help="traces with phase bands, distributions, phase graph (PNG)")

@@ -12,7 +12,11 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSION = "ai4dl.io/phase-model/v1"
+#: Written by this version. v2 adds the optional fitted policy tables (``policyTables``);
+#: v1 documents (no tables) still load.
+SCHEMA_VERSION = "ai4dl.io/phase-model/v2"
+SCHEMA_V1 = "ai4dl.io/phase-model/v1"
+SCHEMA_VERSIONS = (SCHEMA_V1, SCHEMA_VERSION)
 
 # Every number of a document is finite: NaN or Inf would reach the policy arithmetic (JSON
 # cannot carry them, but a document built in Python can).
@@ -80,6 +84,8 @@ _DOCUMENT_CEL = [
     {"rule": "self.transitions.all(r, r.sum() >= 0.9999 && r.sum() <= 1.0001)",
      "message": "transitions: every row must be probabilities summing to 1"},
 ]
+#: A float that must be finite (JSON has no NaN/Infinity, and a table must not hold one).
+Finite = Number
 
 
 def to_list(a) -> list:
@@ -207,10 +213,66 @@ class FitReport(_Strict):
     device: str = "cpu"
 
 
+#: Head-room table vocabularies (ai4dl.policy.headroom.ESTIMATORS / POOL_LEVELS).
+ESTIMATOR_NAMES = ("max", "mean+2std", "last", "median", "phase-level")
+POOL_NAMES = ("state", "burstiness", "global")
+
+
+class HeadroomResourceTable(_Strict):
+    """One resource of a fitted head-room table: per (phase, burstiness bin) state, which
+    estimator of the next window to trust and the multiplier (head-room) it gets."""
+    resource: str = Field(min_length=1)
+    burst_edges: list[Finite] = Field(alias="burstEdges")       # bins: (e[b-1], e[b]]
+    estimators: list[list[Literal[ESTIMATOR_NAMES]]]           # (phases, bins)
+    multipliers: list[list[Annotated[float, Field(gt=0, allow_inf_nan=False)]]]
+    windows: list[list[Annotated[int, Field(ge=0)]]]            # training windows behind each
+    pooled: list[list[Literal[POOL_NAMES]]]                     # where each entry came from
+    cold_start: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(alias="coldStart")
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "HeadroomResourceTable":
+        e = self.burst_edges
+        if any(b <= a for a, b in zip(e, e[1:])):
+            raise ValueError(f"{self.resource}: burstEdges must increase strictly")
+        bins = len(e) + 1
+        shape = _shape(self.multipliers)
+        if len(shape) != 2 or shape[1] != bins:
+            raise ValueError(f"{self.resource}: multipliers has shape {shape}, expected "
+                             f"(phases, {bins}) for {len(e)} burstEdges")
+        for name in ("estimators", "windows", "pooled"):
+            got = _shape(getattr(self, name))
+            if got != shape:
+                raise ValueError(f"{self.resource}: {name} has shape {got}, expected {shape}")
+        return self
+
+
+class HeadroomTable(_Strict):
+    """A fitted :class:`ai4dl.policy.headroom.HeadroomPolicy` (``phase-headroom``, or the
+    phase-blind control ``burst-headroom`` with one phase row)."""
+    name: str = Field(min_length=1)
+    uses_phase: bool = Field(alias="usesPhase")
+    target: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+    window_samples: int = Field(ge=1, alias="windowSamples")
+    resources: list[HeadroomResourceTable] = Field(min_length=1)
+    fit: list[dict[str, Finite]] | None = None                 # per resource, the fit report
+
+    @model_validator(mode="after")
+    def _agree(self) -> "HeadroomTable":
+        rows = {len(r.multipliers) for r in self.resources}
+        if len(rows) > 1:
+            raise ValueError(f"{self.name}: resources have different numbers of phase rows")
+        if not self.uses_phase and rows != {1}:
+            raise ValueError(f"{self.name}: a phase-blind table has one phase row")
+        if self.fit is not None and len(self.fit) != len(self.resources):
+            raise ValueError(f"{self.name}: fit has {len(self.fit)} entries for "
+                             f"{len(self.resources)} resources")
+        return self
+
+
 class PhaseModelDocument(_Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
                               json_schema_extra={"x-kubernetes-validations": _DOCUMENT_CEL})
-    schema_version: Literal["ai4dl.io/phase-model/v1"] = Field(SCHEMA_VERSION, alias="schemaVersion")
+    schema_version: Literal[SCHEMA_VERSIONS] = Field(SCHEMA_VERSION, alias="schemaVersion")
     step_seconds: float = Field(gt=0, alias="stepSeconds")
     features: list[Feature] = Field(min_length=1, max_length=MAX_FEATURES)
     scaler: Scaler
@@ -224,6 +286,7 @@ class PhaseModelDocument(_Strict):
                                 Field(max_length=MAX_PHASES)]] = Field(max_length=MAX_PHASES)
     prototypes: list[Prototype] = []
     fit: FitReport | None = None
+    policy_tables: list[HeadroomTable] | None = Field(None, alias="policyTables")
 
     @model_validator(mode="after")
     def _shapes(self) -> "PhaseModelDocument":
@@ -255,6 +318,18 @@ class PhaseModelDocument(_Strict):
                     raise ValueError(f"phases[{p.phase}].{f} has {len(getattr(p, f))} values, "
                                      f"expected {V}")
         self._sane()
+        if self.policy_tables is not None:
+            if self.schema_version == SCHEMA_V1:
+                raise ValueError(f"policyTables needs schemaVersion {SCHEMA_VERSION}")
+            names = [f.name for f in self.features]
+            for t in self.policy_tables:
+                rows = len(t.resources[0].multipliers)
+                if t.uses_phase and rows != k:
+                    raise ValueError(f"policyTables.{t.name}: {rows} phase rows for a model "
+                                     f"with {k} phases")
+                for r in t.resources:
+                    if r.resource not in names:
+                        raise ValueError(f"policyTables.{t.name}: no feature {r.resource!r}")
         return self
 
     def _sane(self) -> None:

@@ -8,6 +8,7 @@ no I/O, no plotting.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -81,25 +82,28 @@ def replay(data: ReplayInput, policy: Policy, window: int,
     """Allocation per window for every execution: the policy's rows, then the safety layer
     applied to all executions at once (padded windows carry NaN and are ignored).
 
-    A policy that learns per workload (VPA) sees the executions of one group in start-time
-    order, carrying its state from one to the next (``workload_state``)."""
+    A policy that learns per workload (VPA) replays the executions of one group together
+    (``allocate_group``: in time order, one container state per execution), carrying its state
+    across them (``workload_state``); without it each execution starts cold."""
     raw: list = [None] * len(data.usage)
     stateful = getattr(policy, "uses_workload_state", False)
-    order = sorted(range(len(data.usage)),
-                   key=lambda i: (data.groups[i] if data.groups else "",
-                                  data.starts[i] if data.starts else 0.0))
-    states: dict = {}
-    for i in order:
-        u, p, init = data.usage[i], data.phases[i], data.initial[i]
-        n_windows = -(-len(u) // window)
-        if stateful:
-            state = (states.setdefault(data.groups[i], policy.new_state()) if workload_state
-                     else None)
-            rows = policy.allocate(u, p, window, init, data.step, state=state,
-                                   t0=data.starts[i] if data.starts else 0.0)
-        else:
-            rows = policy.allocate(u, p, window, init, data.step)
-        raw[i] = rows[:n_windows]
+    n_windows = [-(-len(u) // window) for u in data.usage]
+    if stateful:
+        groups: dict = {}
+        for i in range(len(data.usage)):
+            key = data.groups[i] if (data.groups and workload_state) else i
+            groups.setdefault(key, []).append(i)
+        for idx in groups.values():
+            rows = policy.allocate_group(
+                [data.usage[i] for i in idx], [data.phases[i] for i in idx], window,
+                [data.initial[i] for i in idx], data.step,
+                [data.starts[i] if data.starts else 0.0 for i in idx],
+                [data.names[i] for i in idx], policy.new_state())
+            for i, r in zip(idx, rows):
+                raw[i] = r[:n_windows[i]]
+    else:
+        for i, (u, p, init) in enumerate(zip(data.usage, data.phases, data.initial)):
+            raw[i] = policy.allocate(u, p, window, init, data.step)[:n_windows[i]]
     if policy.name == "oracle" or safety is None:
         return Replay(policy.name, raw)
     W = max(len(r) for r in raw)
@@ -121,7 +125,11 @@ def replay(data: ReplayInput, policy: Policy, window: int,
 # ----------------------------------------------------------------------------- scoring
 @dataclass
 class ResourceScore:
-    """One policy, one resource, aggregated over the scored samples."""
+    """One policy, one resource, aggregated over the scored samples.
+
+    The raw fields are at the policy's own allocation; the ``*_at`` maps are at the margin that
+    makes it reach each target fulfilment (matched fulfilment, ../shared/docs/evaluation.md),
+    so they compare across policies."""
     allocation: float            # resource-time (unit-hours, GiB-hours for bytes)
     usage: float
     vs_oracle: float             # allocation ÷ oracle allocation
@@ -131,10 +139,16 @@ class ResourceScore:
     under_samples: int
     worst_shortfall: float       # max(usage - allocation), in the resource's unit
     worst_shortfall_rel: float   # max((usage - allocation) / allocation)
-    oom_windows: int             # windows whose max usage exceeds the allocation
+    oom_windows: int             # raw allocation: windows whose max usage exceeds it
     resizes: int                 # windows whose allocation differs from the previous one
+    scored_windows: int = 0      # windows scored (the cold-start window excluded by default)
     margin_at: dict = field(default_factory=dict)      # target -> margin reaching it
     vs_oracle_at: dict = field(default_factory=dict)   # target -> allocation ÷ oracle there
+    # at the matched margin of each target:
+    short_windows_at: dict = field(default_factory=dict)       # windows with any shortfall
+    short_window_share_at: dict = field(default_factory=dict)  # ... ÷ scored windows
+    worst_shortfall_at: dict = field(default_factory=dict)     # max(usage - alloc), unit
+    worst_shortfall_rel_at: dict = field(default_factory=dict)  # max((usage - alloc) / usage)
 
 
 def _per_sample(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
@@ -169,69 +183,113 @@ def matched_margin(usage: np.ndarray, alloc: np.ndarray, target: float) -> float
 
 def score(data: ReplayInput, replays: dict[str, Replay], window: int,
           include_cold_start: bool = False, targets: Sequence[float] = TARGETS,
-          only: Sequence[int] | None = None) -> dict[str, list[ResourceScore]]:
-    """Scores per policy and resource over the executions ``only`` (default: all)."""
-    idx = range(len(data.usage)) if only is None else only
+          only: Sequence[int] | None = None,
+          per_target: dict[str, dict[float, Replay]] | None = None
+          ) -> dict[str, list[ResourceScore]]:
+    """Scores per policy and resource over the executions ``only`` (default: all).
+
+    ``per_target`` gives, for a policy fitted for a target fulfilment (the head-room tables,
+    ``auto``), the replay of its fit for each target: the figures at target t come from that
+    replay, the raw ones from ``replays``."""
+    idx = list(range(len(data.usage)) if only is None else only)
     hours = data.step / 3600.0
     scales = [resource_unit_scale(u)[0] for u in data.units]
-    U, M, peak, wins = [], [], [], []
-    for i in idx:
-        u = data.usage[i]
-        m = _scored_mask(len(u), window, include_cold_start)
-        U.append(u[m])
-        M.append(m)
-        peak.append(np.repeat(u.max(0)[None], m.sum(), 0))
-        wins.append(i)
-    usage = np.concatenate(U) if U else np.empty((0, len(scales)))
-    static_peak = np.concatenate(peak) if peak else usage
-    allocs = {}
-    for name, rep in replays.items():
-        allocs[name] = np.concatenate([_per_sample(rep.allocations[i], len(data.usage[i]),
-                                                   window)[m] for i, m in zip(wins, M)]) \
-            if wins else usage
-    oracle = allocs.get("oracle")
-    window_max = {i: np.maximum.reduceat(data.usage[i], np.arange(0, len(data.usage[i]), window),
-                                         axis=0) for i in wins}
+    first = 0 if include_cold_start else 1
+    masks = [_scored_mask(len(data.usage[i]), window, include_cold_start) for i in idx]
+    usage = (np.concatenate([data.usage[i][m] for i, m in zip(idx, masks)]) if idx
+             else np.empty((0, len(scales))))
+    static_peak = (np.concatenate([np.repeat(data.usage[i].max(0)[None], m.sum(), 0)
+                                   for i, m in zip(idx, masks)]) if idx else usage)
+    # per scored window: its max usage (a window is short when it exceeds the allocation)
+    wmax = [np.maximum.reduceat(data.usage[i], np.arange(0, len(data.usage[i]), window),
+                                axis=0)[first:] for i in idx]
+    window_max = np.concatenate(wmax) if wmax else np.empty((0, len(scales)))
+
+    def per_sample(rep: Replay) -> np.ndarray:
+        return (np.concatenate([_per_sample(rep.allocations[i], len(data.usage[i]), window)[m]
+                                for i, m in zip(idx, masks)]) if idx else usage)
+
+    def per_window(rep: Replay) -> np.ndarray:
+        return (np.concatenate([rep.allocations[i][first: first + len(w)]
+                                for i, w in zip(idx, wmax)]) if idx else window_max)
+
+    oracle = per_sample(replays["oracle"]) if "oracle" in replays else None
+    per_target = per_target or {}
     out: dict[str, list[ResourceScore]] = {}
-    for name, A in allocs.items():
+    for name, rep in replays.items():
+        A, WA = per_sample(rep), per_window(rep)
+        fits = {t: (per_sample(r), per_window(r)) for t, r in per_target.get(name, {}).items()}
         rows = []
         for j, scale in enumerate(scales):
             a, u = A[:, j], usage[:, j]
-            alloc_t = float(a.sum() * hours / scale)
             oracle_t = float(oracle[:, j].sum() * hours / scale) if oracle is not None else np.nan
+            alloc_t = float(a.sum() * hours / scale)
             short = u - a
             with np.errstate(divide="ignore", invalid="ignore"):
                 rel = np.where(a > 0, short / a, np.where(short > 0, np.inf, 0.0))
-            oom = resizes = 0
-            first = 0 if include_cold_start else 1
-            for i in wins:
-                rw = replays[name].allocations[i][:, j]
-                oom += int(np.count_nonzero(window_max[i][first:, j] > rw[first:]))
-                # the change from the cold start's request at window 1 is a resize too
-                resizes += int(np.count_nonzero(np.diff(rw) != 0))
+            # the change from the cold start's request at window 1 is a resize too
+            resizes = sum(int(np.count_nonzero(np.diff(rep.allocations[i][:, j]) != 0))
+                          for i in idx)
+            peak_sum = float(static_peak[:, j].sum()) if len(a) else 0.0
             s = ResourceScore(
                 allocation=alloc_t, usage=float(u.sum() * hours / scale),
                 vs_oracle=alloc_t / oracle_t if oracle_t else np.nan,
-                vs_static_peak=float(a.sum() / static_peak[:, j].sum()) if len(a) else np.nan,
+                # an execution idle at 0 all its life has a static peak of 0: no ratio then
+                vs_static_peak=float(a.sum() / peak_sum) if peak_sum > 0 else np.nan,
                 fulfilment=float(np.mean(u <= a)) if len(a) else np.nan,
                 fulfilment_10=float(np.mean(u <= 1.1 * a)) if len(a) else np.nan,
                 under_samples=int(np.count_nonzero(u > a)),
                 worst_shortfall=float(max(short.max(), 0.0)) / scale if len(a) else 0.0,
                 worst_shortfall_rel=float(max(rel.max(), 0.0)) if len(a) else 0.0,
-                oom_windows=oom, resizes=resizes)
+                oom_windows=int(np.count_nonzero(window_max[:, j] > WA[:, j])),
+                resizes=resizes, scored_windows=len(window_max))
             for t in targets:
-                mm = matched_margin(u, a, t)
+                at, wat = fits.get(t, (A, WA))
+                at, wat = at[:, j], wat[:, j]
+                mm = matched_margin(u, at, t)
                 s.margin_at[t] = mm
-                s.vs_oracle_at[t] = (alloc_t * (1 + mm) / oracle_t
+                total = float(at.sum() * hours / scale)
+                s.vs_oracle_at[t] = (total * (1 + mm) / oracle_t
                                      if oracle_t and np.isfinite(mm) else np.inf)
+                if not np.isfinite(mm):
+                    s.short_windows_at[t] = s.short_window_share_at[t] = np.nan
+                    s.worst_shortfall_at[t] = s.worst_shortfall_rel_at[t] = np.nan
+                    continue
+                n_short = int(np.count_nonzero(window_max[:, j] > wat * (1.0 + mm)))
+                gap = u - at * (1.0 + mm)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
+                s.short_windows_at[t] = n_short
+                s.short_window_share_at[t] = (n_short / len(window_max) if len(window_max)
+                                              else np.nan)
+                s.worst_shortfall_at[t] = float(max(gap.max(), 0.0)) / scale if len(gap) else 0.0
+                s.worst_shortfall_rel_at[t] = float(max(rel_u.max(), 0.0)) if len(gap) else 0.0
             rows.append(s)
         out[name] = rows
     return out
 
 
+def wins_over(scores: dict[str, list[ResourceScore]], name: str, j: int, target: float,
+              baseline: str = "adaptive-max") -> bool | None:
+    """The rule of ../shared/docs/evaluation.md: ``name`` wins on resource ``j`` at ``target``
+    when it is cheaper than ``baseline`` (allocation ÷ oracle at the matched margin) and has no
+    more windows with a shortfall there. None when either was not scored or cannot reach it."""
+    if name not in scores or baseline not in scores:
+        return None
+    a, b = scores[name][j], scores[baseline][j]
+    va, vb = a.vs_oracle_at.get(target, np.nan), b.vs_oracle_at.get(target, np.nan)
+    if not (np.isfinite(va) and np.isfinite(vb)):
+        return None
+    return bool(va < vb and a.short_windows_at[target] <= b.short_windows_at[target])
+
+
 # ----------------------------------------------------------------------------- the whole run
-POLICIES = ("static", "adaptive-max", "adaptive-stat", "phase", "phase-proactive", "vpa",
-            "oracle")
+POLICIES = ("static", "adaptive-max", "adaptive-stat", "phase", "phase-proactive",
+            "phase-headroom", "burst-headroom", "vpa", "auto", "oracle")
+#: Policies fitted for a target fulfilment: fitted once per scored target on the train side.
+FITTED = ("phase-headroom", "burst-headroom", "auto")
+#: Policies that need the phase model.
+PHASE_POLICIES = ("phase", "phase-proactive", "phase-headroom", "auto")
 NATIVE_UNIT = {"cpu": ("cores", 1.0), "memory": ("bytes", GiB)}
 
 
@@ -254,6 +312,7 @@ class EvaluationConfig:
     initial: str = "peak"
     safety: SafetyConfig | None = None
     targets: tuple[float, ...] = TARGETS
+    auto_holdout: float = 0.3              # auto: share of (most recent) train executions held out
 
 
 @dataclass
@@ -265,6 +324,10 @@ class EvaluationResult:
     per_execution: list[dict[str, list[ResourceScore]]]
     n_train: int
     model: object | None
+    train_data: ReplayInput | None = None   # the train side (with phases), when fitted on
+    per_target: dict = field(default_factory=dict)   # FITTED name -> target -> Replay
+    auto: dict = field(default_factory=dict)         # target -> AutoChoice
+    fitted: dict = field(default_factory=dict)       # FITTED name -> target -> policy
 
 
 def vpa_scale(resource: str, unit: str, usage: np.ndarray) -> tuple[float, bool]:
@@ -276,10 +339,22 @@ def vpa_scale(resource: str, unit: str, usage: np.ndarray) -> tuple[float, bool]
     return (typical / float(np.median(positive)) if len(positive) else 1.0), False
 
 
-def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None) -> list[Policy]:
-    """The named policies, parameterised from the config and the fitted model."""
-    from ai4dl.policy import policies as P
+def phase_options(cfg: EvaluationConfig, scope: str | None = None) -> dict:
+    """make_phase_policy's keywords from the config."""
+    return dict(statistic=cfg.statistic, k=cfg.k, margin=cfg.margin, reader=cfg.reader,
+                scope=cfg.phase_scope if scope is None else scope,
+                proactive_mode=cfg.proactive_mode, threshold=cfg.proactive_threshold)
 
+
+def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None,
+                   target: float | None = None) -> list[Policy]:
+    """The named policies, parameterised from the config and the fitted model; the head-room
+    tables are fitted on ``train`` (with phases) for ``target`` (default: the first scored
+    target). ``auto`` is not built here (see :func:`run_evaluation`)."""
+    from ai4dl.policy import policies as P
+    from ai4dl.policy.auto import build_candidate
+
+    t = cfg.targets[0] if target is None else target
     out: list[Policy] = []
     for name in cfg.policies:
         if name == "static":
@@ -293,9 +368,11 @@ def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None) -> l
         elif name in ("phase", "phase-proactive"):
             if model is None:
                 raise ValueError(f"policy {name!r} needs a phase model")
-            out.append(P.make_phase_policy(model, cfg.resources, name, cfg.statistic, cfg.k,
-                                           cfg.margin, cfg.reader, cfg.phase_scope,
-                                           cfg.proactive_mode, cfg.proactive_threshold))
+            out.append(P.make_phase_policy(model, cfg.resources, name, **phase_options(cfg)))
+        elif name in ("phase-headroom", "burst-headroom"):
+            if train is None:
+                raise ValueError(f"policy {name!r} is fitted on training executions")
+            out.append(build_candidate(name, train, cfg.window, model, t))
         elif name == "vpa":
             units = train.units if train is not None else ("",) * len(cfg.resources)
             pooled = (np.concatenate(train.usage) if train is not None and train.usage
@@ -305,19 +382,28 @@ def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None) -> l
             out.append(P.VpaPolicy(resources=tuple(cfg.resources),
                                    scale=tuple(s for s, _ in scales),
                                    native_units=all(n for _, n in scales)))
+        elif name == "auto":
+            raise ValueError("policy 'auto' is chosen per target by run_evaluation")
         else:
             raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
     return out
 
 
+def primary(targets: Sequence[float]) -> float:
+    """The target the raw columns of a fitted policy come from (95 % when scored)."""
+    return 0.95 if 0.95 in targets else targets[0]
+
+
 def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict | None = None,
                    on_stage=None) -> EvaluationResult:
     """Split by execution group (seeded), fit the phase model on the train side only (unless
-    one is given), replay the test side through every policy and score it."""
+    one is given), fit the head-room tables and let ``auto`` choose on the train side only
+    (once per scored target), replay the test side through every policy and score it."""
     from ai4dl.model import PhaseModel
+    from ai4dl.policy.auto import choose_policy
 
     say = on_stage or (lambda msg: None)
-    needs_model = any(p in ("phase", "phase-proactive") for p in cfg.policies)
+    needs_model = any(p in PHASE_POLICIES for p in cfg.policies)
     if cfg.test_fraction > 0:
         train, test = traces.split_by_group(cfg.test_fraction, cfg.seed)
     else:
@@ -327,9 +413,14 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
         model = PhaseModel(random_state=cfg.seed, **(model_params or {})).fit(train)
     say(f"replaying {len(test)} held-out executions")
     data = prepare(list(test), cfg.resources, model if needs_model else None, cfg.initial)
-    train_data = prepare(list(train), cfg.resources, None, cfg.initial) \
-        if "vpa" in cfg.policies else None
-    policies = build_policies(cfg, model, train_data)
+    fitted_names = [p for p in cfg.policies if p in FITTED]
+    train_data = None
+    if "vpa" in cfg.policies or fitted_names:
+        train_data = prepare(list(train), cfg.resources, model if needs_model else None,
+                             cfg.initial)
+    plain = dataclasses.replace(cfg, policies=tuple(p for p in cfg.policies
+                                                    if p not in FITTED))
+    policies = build_policies(plain, model, train_data)
     if "oracle" not in cfg.policies:
         from ai4dl.policy.policies import Oracle
         policies.append(Oracle())
@@ -337,7 +428,30 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     for p in policies:
         say(f"policy {p.name}")
         replays[p.name] = replay(data, p, cfg.window, cfg.safety, cfg.vpa_prewarm)
-    scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets)
-    per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i])
+    per_target: dict = {}
+    autos: dict = {}
+    fitted: dict = {}
+    for name in fitted_names:
+        for t in cfg.targets:
+            say(f"policy {name}: fitting for {100 * t:g} % on the train side")
+            if name == "auto":
+                choice = choose_policy(train_data, cfg.window, model, t,
+                                       holdout=cfg.auto_holdout,
+                                       phase_options=phase_options(cfg, "execution"))
+                autos[t] = choice
+                pol = choice.policy
+                say(f"auto at {100 * t:g} %: {choice.reason}")
+            else:
+                pol = build_policies(dataclasses.replace(cfg, policies=(name,)), model,
+                                     train_data, t)[0]
+            fitted.setdefault(name, {})[t] = pol
+            per_target.setdefault(name, {})[t] = replay(data, pol, cfg.window, cfg.safety,
+                                                        cfg.vpa_prewarm)
+        replays[name] = per_target[name][primary(cfg.targets)]
+    scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets,
+                   per_target=per_target)
+    per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i],
+                      per_target=per_target)
                 for i in range(len(data.usage))]
-    return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model)
+    return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model,
+                            train_data, per_target, autos, fitted)

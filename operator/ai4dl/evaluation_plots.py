@@ -23,6 +23,7 @@ from ai4dl.evaluation_report import (pareto_front, policy_order, primary_target,
 DPI = 110
 _COLOURS = {"static": "tab:brown", "adaptive-max": "tab:orange", "adaptive-stat": "tab:green",
             "phase": "tab:blue", "phase-proactive": "tab:purple", "vpa": "tab:red",
+            "phase-headroom": "tab:cyan", "burst-headroom": "tab:olive", "auto": "tab:pink",
             "oracle": "0.35"}
 _MARGIN_MARKERS = ("o", "s", "^", "D", "v", "P")
 _DISPLAY = {"bytes": (1024.0 ** 3, "GiB"), "percent": (1.0, "%")}
@@ -93,6 +94,15 @@ def chosen_executions(result: EvaluationResult, n: int) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- trade-off
+def _swept(p: dict) -> float:
+    """What a sweep point varies: k, or the fulfilment a head-room table was fitted for."""
+    return p["target"] if "target" in p else p["k"]
+
+
+def _swept_label(p: dict) -> str:
+    return f"fit {100 * p['target']:g}%" if "target" in p else f"k={p['k']:g}"
+
+
 def sweep_figure(result: EvaluationResult, sweep: Sequence[dict]):
     """Allocation ÷ oracle against raw fulfilment per resource: the swept policies (colour
     per policy, marker per margin, a line through the k values), the run's policies as
@@ -108,7 +118,7 @@ def sweep_figure(result: EvaluationResult, sweep: Sequence[dict]):
         for fam in families:
             for m in margins:
                 pts = sorted((p for p in sweep if p["policy"] == fam and p["margin"] == m),
-                             key=lambda p: p["k"])
+                             key=_swept)
                 if not pts:
                     continue
                 x = [100 * p["scores"][j].fulfilment for p in pts]
@@ -119,11 +129,11 @@ def sweep_figure(result: EvaluationResult, sweep: Sequence[dict]):
                 for p, xi, yi in zip(pts, x, y):
                     xs.append(xi)
                     ys.append(yi)
-                    labels.append(f"{fam} k={p['k']:g} m={p['margin']:g}")
+                    labels.append(f"{fam} {_swept_label(p)} m={p['margin']:g}")
                 if m == margins[0]:
                     for p, xi, yi in ((pts[0], x[0], y[0]), (pts[-1], x[-1], y[-1])):
                         if len(pts) > 1:
-                            ax.annotate(f"k={p['k']:g}", (xi, yi), textcoords="offset points",
+                            ax.annotate(_swept_label(p), (xi, yi), textcoords="offset points",
                                         xytext=(4, -9), fontsize=6.5, color=policy_colour(fam))
         for name in policy_order(list(result.scores)):
             s = result.scores[name][j]
@@ -155,8 +165,11 @@ def sweep_figure(result: EvaluationResult, sweep: Sequence[dict]):
                      fontsize=10)
         ax.grid(alpha=0.25, lw=0.5)
         ax.tick_params(labelsize=8)
+    def swept_what(f: str) -> str:
+        return "fit target" if any("target" in p for p in sweep if p["policy"] == f) else "k"
+
     handles = [Line2D([], [], color=policy_colour(f), marker="o", lw=0.8,
-                      label=f"{f} (k swept)") for f in families]
+                      label=f"{f} ({swept_what(f)} swept)") for f in families]
     handles += [Line2D([], [], color="0.4", marker=marker[m], lw=0, label=f"margin {m:g}")
                 for m in margins]
     handles += [Line2D([], [], color=policy_colour(n), marker="*", markersize=11, lw=0,

@@ -16,13 +16,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.evaluate import (POLICIES, EvaluationResult, ResourceScore, build_policies,
-                            replay, resource_unit_scale, score)
+from ai4dl.evaluate import (PHASE_POLICIES, POLICIES, EvaluationResult, ResourceScore,
+                            build_policies, replay, resource_unit_scale, score, wins_over)
 
 UNREACHABLE = "unreachable"
 SWEEP_K = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
 SWEEP_MARGIN = (0.0, 0.05, 0.1)
 SWEEP_FAMILIES = ("phase", "phase-proactive", "adaptive-stat")
+#: The head-room table is swept over the fulfilment it is fitted for (no k, no margin).
+SWEEP_TARGETS = (0.9, 0.93, 0.95, 0.97, 0.99)
 
 
 # ----------------------------------------------------------------------------- context
@@ -47,7 +49,7 @@ def make_context(traces, result: EvaluationResult, source: str,
         train, test = traces.split_by_group(cfg.test_fraction, cfg.seed)
     else:
         train = test = traces
-    uses_phases = any(p in ("phase", "phase-proactive") for p in cfg.policies)
+    uses_phases = any(p in PHASE_POLICIES for p in cfg.policies)
     model = result.model if uses_phases else None
     n_phases = getattr(model, "n_phases_", None) if model is not None else None
     if model is None:
@@ -177,8 +179,6 @@ def score_rows(result: EvaluationResult, scores: dict | None = None) -> list[lis
             row += [fmt_ratio(s.vs_static_peak),
                     f"{fmt_amount(s.allocation)} {alloc_unit}",
                     f"{s.under_samples:,}",
-                    f"{fmt_amount(s.worst_shortfall)} {shortfall_unit(unit)}",
-                    f"{s.oom_windows:,}" if _is_memory(res) else "-",
                     f"{s.resizes:,}"]
             rows.append(row)
     return rows
@@ -189,14 +189,76 @@ def score_header(result: EvaluationResult) -> list[str]:
     return (["policy", "resource", "alloc ÷ oracle", "fulfilment (0 % / 10 % tol.)",
              f"margin for {target_label(t0)}"]
             + [f"alloc ÷ oracle at {target_label(t)}" for t in result.config.targets]
-            + ["alloc ÷ static peak", "allocation", "under-prov. samples", "worst shortfall",
-               "OOM windows", "resizes"])
+            + ["alloc ÷ static peak", "allocation", "under-prov. samples", "resizes"])
 
 
 def score_table(result: EvaluationResult) -> str:
     header = score_header(result)
     right = set(range(2, len(header)))
     return markdown_table(header, score_rows(result), right)
+
+
+def _wins_cell(result: EvaluationResult, name: str, j: int, t: float) -> str:
+    if name in ("adaptive-max", "oracle"):
+        return "—"
+    w = wins_over(result.scores, name, j, t)
+    return "n/a" if w is None else ("yes" if w else "no")
+
+
+def matched_rows(result: EvaluationResult, t: float) -> list[list[str]]:
+    data = result.data
+    rows = []
+    for name in policy_order(list(result.scores)):
+        for j, (res, unit) in enumerate(zip(data.resources, data.units)):
+            s: ResourceScore = result.scores[name][j]
+            n = s.short_windows_at.get(t, math.nan)
+            share = s.short_window_share_at.get(t, math.nan)
+            reach = math.isfinite(s.vs_oracle_at.get(t, math.inf))
+            short = (f"{fmt_pct(share, digits=2)} ({int(n):,})" if reach and _finite(n)
+                     else UNREACHABLE)
+            oom = (f"{int(n):,}" if reach and _finite(n) else UNREACHABLE) \
+                if _is_memory(res) else "-"
+            worst = (f"{fmt_amount(s.worst_shortfall_at[t])} {shortfall_unit(unit)} / "
+                     f"{fmt_pct(s.worst_shortfall_rel_at[t])}" if reach else UNREACHABLE)
+            rows.append([name, res, fmt_ratio(s.vs_oracle_at.get(t, math.nan)),
+                         fmt_pct(s.margin_at.get(t, math.nan), signed=True), short, oom, worst,
+                         _wins_cell(result, name, j, t)])
+    return rows
+
+
+def matched_tables(result: EvaluationResult) -> str:
+    """Per target: what a matched margin can hide (../shared/docs/evaluation.md) — windows with
+    any shortfall, memory OOM-risk windows, the worst shortfall — at that margin, and whether
+    the policy wins against adaptive-max (cheaper and no more windows short)."""
+    header = ["policy", "resource", "alloc ÷ oracle", "margin", "windows short",
+              "OOM-risk windows", "worst shortfall (abs / ÷ usage)", "wins vs adaptive-max"]
+    parts = []
+    for t in result.config.targets:
+        parts.append(f"At {target_label(t)} matched fulfilment (each policy at its own margin): "
+                     f"windows with any sample above the allocation, of "
+                     f"{_scored_windows(result):,} scored; memory OOM-risk windows (the same, "
+                     f"memory); the worst shortfall; a policy wins when it is cheaper than "
+                     f"adaptive-max and has no more windows short.\n\n"
+                     + markdown_table(header, matched_rows(result, t), set(range(2, 7))))
+    return "\n\n".join(parts)
+
+
+def _scored_windows(result: EvaluationResult) -> int:
+    first = next(iter(result.scores.values()), None)
+    return first[0].scored_windows if first else 0
+
+
+def auto_lines(result: EvaluationResult) -> str:
+    """What auto chose at each target (fitted and chosen on the train side only)."""
+    if not result.auto:
+        return ""
+    out = ["auto (chosen on the train side only: candidates fitted on the older train "
+           "executions, scored on the most recent ones):", ""]
+    for t, c in sorted(result.auto.items()):
+        w = ", ".join(f"{r} → {p}" for r, p in zip(c.resources, c.winners))
+        out.append(f"- at {target_label(t)}: {w} ({c.n_validation} held-out of "
+                   f"{c.n_fit + c.n_validation} train executions)")
+    return "\n".join(out)
 
 
 def savings_matrix(result: EvaluationResult, target: float | None = None
@@ -243,9 +305,14 @@ def savings_tables(result: EvaluationResult, target: float | None = None) -> str
 
 
 def render_markdown(result: EvaluationResult, ctx: RunContext) -> str:
-    """The whole printed report: one context line, the score table, the savings matrices."""
-    return "\n\n".join([header_line(result, ctx), score_table(result),
-                        savings_tables(result)]) + "\n"
+    """The whole printed report: one context line, the score table, the figures at each
+    matched target (windows short, OOM risk, worst shortfall, the wins rule), auto's choice,
+    the savings matrices."""
+    parts = [header_line(result, ctx), score_table(result), matched_tables(result)]
+    if result.auto:
+        parts.append(auto_lines(result))
+    parts.append(savings_tables(result))
+    return "\n\n".join(parts) + "\n"
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -285,7 +352,7 @@ def score_dict(s: ResourceScore) -> dict:
     out = {}
     for f in dataclasses.fields(s):
         v = getattr(s, f.name)
-        if f.name in ("margin_at", "vs_oracle_at"):
+        if f.name.endswith("_at"):
             out[f.name] = {target_key(t): _num(x, UNREACHABLE) for t, x in v.items()}
         else:
             out[f.name] = _num(v)
@@ -334,11 +401,18 @@ def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None 
         "scores": _scores_dict(result.scores, data.resources),
         "savings": {"target": target_key(t0), "definition": "1 - a/b at matched fulfilment "
                     "(row a vs column b)", "matrix": savings},
+        "wins": {p: {r: {target_key(t): wins_over(result.scores, p, j, t)
+                         for t in result.config.targets}
+                     for j, r in enumerate(data.resources)}
+                 for p in policy_order(list(result.scores)) if p not in ("adaptive-max",
+                                                                         "oracle")},
+        "auto": {target_key(t): c.as_dict() for t, c in sorted(result.auto.items())},
         "per_execution": [{"name": name, "scores": _scores_dict(sc, data.resources)}
                           for name, sc in zip(data.names, result.per_execution)],
     }
     if sweep is not None:
         doc["sweep"] = [{"policy": p["policy"], "k": p["k"], "margin": p["margin"],
+                         **({"target": p["target"]} if "target" in p else {}),
                          "scores": {r: score_dict(s) for r, s in zip(data.resources,
                                                                      p["scores"])}}
                         for p in sweep]
@@ -351,9 +425,11 @@ def run_sweep(result: EvaluationResult, ks: Sequence[float] = SWEEP_K,
               on_stage: Callable[[str], None] | None = None) -> list[dict]:
     """Re-replay the tunable policies over k × margin on the same prepared data with the same
     fitted model (no refit): the phase policies (if evaluated) for every k and margin,
-    adaptive-stat (if evaluated) for every k. Each point: {"policy", "k", "margin", "scores"
-    (one ResourceScore per resource, against the run's oracle)}. When the phase statistic is
-    not mean+kσ, k does not move the phase policies, which are then swept over margin only."""
+    adaptive-stat (if evaluated) for every k, and the phase head-room table (if evaluated)
+    refitted on the train side for each fulfilment in SWEEP_TARGETS. Each point: {"policy",
+    "k", "margin", "scores" (one ResourceScore per resource, against the run's oracle)}, and
+    "target" for the head-room points (k None). When the phase statistic is not mean+kσ, k
+    does not move the phase policies, which are then swept over margin only."""
     say = on_stage or (lambda msg: None)
     cfg, data = result.config, result.data
     oracle = result.replays.get("oracle")
@@ -369,8 +445,11 @@ def run_sweep(result: EvaluationResult, ks: Sequence[float] = SWEEP_K,
         else:
             fam_ks = ks if cfg.statistic == "mean+kstd" else (cfg.k,)
             grid += [(fam, float(k), float(m)) for k in fam_ks for m in margins]
+    fit_targets = (tuple(SWEEP_TARGETS) if "phase-headroom" in cfg.policies
+                   and result.train_data is not None and result.model is not None else ())
     points = []
-    say(f"sweep: {len(grid)} replays ({', '.join(families) or 'nothing to sweep'})")
+    names = families + (["phase-headroom (fit target)"] if fit_targets else [])
+    say(f"sweep: {len(grid) + len(fit_targets)} replays ({', '.join(names) or 'nothing to sweep'})")
     for fam, k, m in grid:
         c = dataclasses.replace(cfg, policies=(fam,), k=k, margin=m)
         pol = build_policies(c, result.model, None)[0]
@@ -378,6 +457,15 @@ def run_sweep(result: EvaluationResult, ks: Sequence[float] = SWEEP_K,
         sc = score(data, {fam: rep, "oracle": oracle}, cfg.window, cfg.include_cold_start,
                    cfg.targets)
         points.append({"policy": fam, "k": k, "margin": m, "scores": sc[fam]})
+    for t in fit_targets:
+        from ai4dl.policy.auto import build_candidate
+
+        pol = build_candidate("phase-headroom", result.train_data, cfg.window, result.model, t)
+        rep = replay(data, pol, cfg.window, cfg.safety)
+        sc = score(data, {"phase-headroom": rep, "oracle": oracle}, cfg.window,
+                   cfg.include_cold_start, cfg.targets)
+        points.append({"policy": "phase-headroom", "k": None, "margin": 0.0, "target": t,
+                       "scores": sc["phase-headroom"]})
     return points
 
 

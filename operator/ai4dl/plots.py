@@ -144,3 +144,35 @@ def report_figure(model: PhaseModel, executions: Sequence[Execution],
         fig.suptitle(title, fontsize=11)
     fig.subplots_adjust(left=0.07, right=0.9, top=0.95 if title else 0.97, bottom=0.05)
     return fig
+
+
+def headroom_figure(policies):
+    """Heat-map of the learned head-room per state: one panel per (table, resource), rows the
+    phase of the last sample, columns the burstiness bin of the last window; colour the
+    multiplier, each cell labelled with the estimator it multiplies."""
+    from ai4dl.policy.headroom import ESTIMATORS
+
+    panels = [(p, r) for p in policies for r in range(len(p.resources_))]
+    n = len(panels)
+    fig, axes = plt.subplots(1, max(n, 1), figsize=(4.6 * max(n, 1), 3.6), squeeze=False)
+    for ax, (p, r) in zip(axes[0], panels):
+        edges = p.edges_[r]
+        bins = int(np.count_nonzero(np.isfinite(edges))) + 1
+        M = p.multiplier_[r][:, :bins]
+        im = ax.imshow(M, cmap="viridis", aspect="auto")
+        for i in range(M.shape[0]):
+            for b in range(bins):
+                pooled = int(p.pooled_[r, i, b])
+                ax.text(b, i, f"{ESTIMATORS[int(p.estimator_[r, i, b])]}\n×{M[i, b]:.3f}"
+                        + ("" if pooled == 0 else "\n(pooled)"), ha="center", va="center",
+                        fontsize=6.5, color="white" if M[i, b] < M.mean() else "black")
+        labels = ([f"≤{e:.3g}" for e in edges[:bins - 1]] + ["higher"]) if bins > 1 else ["any"]
+        ax.set_xticks(range(bins), labels, fontsize=7)
+        ax.set_yticks(range(M.shape[0]), [str(i) for i in range(M.shape[0])] if p.use_phase
+                      else ["any"], fontsize=7)
+        ax.set_xlabel("burstiness of the last window (max ÷ mean)", fontsize=8)
+        ax.set_ylabel("phase of the last sample" if p.use_phase else "", fontsize=8)
+        ax.set_title(f"{p.name}: {p.resources_[r]} (fit {100 * p.target:g} %)", fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    return fig

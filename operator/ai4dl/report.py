@@ -73,6 +73,9 @@ def describe(model: PhaseModel) -> str:
             _table(["from \\ to"] + [str(j) for j in range(k)],
                    [[str(i)] + [f"{P[i, j]:.3f}" for j in range(k)] for i in range(k)]), ""]
 
+    for t in getattr(model, "policy_tables_", None) or []:
+        out += headroom_section(t)
+
     r = model.fit_report_
     if r is not None:
         out += ["## Fit", "",
@@ -92,3 +95,43 @@ def describe(model: PhaseModel) -> str:
                            [[str(kk), f"{w:.5f}", f"{s:.3f}"]
                             for kk, w, s in zip(ks.ks, ks.wcss, ks.silhouette)])]
     return "\n".join(out) + "\n"
+
+
+def headroom_section(policy) -> list[str]:
+    """Markdown lines: a fitted head-room table, one grid per resource (rows: phase of the
+    last sample; columns: burstiness bins of the last window, max ÷ mean), each cell the
+    estimator trusted in that state × its multiplier, with the training windows behind it
+    (and where a rare state was pooled)."""
+    from ai4dl.policy.headroom import ESTIMATORS
+
+    out = [f"## Policy table: {policy.name} (fitted for {100 * policy.target:g} % fulfilment, "
+           f"windows of {policy.window_} samples)", "",
+           "Each cell: the estimator of the next window trusted in that state × the head-room "
+           "it gets (the multiplier); in brackets the training windows behind it, and where "
+           "a rare state was pooled (b: over phases, g: globally).", ""]
+    for r, res in enumerate(policy.resources_):
+        edges = policy.edges_[r]
+        bins = int(np.count_nonzero(np.isfinite(edges))) + 1
+        lo = ["1"] + [f"{e:.3g}" for e in edges[:bins - 1]]
+        hi = [f"{e:.3g}" for e in edges[:bins - 1]] + ["∞"]
+        cols = [f"burst ({a}, {b}]" if i else f"burst [1, {b}]"
+                for i, (a, b) in enumerate(zip(lo, hi))]
+        rows = []
+        for p in range(policy.multiplier_.shape[1]):
+            cells = []
+            for b in range(bins):
+                tag = {0: "", 1: ", b", 2: ", g"}[int(policy.pooled_[r, p, b])]
+                cells.append(f"{ESTIMATORS[int(policy.estimator_[r, p, b])]} × "
+                             f"{policy.multiplier_[r, p, b]:.3f} "
+                             f"({int(policy.support_[r, p, b])}{tag})")
+            rows.append([str(p) if policy.use_phase else "any"] + cells)
+        rep = policy.fit_report_[r] if policy.fit_report_ else {}
+        extra = ""
+        if rep.get("short_windows") is not None and rep.get("reference_short_windows"):
+            extra = (f"; on the training windows at its matched margin: allocation "
+                     f"{rep['allocation_vs_reference']:.3f} × adaptive-max's, "
+                     f"{int(rep['short_windows'])} windows short against adaptive-max's "
+                     f"{int(rep['reference_short_windows'])}")
+        out += [f"### {res} (cold start: {policy.cold_start_[r]:.4g}{extra})", "",
+                _table(["phase"] + cols, rows), ""]
+    return out

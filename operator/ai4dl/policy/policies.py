@@ -16,6 +16,7 @@ and applies the last row, the window about to start. Everything here is pure num
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -133,11 +134,43 @@ def read_phase(prev: np.ndarray, levels: np.ndarray, reader: str) -> np.ndarray:
     raise ValueError(f"phase reader must be one of {', '.join(PHASE_READERS)}, not {reader!r}")
 
 
+def stat_bound(k: float) -> float:
+    """The most mean + k·σ of non-negative samples can exceed their maximum by, as a factor:
+    with values in [0, M] and mean μ = xM, σ² <= μ(M − μ), so mean + kσ <= M (x + k√(x(1−x)))
+    <= M (1 + √(1 + k²)) / 2 (1.618 for k = 2, reached by a two-point distribution)."""
+    return (1.0 + math.sqrt(1.0 + k * k)) / 2.0
+
+
+def own_overall_levels(usage: np.ndarray, window: int, k: float) -> np.ndarray:
+    """(rows, R): mean + k·σ of ALL this execution's samples before each window w >= 1."""
+    m = len(usage) // window
+    u = usage[: m * window]
+    ends = np.arange(window, m * window + 1, window) - 1
+    c = (ends + 1.0)[:, None]
+    mean = np.cumsum(u, 0)[ends] / c
+    var = np.maximum(np.cumsum(u * u, 0)[ends] / c - mean ** 2, 0.0)
+    return mean + k * np.sqrt(var)
+
+
+def own_cap(usage: np.ndarray, window: int, k: float) -> np.ndarray:
+    """(rows, R): the most a mean + k·σ of the execution's own samples before each window
+    w >= 1 could be, stat_bound(k) × their running maximum. The cap on model-scope levels:
+    a pooled level belongs to other jobs' scale, and without evidence from the execution
+    itself no forecast may exceed what its own samples could justify."""
+    m = len(usage) // window
+    if m == 0:
+        return np.empty((0, usage.shape[1]))
+    runmax = np.maximum.accumulate(usage[: m * window], 0)[window - 1:: window]
+    return stat_bound(k) * runmax
+
+
 def execution_levels(usage: np.ndarray, phases: np.ndarray, window: int, k_phases: int,
-                     k: float, fallback: np.ndarray, min_samples: int) -> np.ndarray:
+                     k: float, min_samples: int) -> np.ndarray:
     """(rows, k_phases, R): at the start of each window w >= 1, mean + k·σ of this execution's
-    own samples of each phase seen so far; the model's level where a phase has fewer than
-    ``min_samples`` samples yet. Running sums make it one pass over the execution."""
+    own samples of each phase seen so far. A phase with fewer than ``min_samples`` samples yet
+    gets the execution's own overall mean + k·σ (all its samples so far) — never the model's
+    pooled level, which belongs to other jobs' scale (small jobs got big jobs' levels for the
+    phases they had not shown yet). Running sums make it one pass over the execution."""
     m = len(phases) // window
     onehot = (phases[: m * window, None] == np.arange(k_phases)[None, :]).astype(np.float64)
     u = usage[: m * window]
@@ -149,18 +182,34 @@ def execution_levels(usage: np.ndarray, phases: np.ndarray, window: int, k_phase
     mean = s1 / c
     std = np.sqrt(np.maximum(s2 / c - mean ** 2, 0.0))
     local = mean + k * std
-    return np.where((count >= min_samples)[:, :, None], local, fallback[None])
+    overall = own_overall_levels(usage, window, k)                        # (m, R)
+    return np.where((count >= min_samples)[:, :, None], local, overall[:, None, :])
+
+
+def scoped_levels(levels: np.ndarray, usage: np.ndarray, phases: np.ndarray, window: int,
+                  scope: str, k: float, min_samples: int) -> np.ndarray:
+    """(rows, n_phases, R) levels per window for a phase policy: ``execution`` scope from the
+    execution's own samples (:func:`execution_levels`), ``model`` scope the model's levels
+    capped at the execution's own scale (:func:`own_cap`)."""
+    usage = np.asarray(usage, np.float64)
+    if scope == "execution":
+        return execution_levels(usage, phases, window, len(levels), k, min_samples)
+    if scope == "model":
+        cap = own_cap(usage, window, k)
+        return np.minimum(np.asarray(levels)[None, :, :], cap[:, None, :])
+    raise ValueError(f"scope must be 'model' or 'execution', not {scope!r}")
 
 
 @dataclass(frozen=True)
 class PhasePolicy:
     """The current phase's statistic (default mean + 2σ) times (1 + margin).
 
-    ``scope="model"`` takes the statistic from the model (all training executions);
-    ``scope="execution"`` from this execution's own samples of that phase so far (mean + k·σ),
-    falling back to the model's until ``min_samples`` have been seen. The second keeps the
-    phase structure but adapts to each job's own scale (jobs differ in size far more than
-    their phases differ in shape).
+    ``scope="model"`` takes the statistic from the model (all training executions), capped at
+    what the execution's own samples could justify (:func:`own_cap`); ``scope="execution"``
+    from this execution's own samples of that phase so far (mean + k·σ), or of all its samples
+    while the phase has fewer than ``min_samples``. The second keeps the phase structure but
+    adapts to each job's own scale (jobs differ in size far more than their phases differ in
+    shape).
     """
     levels: np.ndarray               # (n_phases, R), see phase_levels
     margin: float = 0.0
@@ -174,12 +223,8 @@ class PhasePolicy:
     def allocate(self, usage, phases, window, initial, step):
         phases = np.asarray(phases)
         prev = _windows(phases, window)
-        levels = np.asarray(self.levels)
-        if self.scope == "execution":
-            levels = execution_levels(np.asarray(usage, np.float64), phases, window,
-                                      len(levels), self.k, levels, self.min_samples)
-        elif self.scope != "model":
-            raise ValueError(f"scope must be 'model' or 'execution', not {self.scope!r}")
+        levels = scoped_levels(np.asarray(self.levels), usage, phases, window, self.scope,
+                               self.k, self.min_samples)
         return _with_cold_start(initial, read_phase(prev, levels, self.reader)
                                 * (1.0 + self.margin))
 
@@ -219,7 +264,7 @@ class PhaseProactive:
     margin: float = 0.0
     mode: str = "worst-likely"
     threshold: float = 0.2
-    scope: str = "model"             # as PhasePolicy: levels from the model or this execution
+    scope: str = "model"             # as PhasePolicy: model levels (capped) or this execution's
     k: float = 2.0
     min_samples: int = 10
     name: str = "phase-proactive"
@@ -259,12 +304,8 @@ class PhaseProactive:
         elapsed = _run_length_at(phases[: m * window])[window - 1:: window]
         late = elapsed > np.asarray(self.dwell_p90)[current]
         probs = np.where(late[:, None], overdue[current], normal[current])   # (m, k)
-        L = np.asarray(self.levels)
-        if self.scope == "execution":
-            L = execution_levels(np.asarray(usage, np.float64), phases, window, len(L), self.k,
-                                 L, self.min_samples)
-        else:
-            L = np.broadcast_to(L, (m, *L.shape))
+        L = scoped_levels(np.asarray(self.levels), usage, phases, window, self.scope, self.k,
+                          self.min_samples)
         if self.mode == "worst-likely":
             ok = probs >= self.threshold
             ok[np.arange(m), current] |= ~late
@@ -312,10 +353,13 @@ class VpaPolicy:
     """The VPA recommender's target (the faithful re-implementation in ai4dl.policy.vpa), fed
     the execution's samples window by window.
 
-    VPA aggregates per workload, so a pod starts from what earlier pods of the same workload
-    taught it: pass the workload's recommender ``state`` (from :meth:`new_state`) to carry it
-    across executions (the evaluator does, per execution group, in start-time order). With no
-    state, every execution starts cold.
+    VPA aggregates per workload, so a pod starts from what earlier (and concurrent) pods of the
+    same workload taught it: pass the workload's recommender ``state`` (from
+    :meth:`new_state`) to carry it across executions, or replay a workload's executions
+    together with :meth:`allocate_group`, which interleaves them in time order with one
+    container state per pod, as VPA does (the evaluator does, per execution group). With no
+    state, every execution starts cold: the first window gets the pod minimums, as a new VPA
+    recommends before its first sample (in units other than cores and bytes, 0).
 
     ``scale`` maps each resource to VPA's native unit (cores, bytes) — for traces in percent or
     fractions, a factor putting values in the histograms' range; the pod minimums (25
@@ -337,35 +381,98 @@ class VpaPolicy:
                                                               pod_min_memory_mb=0.0)
         return VpaRecommender(cfg)
 
-    def _feed(self, rec, usage: np.ndarray, t0: float, step: float) -> None:
+    def _recommend(self, rec, now: float, R: int) -> np.ndarray:
+        r = rec.recommend(now)
+        return np.array([r.target[res] / s for res, s in zip(self.resources, self.scale)][:R])
+
+    def _feed(self, rec, usage: np.ndarray, t0: float, step: float, pod) -> None:
         times = t0 + step * np.arange(len(usage))
-        if "cpu" not in self.resources:
-            # VPA only recommends for aggregates that have CPU samples; a memory-only trace
-            # gets idle CPU so that its memory recommendation exists.
-            rec.add_cpu_samples(times, np.zeros(len(usage)))
         for j, r in enumerate(self.resources):
             col = usage[:, j] * self.scale[j]
             if r == "cpu":
-                rec.add_cpu_samples(times, col)
+                rec.add_cpu_samples(times, col, container=pod)
             elif r == "memory":
-                rec.add_memory_samples(times, col)
+                rec.add_memory_samples(times, col, container=pod)
 
-    def allocate(self, usage, phases, window, initial, step, state=None, t0: float = 0.0):
-        usage = np.asarray(usage, np.float64)
+    def allocate_group(self, usages, phases, window, initials, step, starts, pods,
+                       state=None) -> list[np.ndarray]:
+        """Rows for several executions of one workload sharing one recommender: events in
+        time order — each window's recommendation at its start, each window's samples fed
+        (under its pod's container) at its end, a feed before a recommendation at the same
+        instant — so a pod sees exactly the samples of every pod of the workload up to now."""
         rec = state if state is not None else self.new_state()
-        rows = n_rows(len(usage), window)
-        out = np.empty((rows, usage.shape[1]))
+        usages = [np.asarray(u, np.float64) for u in usages]
         mem = self.resources.index("memory") if "memory" in self.resources else None
-        for w in range(rows):
-            now = t0 + w * window * step
-            r = rec.recommend(now)
-            if r is None:
-                out[w] = initial
+        outs = [np.empty((n_rows(len(u), window), u.shape[1])) for u in usages]
+        events = []
+        for i, u in enumerate(usages):
+            for w in range(len(outs[i])):
+                t = starts[i] + w * window * step
+                events.append((t, 1, i, w))
+                n = len(u[w * window:(w + 1) * window])
+                if n:
+                    events.append((t + n * step, 0, i, w))
+        events.sort(key=lambda e: (e[0], e[1], e[2], e[3]))
+        for t, kind, i, w in events:
+            u, pod = usages[i], pods[i]
+            now = starts[i] + w * window * step
+            if kind == 1:
+                outs[i][w] = self._recommend(rec, now, u.shape[1])
+                continue
+            chunk = u[w * window:(w + 1) * window]
+            self._feed(rec, chunk, now, step, pod)
+            if mem is not None and chunk[:, mem].max() > outs[i][w, mem]:
+                rec.record_oom(t, outs[i][w, mem] * self.scale[mem], container=pod)
+        return outs
+
+    def allocate(self, usage, phases, window, initial, step, state=None, t0: float = 0.0,
+                 pod=None):
+        return self.allocate_group([usage], [phases], window, [initial], step, [t0], [pod],
+                                   state)[0]
+
+
+# ----------------------------------------------------------------------------- per resource
+@dataclass
+class PerResource:
+    """One policy per resource column (``auto`` may choose a different winner for cpu and
+    memory): column j of the rows is column j of ``policies[j]``'s rows. Each distinct policy
+    runs once."""
+    policies: tuple
+    name: str = "auto"
+
+    @property
+    def needs_phases(self) -> bool:
+        return any(p.needs_phases for p in self.policies)
+
+    @property
+    def uses_workload_state(self) -> bool:
+        return any(getattr(p, "uses_workload_state", False) for p in self.policies)
+
+    def _distinct(self):
+        seen: dict = {}
+        for j, p in enumerate(self.policies):
+            seen.setdefault(id(p), (p, []))[1].append(j)
+        return list(seen.values())
+
+    def new_state(self):
+        return {id(p): p.new_state() for p, _ in self._distinct()
+                if getattr(p, "uses_workload_state", False)}
+
+    def allocate_group(self, usages, phases, window, initials, step, starts, pods, state=None):
+        outs = [np.empty((n_rows(len(u), window), np.shape(u)[1])) for u in usages]
+        state = self.new_state() if state is None else state
+        for p, cols in self._distinct():
+            if getattr(p, "uses_workload_state", False):
+                rows = p.allocate_group(usages, phases, window, initials, step, starts, pods,
+                                        state.get(id(p)))
             else:
-                out[w] = [r.target[res] / s for res, s in zip(self.resources, self.scale)]
-            chunk = usage[w * window:(w + 1) * window]
-            if len(chunk):
-                self._feed(rec, chunk, now, step)
-                if mem is not None and chunk[:, mem].max() > out[w, mem]:
-                    rec.record_oom(now + step * len(chunk), out[w, mem] * self.scale[mem])
-        return out
+                rows = [p.allocate(u, ph if p.needs_phases else None, window, init, step)
+                        for u, ph, init in zip(usages, phases, initials)]
+            for o, r in zip(outs, rows):
+                o[:, cols] = r[:, cols]
+        return outs
+
+    def allocate(self, usage, phases, window, initial, step, state=None, t0: float = 0.0,
+                 pod=None):
+        return self.allocate_group([usage], [phases], window, [initial], step, [t0], [pod],
+                                   state)[0]

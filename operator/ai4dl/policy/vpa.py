@@ -1,8 +1,8 @@
 """A pure-Python/numpy re-implementation of the Kubernetes VPA *recommender* for trace replay.
 
 It follows kubernetes/autoscaler ``vertical-pod-autoscaler/pkg/recommender`` (the
-default recommender, no checkpoints, no Prometheus history) for ONE container
-aggregate:
+default recommender, no checkpoints, no Prometheus history) for the
+aggregate of one workload's container:
 
 * ``util/histogram_options.go``: exponential buckets.  Bucket ``n >= 1`` starts at
   ``first * (ratio**n - 1) / (ratio - 1)``; the last bucket start is >= ``max_value``.
@@ -39,8 +39,16 @@ aggregate:
   minimums (25 millicores, 250 MiB) divided by the number of containers.  All amounts are
   integer ``ResourceAmount``s (millicores, bytes) with Go's truncating conversions and the
   1e14 cap (``model/types.go``).
-* ``routines`` (``GetContainerNameToAggregateStateMap``): an aggregate with no CPU sample
-  gets NO recommendation, so :meth:`VpaRecommender.recommend` returns ``None`` then.
+* ``routines`` (``GetContainerNameToAggregateStateMap``): every aggregate of the VPA gets a
+  recommendation, also one with no sample yet (the pod minimums): upstream dropped the
+  ``TotalSamplesCount > 0`` filter in 2022, and ``AddOrUpdateContainer`` creates the aggregate
+  when the container is first seen.  (Before, this replica returned no recommendation there,
+  as VPA releases before 2022 did.)
+* ``model/cluster.go``: ONE aggregate per workload (VPA's key: namespace, container name, pod
+  labels) fed by one ``ContainerState`` per container of each pod: pass a ``container`` key
+  (the pod) to the ``add``/``record_oom`` methods.  Each container drops only its own
+  out-of-order samples and keeps its own memory peak per interval, so overlapping pods of
+  one workload all count, as in VPA.
 
 Inputs are quantised as the live metrics path does: CPU usage to whole millicores
 (``Quantity.MilliValue()`` rounds up; we first round to nanocores, the resolution
@@ -53,7 +61,8 @@ instead of evaluating ``log(v * (r - 1) / first + 1) / log(r)`` (see
 ``math.Exp2``; times are float seconds rather than integer nanoseconds.  The reference
 timestamp is rounded relative to ``t = 0`` of the caller's clock (identical to Go for Unix
 times when the half-life divides 24 h).  Not modelled: aggregate garbage collection (see
-:meth:`VpaRecommender.is_expired`), checkpoints, merging several containers' states,
+:meth:`VpaRecommender.is_expired`), checkpoints, merging several aggregates (pods with
+different labels under one VPA),
 per-VPA policies (min/max allowed, controlled resources) and post-processors (the default
 rounding to 1 millicore / 1 byte is a no-op).  NaN or infinite usages, which VPA cannot
 receive, are dropped like invalid samples.
@@ -659,11 +668,26 @@ class VpaRecommendation:
     confidence_memory: float
 
 
-class VpaRecommender:
-    """VPA's recommender for one container aggregate (``AggregateContainerState`` plus the
-    ``ContainerState`` of a single container feeding it).
+@dataclass
+class ContainerState:
+    """``model/container.go`` ContainerState: what one container remembers on its own — the
+    start of its last CPU and memory samples (out-of-order samples are dropped per container)
+    and the peak of its current memory aggregation interval, which it adds to (and replaces
+    in) the shared aggregate's memory histogram."""
+    last_cpu_sample_start: float = -math.inf
+    last_memory_sample_start: float = -math.inf
+    window_end: float | None = None
+    memory_peak: int = 0    # bytes, current interval, from usage samples
+    oom_peak: int = 0       # bytes, current interval, from OOM samples
 
-    Times are seconds (float, any epoch; feed them in the order VPA would see them).
+
+class VpaRecommender:
+    """VPA's recommender for one container aggregate (``AggregateContainerState``) and the
+    ``ContainerState`` of each container (pod) feeding it, keyed by the ``container`` argument
+    of the ``add``/``record_oom`` methods (default: one container, key None).
+
+    Times are seconds (float, any epoch; feed each container's samples in the order VPA would
+    see them).
     Samples VPA would discard (out of order, negative usage) are ignored, and so are NaN or
     infinite usages (which VPA cannot receive); the ``add``
     methods say whether/how many samples were taken.
@@ -678,12 +702,33 @@ class VpaRecommender:
         self.first_sample_start: float | None = None
         self.last_sample_start: float | None = None
         self.total_samples_count = 0
-        # ContainerState.
-        self.last_cpu_sample_start = -math.inf
-        self.last_memory_sample_start = -math.inf
-        self.window_end: float | None = None
-        self.memory_peak = 0   # bytes, current interval, from usage samples
-        self.oom_peak = 0      # bytes, current interval, from OOM samples
+        # One ContainerState per container (pod) feeding this aggregate, as VPA keeps one per
+        # pod: overlapping pods of one workload each keep their own sample order and memory
+        # peaks. Calls without a ``container`` key use the default one (key None).
+        self.containers: dict = {}
+
+    def container(self, key=None) -> "ContainerState":
+        """The ContainerState of container ``key`` (created on first use)."""
+        c = self.containers.get(key)
+        if c is None:
+            c = self.containers[key] = ContainerState()
+        return c
+
+    # The default container's state, under the names the single-container replica used.
+    def _default_field(name):  # noqa: N805 (a property factory, run at class creation)
+        def get(self):
+            return getattr(self.container(None), name)
+
+        def set_(self, value):
+            setattr(self.container(None), name, value)
+        return property(get, set_)
+
+    last_cpu_sample_start = _default_field("last_cpu_sample_start")
+    last_memory_sample_start = _default_field("last_memory_sample_start")
+    window_end = _default_field("window_end")
+    memory_peak = _default_field("memory_peak")
+    oom_peak = _default_field("oom_peak")
+    del _default_field
 
     # ------------------------------------------------------------------ CPU
     def _cpu_weight(self, request_cores):
@@ -694,27 +739,29 @@ class VpaRecommender:
         return np.maximum(np.nan_to_num(req, nan=0.0), MIN_SAMPLE_WEIGHT)
 
     def add_cpu_sample(self, t_seconds: float, cores: float,
-                       request_cores: float | None = None) -> bool:
+                       request_cores: float | None = None, container=None) -> bool:
         """Add one CPU usage sample (average cores over the interval starting at ``t``).
 
         ``request_cores`` only matters with ``VpaConfig.cpu_weight_from_request``.
         Returns False when VPA would drop the sample.
         """
+        cs = self.container(container)
         t = float(t_seconds)
         if not math.isfinite(t):
             raise ValueError("t_seconds must be finite")
         millicores = float(_usage_millicores(float(cores)))
-        if not (math.isfinite(millicores) and millicores >= 0) or not t > self.last_cpu_sample_start:
+        if not (math.isfinite(millicores) and millicores >= 0) or not t > cs.last_cpu_sample_start:
             return False
         weight = float(self._cpu_weight(None if request_cores is None else float(request_cores)))
         self.cpu.add_sample(millicores / 1000.0, weight, t)
-        self.last_cpu_sample_start = t
+        cs.last_cpu_sample_start = t
         self._note_cpu_times(t, t, 1)
         return True
 
-    def add_cpu_samples(self, times, cores, request_cores=None) -> int:
+    def add_cpu_samples(self, times, cores, request_cores=None, container=None) -> int:
         """Vectorised :meth:`add_cpu_sample` over samples in feed order; returns how many
         were taken.  The histogram ends up bit-identical to the one-by-one path."""
+        cs = self.container(container)
         t = np.asarray(times, dtype=np.float64).ravel()
         c = np.asarray(cores, dtype=np.float64).ravel()
         if t.shape != c.shape:
@@ -724,7 +771,7 @@ class VpaRecommender:
         millicores = _usage_millicores(c)  # NaN/inf propagate quietly (no FP "invalid")
         # Usual case: finite, strictly increasing times after the last sample and valid
         # usages, so every sample is taken (``lowest >= 0`` is False for a NaN).
-        all_taken = t.item(0) > self.last_cpu_sample_start and t.item(-1) < math.inf
+        all_taken = t.item(0) > cs.last_cpu_sample_start and t.item(-1) < math.inf
         if all_taken:
             lowest, highest = _lowest(millicores), _highest(millicores)
             all_taken = (lowest >= 0 and highest < math.inf
@@ -744,7 +791,7 @@ class VpaRecommender:
             # (a rejected one never raises the running maximum, a taken one is the maximum).
             running = np.maximum.accumulate(np.where(valid, t, -np.inf))
             before = np.maximum(np.concatenate(([-np.inf], running[:-1])),
-                                self.last_cpu_sample_start)
+                                cs.last_cpu_sample_start)
             taken = np.flatnonzero(valid & (t > before))
             if taken.size == 0:
                 return 0
@@ -760,7 +807,7 @@ class VpaRecommender:
         first, last, n = tt.item(0), tt.item(-1), tt.size
         self.cpu._add_decayed(self.cpu.options._find_buckets(cores_taken),
                               weights, tt, t_max=last, bucket_range=bucket_range)
-        self.last_cpu_sample_start = last
+        cs.last_cpu_sample_start = last
         self._note_cpu_times(first, last, n)
         return n
 
@@ -772,51 +819,54 @@ class VpaRecommender:
         self.total_samples_count += count
 
     # ------------------------------------------------------------------ memory
-    def add_memory_sample(self, t_seconds: float, bytes_: float) -> bool:
+    def add_memory_sample(self, t_seconds: float, bytes_: float, container=None) -> bool:
         """Add one memory usage sample (working set, bytes).  Returns False if dropped."""
+        cs = self.container(container)
         t = float(t_seconds)
         if not math.isfinite(t):
             raise ValueError("t_seconds must be finite")
         usage = float(np.ceil(float(bytes_)))
         if not (math.isfinite(usage) and usage >= 0):
             return False
-        return self._add_memory_sample(t, int(usage), is_oom=False) is not None
+        return self._add_memory_sample(cs, t, int(usage), is_oom=False) is not None
 
-    def _add_memory_sample(self, ts: float, usage: int, is_oom: bool) -> bool | None:
+    def _add_memory_sample(self, cs: "ContainerState", ts: float, usage: int,
+                           is_oom: bool) -> bool | None:
         """``ContainerState.addMemorySample``: None if dropped, else whether a peak was added."""
-        if not is_oom and ts < self.last_memory_sample_start:
+        if not is_oom and ts < cs.last_memory_sample_start:
             return None
-        self.last_memory_sample_start = ts
-        if self.window_end is None:
-            self.window_end = ts
+        cs.last_memory_sample_start = ts
+        if cs.window_end is None:
+            cs.window_end = ts
         add_new_peak = False
-        if ts < self.window_end:
-            old_max = max(self.memory_peak, self.oom_peak)
+        if ts < cs.window_end:
+            old_max = max(cs.memory_peak, cs.oom_peak)
             if old_max != 0 and usage > old_max:
-                self.memory.subtract_sample(float(old_max), 1.0, self.window_end)
+                self.memory.subtract_sample(float(old_max), 1.0, cs.window_end)
                 add_new_peak = True
         else:
-            self._shift_window(ts)
+            self._shift_window(cs, ts)
             add_new_peak = True
         if add_new_peak:
-            self.memory.add_sample(float(usage), 1.0, self.window_end)
+            self.memory.add_sample(float(usage), 1.0, cs.window_end)
             if is_oom:
-                self.oom_peak = usage
+                cs.oom_peak = usage
             else:
-                self.memory_peak = usage
+                cs.memory_peak = usage
         return add_new_peak
 
-    def _shift_window(self, ts: float) -> None:
+    def _shift_window(self, cs: "ContainerState", ts: float) -> None:
         interval = self.config.memory_aggregation_interval_s
-        d = ts - self.window_end
-        self.window_end = self.window_end + ((d - d % interval) + interval)
-        self.memory_peak = 0
-        self.oom_peak = 0
+        d = ts - cs.window_end
+        cs.window_end = cs.window_end + ((d - d % interval) + interval)
+        cs.memory_peak = 0
+        cs.oom_peak = 0
 
-    def add_memory_samples(self, times, bytes_) -> int:
+    def add_memory_samples(self, times, bytes_, container=None) -> int:
         """Vectorised :meth:`add_memory_sample` over samples in feed order; returns how many
         were taken.  Same histogram, to the bit, as the one-by-one path: it loops in Python
         only over aggregation windows and over the samples that raise a window's peak."""
+        cs = self.container(container)
         t = np.asarray(times, dtype=np.float64).ravel()
         v = np.asarray(bytes_, dtype=np.float64).ravel()
         if t.shape != v.shape:
@@ -828,7 +878,7 @@ class VpaRecommender:
         # usages, so every sample is taken (``_lowest(usage) >= 0`` is False for a NaN).
         t_first = t.item(0)
         all_taken = (-math.inf < t_first and t.item(-1) < math.inf
-                     and t_first >= self.last_memory_sample_start)
+                     and t_first >= cs.last_memory_sample_start)
         if all_taken:
             highest = _highest(usage)  # then also the highest taken usage
             all_taken = (_lowest(usage) >= 0 and highest < math.inf
@@ -842,31 +892,31 @@ class VpaRecommender:
                 valid = np.isfinite(usage) & (usage >= 0)
             running = np.maximum.accumulate(np.where(valid, t, -np.inf))
             before = np.maximum(np.concatenate(([-np.inf], running[:-1])),
-                                self.last_memory_sample_start)
+                                cs.last_memory_sample_start)
             taken = np.flatnonzero(valid & (t >= before))
             if taken.size == 0:
                 return 0
             ts, us = t[taken], usage[taken]
         ts_last = ts.item(-1)  # ts is non-decreasing: the last taken time is the latest
-        self.last_memory_sample_start = ts_last
+        cs.last_memory_sample_start = ts_last
         hist = self.memory
         i, n = 0, ts.size
         while i < n:
             t_i = ts.item(i)
-            if self.window_end is None:
-                self.window_end = t_i
-            if t_i >= self.window_end:  # opens the next window: always a new peak
-                self._shift_window(t_i)
+            if cs.window_end is None:
+                cs.window_end = t_i
+            if t_i >= cs.window_end:  # opens the next window: always a new peak
+                self._shift_window(cs, t_i)
                 u_i = us.item(i)
-                hist.add_sample(u_i, 1.0, self.window_end)
-                self.memory_peak = int(u_i)
+                hist.add_sample(u_i, 1.0, cs.window_end)
+                cs.memory_peak = int(u_i)
                 i += 1
                 continue
-            if ts_last < self.window_end:  # usual case: the rest stays in this window
+            if ts_last < cs.window_end:  # usual case: the rest stays in this window
                 j = n
             else:
-                j = i + int(np.searchsorted(ts[i:], self.window_end, side="left"))
-            old_max = max(self.memory_peak, self.oom_peak)
+                j = i + int(np.searchsorted(ts[i:], cs.window_end, side="left"))
+            old_max = max(cs.memory_peak, cs.oom_peak)
             # Only samples above the window's peak change anything (lower ones are no-ops
             # in Go), so a segment whose maximum does not exceed the peak is skipped.
             if old_max != 0 and (highest if all_taken and i == 0 and j == n
@@ -881,7 +931,7 @@ class VpaRecommender:
                     # Replayed on Python floats with Go's arithmetic and clamping; the
                     # min/max bookkeeping is a function of the weights (see
                     # _reset_min_and_max_bucket), so it is set once at the end.
-                    f = 1.0 * hist.decay_factor(self.window_end)
+                    f = 1.0 * hist.decay_factor(cs.window_end)
                     eps = hist.options.epsilon
                     bw = hist.bucket_weight.tolist()
                     total = hist.total_weight
@@ -898,11 +948,12 @@ class VpaRecommender:
                     hist.bucket_weight[:] = bw
                     hist.total_weight = total
                     hist._reset_min_and_max_bucket()
-                    self.memory_peak = int(seg[raises[-1]])
+                    cs.memory_peak = int(seg[raises[-1]])
             i = j
         return int(ts.size)
 
-    def record_oom(self, t_seconds: float, memory_request_bytes: float) -> int | None:
+    def record_oom(self, t_seconds: float, memory_request_bytes: float,
+                   container=None) -> int | None:
         """``RecordOOM``: add ``max(used + 100 MiB, used * 1.2)`` as a memory sample, with
         ``used = max(request, memory peak of the current interval)``.
 
@@ -910,17 +961,18 @@ class VpaRecommender:
         interval before the current window end, or not above the interval's OOM peak it
         would replace).
         """
+        cs = self.container(container)
         t = float(t_seconds)
         if not math.isfinite(t):
             raise ValueError("t_seconds must be finite")
         cfg = self.config
-        if self.window_end is not None and t < self.window_end - cfg.memory_aggregation_interval_s:
+        if cs.window_end is not None and t < cs.window_end - cfg.memory_aggregation_interval_s:
             return None
         request = int(np.ceil(float(memory_request_bytes)))
-        used = max(request, self.memory_peak)
+        used = max(request, cs.memory_peak)
         needed = max(used + _amount_from_float(cfg.oom_min_bump_up_bytes),
                      _scale_resource(used, cfg.oom_bump_up_ratio))
-        if not self._add_memory_sample(t, needed, is_oom=True):
+        if not self._add_memory_sample(cs, t, needed, is_oom=True):
             return None  # accepted by VPA but not above the interval's peak: no effect
         return needed
 
@@ -965,17 +1017,19 @@ class VpaRecommender:
     def _confidence_multiplier(multiplier: float, exponent: float, confidence: float) -> float:
         return _confidence_multiplier(multiplier, exponent, confidence)
 
-    def recommend(self, t_seconds: float | None = None) -> VpaRecommendation | None:
+    def recommend(self, t_seconds: float | None = None) -> VpaRecommendation:
         """Target, lower and upper bound as VPA computes them now.
 
-        Returns None while no CPU sample has been taken: VPA gives no recommendation for
-        such a container (``GetContainerNameToAggregateStateMap`` filters
-        ``TotalSamplesCount > 0``).  With samples but no memory sample the memory values are
-        the minimum.  The estimator does not look at the clock, so ``t_seconds`` does not
-        change the result; it is accepted so callers can pass the replay time.
+        An aggregate with no sample yet gets the pod minimums (empty histograms give 0, the
+        confidence of 0 makes the lower bound 0 and the upper bound NaN, and the minimums
+        apply), as upstream since 2022: ``GetContainerNameToAggregateStateMap`` no longer
+        filters aggregates with ``TotalSamplesCount == 0``, and the cluster state creates the
+        aggregate when it first sees the container, before any sample. With CPU samples but no
+        memory sample the memory values are the minimum, and with memory samples only the
+        memory target comes from them. The estimator does not look at the clock, so
+        ``t_seconds`` does not change the result; it is accepted so callers can pass the
+        replay time.
         """
-        if self.total_samples_count == 0:
-            return None
         cfg = self.config
         min_cpu, min_mem, cpu_percentiles, mem_percentiles = self._estimator_constants()
         conf_cpu = self.confidence(cfg.confidence_interval_cpu_s)
