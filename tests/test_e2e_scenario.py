@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from ai4dl.controller.pods import A_PHASE
-from ai4dl.controller.quantity import parse_quantity
+from ai4dl.quantity import parse_quantity
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from e2e.workloads.runner import WorkloadRunner, read_phase_log, workload_command
 from test_helm import (CHART, crd_established, free_port, helm, helm_env,  # noqa: F401

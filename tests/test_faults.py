@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from ai4dl.controller.pods import A_LAST_APPLIED, A_STATE
-from ai4dl.controller.quantity import parse_quantity
+from ai4dl.quantity import parse_quantity
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from e2e_fixtures_k8s import FakeKubelet
 from e2e_fixtures_operator import Operator, crd, operator_kubeconfig, wait_for  # noqa: F401

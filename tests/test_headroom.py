@@ -242,11 +242,11 @@ def model_with_tables(fitted_model, synthetic_train):
     traces, _ = synthetic_train
     data = prepare(list(traces), fitted_model.features_, fitted_model)
     m = PhaseModel.from_document(fitted_model.to_document())
-    m.policy_tables_ = [
+    m.policy_tables_ = [to_table(p) for p in (
         HeadroomPolicy(min_windows=20).fit(data.usage, data.phases, 20, m.n_phases_,
                                            m.features_),
         HeadroomPolicy(use_phase=False, min_windows=20).fit(data.usage, None, 20, None,
-                                                            m.features_)]
+                                                            m.features_))]
     return m
 
 
@@ -256,7 +256,8 @@ def test_document_v2_holds_the_tables(model_with_tables):
     assert doc["schemaVersion"] == SCHEMA_VERSION == "ai4dl.io/phase-model/v2"
     assert [t["name"] for t in doc["policyTables"]] == ["phase-headroom", "burst-headroom"]
     loaded = PhaseModel.from_document(doc)
-    a, b = model_with_tables.policy_tables_[0], loaded.policy_tables_[0]
+    a, b = (from_table(model_with_tables.policy_tables_[0]),
+            from_table(loaded.policy_tables_[0]))
     np.testing.assert_allclose(a.multiplier_, b.multiplier_, rtol=1e-8)
     np.testing.assert_array_equal(a.estimator_, b.estimator_)
 

@@ -7,7 +7,7 @@ import pytest
 
 from ai4dl.controller.plan import plan_window
 from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE, pod_info
-from ai4dl.controller.quantity import format_cpu, format_memory, parse_quantity
+from ai4dl.quantity import format_cpu, format_memory, parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION, PhaseModelSpec
 
 GiB = 2 ** 30

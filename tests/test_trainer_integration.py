@@ -129,7 +129,7 @@ def test_cronjob_refit_is_applied_and_used_by_the_operator(
         kube_cluster, k8s_namespace, fake_kubelet, history, real_trace, synthetic_doc,
         operator_kubeconfig, crd, tmp_path):  # noqa: F811
     from ai4dl.controller.pods import A_RECOMMENDATION
-    from ai4dl.controller.quantity import parse_quantity
+    from ai4dl.quantity import parse_quantity
     from ai4dl.policy.policies import make_phase_policy
 
     url, exporter = history

@@ -208,7 +208,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
         from ai4dl.plots import headroom_figure
 
-        fig = headroom_figure(tables)
+        from ai4dl.policy.headroom import from_table
+
+        fig = headroom_figure([from_table(t) for t in tables])
         fig.savefig(args.heatmap, dpi=110)
         plt.close(fig)
         _say(args, f"wrote {args.heatmap}")

@@ -114,10 +114,21 @@ class ResourceBounds(_Base):
     ceiling: str | None = Field(None, pattern=QUANTITY_PATTERN)
 
 
+POLICY_KINDS = ("auto", "phase-headroom", "burst-headroom", "phase", "phase-proactive",
+                "adaptive-max", "adaptive-stat")
+
+
 class Policy(_Base):
     """How requests are set. The same policy functions the evaluator measures."""
     mode: Literal["Off", "Recommend", "InPlace"] = "Recommend"
-    kind: Literal["phase", "phase-proactive"] = "phase"
+    kind: Literal[POLICY_KINDS] = Field(
+        "auto", description="auto: the policy the trainer found best on this PhaseModel's own "
+                            "recent pods (never one that lost to the reactive baseline; the "
+                            "baseline adaptive-max until a model exists); or one by name")
+    target_fulfilment: float = Field(
+        0.97, gt=0.5, lt=1, alias="targetFulfilment",
+        description="share of samples whose usage the allocation must cover: what auto is "
+                    "chosen and the head-room tables are fitted for")
     statistic: Literal["mean+kstd", "p50", "p90", "p95", "p99", "max"] = "mean+kstd"
     k: float = Field(2.0, ge=0, le=10)
     margin: float = Field(0.0, ge=0, le=0.10, description="tolerance margin, 0-10 %")
@@ -195,6 +206,26 @@ class Condition(_Base):
     last_transition_time: str | None = Field(None, alias="lastTransitionTime")
 
 
+class PolicyScore(_Base):
+    policy: str
+    resource: str
+    target: float
+    vs_oracle: float | None = Field(None, alias="vsOracle",
+                                    description="allocation ÷ oracle at the matched target "
+                                                "(null: the target is out of reach)")
+    short_windows: float | None = Field(None, alias="shortWindows",
+                                        description="windows with any shortfall there")
+    wins: bool = Field(False, description="cheaper than adaptive-max with no more windows short")
+
+
+class TrainingPolicy(_Base):
+    """The trainer's choice for ``kind: auto``: the winner per resource and every candidate's
+    score on the most recent training executions."""
+    served: dict[str, str] = Field(default_factory=dict, description="resource -> policy")
+    reason: str = ""
+    scores: list[PolicyScore] = Field(default_factory=list, max_length=100)
+
+
 class TrainingStatus(_Base):
     """What the batch trainer did last (written by the trainer only, field manager
     ``ai4dl-trainer``). Scores are allocation ÷ oracle at the fulfilment target on the same
@@ -214,6 +245,7 @@ class TrainingStatus(_Base):
     candidate_score: float | None = Field(None, alias="candidateScore")
     current_score: float | None = Field(None, alias="currentScore")
     tolerance: float | None = None
+    policy: TrainingPolicy | None = None
 
 
 class NoveltyWindow(_Base):
@@ -243,6 +275,8 @@ class PhaseModelStatus(_Base):
     last_error: str | None = Field(None, alias="lastError")
     training: TrainingStatus | None = None
     novelty: NoveltyStatus | None = None
+    served_policy: str | None = Field(None, alias="servedPolicy",
+                                      description="what the operator serves, and why")
 
 
 class PhaseModelResource(_Base):
@@ -339,6 +373,8 @@ def crd_manifest() -> dict:
                     {"name": "Phases", "type": "string", "jsonPath": ".status.phaseSummary"},
                     {"name": "Pods", "type": "integer", "jsonPath": ".status.podsTracked"},
                     {"name": "Mode", "type": "string", "jsonPath": ".spec.policy.mode"},
+                    {"name": "Policy", "type": "string", "jsonPath": ".status.servedPolicy",
+                     "priority": 1},
                     {"name": "Ready", "type": "string",
                      "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

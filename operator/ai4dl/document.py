@@ -269,6 +269,27 @@ class HeadroomTable(_Strict):
         return self
 
 
+#: Policies a PhaseModel can serve window by window (ai4dl.policy.online.SERVABLE).
+SERVABLE_NAMES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
+                  "phase-proactive")
+
+
+class PolicyChoice(_Strict):
+    """What ``auto`` serves with this model, per resource: the policy that won on the
+    PhaseModel's own recent executions (ai4dl.policy.auto.choose_policy, run by the trainer)."""
+    resources: list[str] = Field(min_length=1, max_length=MAX_FEATURES)
+    winners: list[Literal[SERVABLE_NAMES]] = Field(min_length=1, max_length=MAX_FEATURES)
+    targets: list[Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]] = Field(
+        min_length=1, max_length=MAX_FEATURES)
+    reason: str = Field("", max_length=2000)
+
+    @model_validator(mode="after")
+    def _agree(self) -> "PolicyChoice":
+        if not len(self.resources) == len(self.winners) == len(self.targets):
+            raise ValueError("policyChoice: resources, winners and targets differ in length")
+        return self
+
+
 class PhaseModelDocument(_Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
                               json_schema_extra={"x-kubernetes-validations": _DOCUMENT_CEL})
@@ -287,6 +308,7 @@ class PhaseModelDocument(_Strict):
     prototypes: list[Prototype] = []
     fit: FitReport | None = None
     policy_tables: list[HeadroomTable] | None = Field(None, alias="policyTables")
+    policy_choice: PolicyChoice | None = Field(None, alias="policyChoice")
 
     @model_validator(mode="after")
     def _shapes(self) -> "PhaseModelDocument":
@@ -330,6 +352,18 @@ class PhaseModelDocument(_Strict):
                 for r in t.resources:
                     if r.resource not in names:
                         raise ValueError(f"policyTables.{t.name}: no feature {r.resource!r}")
+        if self.policy_choice is not None:
+            if self.schema_version == SCHEMA_V1:
+                raise ValueError(f"policyChoice needs schemaVersion {SCHEMA_VERSION}")
+            tables = {t.name: {r.resource for r in t.resources}
+                      for t in self.policy_tables or []}
+            names = [f.name for f in self.features]
+            for res, w in zip(self.policy_choice.resources, self.policy_choice.winners):
+                if res not in names:
+                    raise ValueError(f"policyChoice: no feature {res!r}")
+                if w in ("phase-headroom", "burst-headroom") and res not in tables.get(w, ()):
+                    raise ValueError(f"policyChoice: {res} is served by {w}, but policyTables "
+                                     f"has no {w} table for it")
         return self
 
     def _sane(self) -> None:

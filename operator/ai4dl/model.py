@@ -219,16 +219,11 @@ class PhaseModel:
             transitions=to_list(self.transitions_),
             prototypes=[Prototype(**p) for p in self.prototypes_],
             fit=self.fit_report_,
-            policyTables=self._policy_table_docs(),
+            # fitted policies and auto's choice (schema v2), kept as the document's own
+            # objects: the core does not import the policies (ai4dl.policy.serving reads them)
+            policyTables=list(getattr(self, "policy_tables_", None) or []) or None,
+            policyChoice=getattr(self, "policy_choice_", None),
         )
-
-    def _policy_table_docs(self):
-        tables = getattr(self, "policy_tables_", None)
-        if not tables:
-            return None
-        from ai4dl.policy.headroom import to_table
-
-        return [to_table(t) for t in tables]
 
     @classmethod
     def from_document(cls, doc: PhaseModelDocument | dict) -> "PhaseModel":
@@ -259,11 +254,8 @@ class PhaseModel:
         m.prototypes_ = [p.model_dump() for p in d.prototypes]
         m.fit_report_ = d.fit
         m.k_selection_ = d.fit.k_selection if d.fit else None
-        if d.policy_tables:
-            from ai4dl.policy.headroom import from_table
-
-            # fitted policies stored with the model (schema v2): served by table lookup
-            m.policy_tables_ = [from_table(t) for t in d.policy_tables]
+        m.policy_tables_ = list(d.policy_tables or [])
+        m.policy_choice_ = d.policy_choice
         return m
 
 

@@ -73,8 +73,11 @@ def describe(model: PhaseModel) -> str:
             _table(["from \\ to"] + [str(j) for j in range(k)],
                    [[str(i)] + [f"{P[i, j]:.3f}" for j in range(k)] for i in range(k)]), ""]
 
-    for t in getattr(model, "policy_tables_", None) or []:
-        out += headroom_section(t)
+    if getattr(model, "policy_tables_", None):
+        from ai4dl.policy.headroom import from_table
+
+        for t in model.policy_tables_:
+            out += headroom_section(from_table(t))
 
     r = model.fit_report_
     if r is not None:

@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         if not eq or not key:
             return fail(f"--phasemodel-selector {item!r}: expected LABEL=VALUE")
         shard[key] = value
-    from ai4dl.controller.quantity import parse_quantity
+    from ai4dl.quantity import parse_quantity
 
     max_value = {}
     for r, flag, text in (("cpu", "--max-container-cpu", args.max_container_cpu),

@@ -30,7 +30,7 @@ import numpy as np
 
 from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION,
                                    A_STATE, Container, PodInfo, qos_class)
-from ai4dl.controller.quantity import format_resource, parse_quantity
+from ai4dl.quantity import format_resource, parse_quantity
 from ai4dl.crd import PhaseModelSpec
 from ai4dl.policy.policies import make_phase_policy
 from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ai4dl.controller.quantity import parse_quantity
+from ai4dl.quantity import parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION
 
 RESOURCES = ("cpu", "memory")

@@ -457,7 +457,7 @@ def _condition(body: dict, ctype: str) -> dict:
 def _stored_differs(resize: dict, stored: dict) -> dict | None:
     """What the API server stored for the containers and values a resize sent, where that is
     not what was sent (compared as quantities: it may respell "1024Mi" as "1Gi")."""
-    from ai4dl.controller.quantity import parse_quantity
+    from ai4dl.quantity import parse_quantity
 
     by_name = {c.get("name"): (c.get("resources") or {})
                for c in (stored.get("spec") or {}).get("containers") or []}

@@ -34,6 +34,9 @@ CANDIDATES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom
 BASELINE = "adaptive-max"
 LEARNED = ("phase-headroom", "burst-headroom")
 DEFAULT_TARGET = 0.97
+#: What the operator can serve window by window (ai4dl.policy.online.SERVABLE).
+SERVABLE = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
+            "phase-proactive")
 
 
 @dataclass
@@ -143,7 +146,7 @@ def build_candidate(name: str, train, window: int, model=None, target: float = D
 
 
 def pick_winner(scores: dict, candidates: Sequence[str], j: int, target: float,
-                baseline: str = BASELINE) -> str:
+                baseline: str = BASELINE, servable: Sequence[str] | None = None) -> str:
     """The rule: of the candidates that win against ``baseline`` on resource ``j`` at
     ``target`` (cheaper at the matched margin, no more windows short), the cheapest; the
     baseline when none does (ties go to the earlier candidate)."""
@@ -153,6 +156,8 @@ def pick_winner(scores: dict, candidates: Sequence[str], j: int, target: float,
     for name in candidates:
         if name == baseline or not wins_over(scores, name, j, target, baseline):
             continue
+        if servable is not None and name not in servable:
+            continue                 # scored for the record, never served (VPA)
         cost = scores[name][j].vs_oracle_at[target]
         if best_cost is None or cost < best_cost:
             best, best_cost = name, cost
@@ -170,11 +175,14 @@ def recent_split(starts: Sequence[float], holdout: float) -> tuple[list[int], li
 
 def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                   candidates: Sequence[str] = CANDIDATES, holdout: float = 0.3,
-                  phase_options: dict | None = None) -> AutoChoice:
+                  phase_options: dict | None = None,
+                  servable: Sequence[str] | None = SERVABLE) -> AutoChoice:
     """Score the candidates on the most recent training executions and choose per resource
     (see the module docstring). ``train`` is a :class:`ai4dl.evaluate.ReplayInput` of the
     training executions (with phases when a phase candidate is considered); ``target`` a
-    fulfilment, or one per resource (sequence or {resource: target})."""
+    fulfilment, or one per resource (sequence or {resource: target}). Only ``servable``
+    policies can win (what the operator can serve window by window: not VPA, which is scored
+    for the record); None: any."""
     from ai4dl.evaluate import replay, score
     from ai4dl.policy.policies import Oracle, PerResource
 
@@ -232,10 +240,10 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                 scores.append(CandidateScore(name, res, t, float(r.vs_oracle_at[t]),
                                              float(r.short_windows_at[t]),
                                              float(r.short_window_share_at[t]), win))
-            winners.append(pick_winner(sc, candidates, j, t))
+            winners.append(pick_winner(sc, candidates, j, t, servable=servable))
         reason = "; ".join(
-            f"{res}: {w}" + ("" if w != BASELINE else " (no candidate was cheaper with no "
-                             "more windows short)") for res, w in zip(resources, winners))
+            f"{res}: {w}" + ("" if w != BASELINE else " (no servable candidate was cheaper "
+                             "with no more windows short)") for res, w in zip(resources, winners))
         reason = (f"scored on the {len(val_idx)} most recent of {len(train.usage)} training "
                   f"executions at {'/'.join(f'{t:g}' for t in targets)}: {reason}")
 

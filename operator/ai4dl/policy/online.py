@@ -1,0 +1,208 @@
+"""The policies' next window, served from running statistics instead of the whole history.
+
+The evaluator replays a policy over an execution's whole history (``allocate``: one row per
+window). The operator cannot: it reads one window (plus the encoder's context) per pod from
+Prometheus, and a ten-hour job at 15 s has 2,400 samples per feature. What the policies need
+from the past beyond the last window is small, and additive:
+
+- per phase of the model: how many samples, their sum and sum of squares (the execution's own
+  mean + kσ in a phase: ``scope: execution``, the head-room table's ``phase-level``);
+- over all samples: the same, and the running maximum (the own-scale cap of model levels);
+- the run of the current phase: which phase, how many samples so far (phase-proactive's
+  dwell rule).
+
+:class:`OwnHistory` keeps exactly that (a few hundred bytes per container; the operator keeps
+it in memory and in the pod's state annotation), and :func:`next_allocation` computes, from the
+last window and an :class:`OwnHistory` of everything up to its end, the same row the policy's
+``allocate`` gives for the window about to start. One code path: ``tests/test_online.py``
+checks on random executions that both agree for every servable policy (as a test keeps the
+numpy encoder equal to torch's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ai4dl.policy.auto import SERVABLE
+from ai4dl.policy.headroom import K_STD, HeadroomPolicy, burstiness
+from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, PerResource, PhasePolicy,
+                                   PhaseProactive, read_phase, stat_bound)
+
+# SERVABLE: the policies the operator can serve window by window (VPA needs days of per-pod
+# decaying histograms: it is scored, never served).
+__all__ = ["SERVABLE", "OwnHistory", "next_allocation"]
+
+
+@dataclass
+class OwnHistory:
+    """Running statistics of one execution's samples so far (see the module doc)."""
+    n_phases: int
+    n_resources: int
+    count: np.ndarray = field(default=None)        # (k,) samples per phase
+    s1: np.ndarray = field(default=None)           # (k, R)
+    s2: np.ndarray = field(default=None)           # (k, R)
+    n: float = 0.0                                 # all samples
+    t1: np.ndarray = field(default=None)           # (R,)
+    t2: np.ndarray = field(default=None)           # (R,)
+    peak: np.ndarray = field(default=None)         # (R,) running maximum
+    run_phase: int = -1                            # phase of the last sample (-1: none)
+    run_length: int = 0                            # samples of its run so far
+
+    def __post_init__(self):
+        k, R = self.n_phases, self.n_resources
+        self.count = np.zeros(k) if self.count is None else np.asarray(self.count, np.float64)
+        self.s1 = np.zeros((k, R)) if self.s1 is None else np.asarray(self.s1, np.float64)
+        self.s2 = np.zeros((k, R)) if self.s2 is None else np.asarray(self.s2, np.float64)
+        self.t1 = np.zeros(R) if self.t1 is None else np.asarray(self.t1, np.float64)
+        self.t2 = np.zeros(R) if self.t2 is None else np.asarray(self.t2, np.float64)
+        self.peak = np.full(R, -np.inf) if self.peak is None else np.asarray(self.peak,
+                                                                             np.float64)
+
+    @classmethod
+    def of(cls, usage: np.ndarray, phases: np.ndarray | None, n_phases: int) -> "OwnHistory":
+        out = cls(max(1, n_phases), np.asarray(usage).shape[1])
+        out.add(usage, phases)
+        return out
+
+    def add(self, usage: np.ndarray, phases: np.ndarray | None) -> "OwnHistory":
+        """Add samples (n, R) in time order, with their phases (n,) or None (phase-blind)."""
+        u = np.asarray(usage, np.float64)
+        if not len(u):
+            return self
+        self.n += len(u)
+        self.t1 += u.sum(0)
+        self.t2 += (u * u).sum(0)
+        self.peak = np.maximum(self.peak, u.max(0))
+        if phases is None:
+            return self
+        p = np.asarray(phases, np.int64)
+        if p.min() < 0 or p.max() >= self.n_phases:
+            raise ValueError(f"phase {int(p.max())} outside the model's {self.n_phases} phases")
+        self.count += np.bincount(p, minlength=self.n_phases)
+        for r in range(self.n_resources):
+            self.s1[:, r] += np.bincount(p, weights=u[:, r], minlength=self.n_phases)
+            self.s2[:, r] += np.bincount(p, weights=u[:, r] ** 2, minlength=self.n_phases)
+        # the current run: the last change inside these samples, or the run goes on
+        changes = np.flatnonzero(p[1:] != p[:-1])
+        if len(changes):
+            self.run_phase, self.run_length = int(p[-1]), int(len(p) - 1 - changes[-1])
+        elif int(p[0]) == self.run_phase:
+            self.run_length += len(p)
+        else:
+            self.run_phase, self.run_length = int(p[0]), len(p)
+        return self
+
+    def overall_level(self, k: float) -> np.ndarray:
+        mu = self.t1 / self.n
+        return mu + k * np.sqrt(np.maximum(self.t2 / self.n - mu * mu, 0.0))
+
+    def phase_levels(self, k: float, min_samples: int) -> np.ndarray:
+        """(phases, R): mean + kσ of the samples in each phase; the overall level for a phase
+        with fewer than ``min_samples`` (never another job's level)."""
+        c = np.maximum(self.count, 1.0)[:, None]
+        mu = self.s1 / c
+        local = mu + k * np.sqrt(np.maximum(self.s2 / c - mu * mu, 0.0))
+        return np.where((self.count >= min_samples)[:, None], local,
+                        self.overall_level(k)[None, :])
+
+    def own_phase_level(self, phase: int | None) -> np.ndarray:
+        """The head-room table's ``phase-level``: mean + 2σ of the samples in ``phase`` (all
+        samples when None)."""
+        if phase is None:
+            return self.overall_level(K_STD)
+        c = self.count[phase]
+        mu = self.s1[phase] / c
+        return mu + K_STD * np.sqrt(np.maximum(self.s2[phase] / c - mu * mu, 0.0))
+
+    # -------------------------------------------------------------- the pod annotation
+    def to_json(self) -> dict:
+        """Compact (9 significant digits; float32-exact is not needed for sums)."""
+        def r(a):
+            return [float(f"{v:.9g}") for v in np.asarray(a, np.float64).ravel()]
+        return {"k": self.n_phases, "r": self.n_resources, "c": r(self.count), "s1": r(self.s1),
+                "s2": r(self.s2), "n": self.n, "t1": r(self.t1), "t2": r(self.t2),
+                "max": r(np.where(np.isfinite(self.peak), self.peak, 0.0)),
+                "run": [self.run_phase, self.run_length]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "OwnHistory":
+        """ValueError when it is not one (an edited annotation: the operator starts afresh)."""
+        try:
+            k, R = int(d["k"]), int(d["r"])
+            out = cls(k, R, np.asarray(d["c"], float).reshape(k),
+                      np.asarray(d["s1"], float).reshape(k, R),
+                      np.asarray(d["s2"], float).reshape(k, R), float(d["n"]),
+                      np.asarray(d["t1"], float).reshape(R), np.asarray(d["t2"], float).reshape(R),
+                      np.asarray(d["max"], float).reshape(R), int(d["run"][0]), int(d["run"][1]))
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise ValueError(f"not an own-history record: {err}") from None
+        arrays = (out.count, out.s1, out.s2, out.t1, out.t2, out.peak)
+        if not all(np.all(np.isfinite(a)) for a in arrays) or out.n < 0 or \
+                (out.count < 0).any() or abs(out.count.sum() - out.n) > 0.5 and out.count.sum():
+            raise ValueError("not an own-history record: inconsistent numbers")
+        return out
+
+
+def _margin(p) -> float:
+    return 1.0 + getattr(p, "margin", 0.0)
+
+
+def next_allocation(policy, last: np.ndarray, last_phases: np.ndarray | None,
+                    own: OwnHistory) -> np.ndarray:
+    """(R,) the allocation for the window about to start, from the window that just ended
+    (``last``, (W, R), and its phases) and ``own``, the running statistics of every sample up
+    to its end (the last window included). Equal to ``policy.allocate(...)[-1]`` over the
+    whole history (tests/test_online.py)."""
+    last = np.asarray(last, np.float64)
+    if isinstance(policy, PerResource):
+        out = np.empty(last.shape[1])
+        done: dict = {}
+        for j, p in enumerate(policy.policies):
+            if id(p) not in done:
+                done[id(p)] = next_allocation(p, last, last_phases if p.needs_phases else None,
+                                              own)
+            out[j] = done[id(p)][j]
+        return out
+    if isinstance(policy, AdaptiveMax):
+        return last.max(0)
+    if isinstance(policy, AdaptiveStat):
+        return last.mean(0) + policy.k * last.std(0)
+    if isinstance(policy, HeadroomPolicy):
+        cur = int(last_phases[-1]) if policy.use_phase else None
+        lv = np.stack([last.max(0), last.mean(0) + K_STD * last.std(0), last[-1],
+                       np.median(last, 0), own.own_phase_level(cur)])[None]
+        return policy._lookup(lv, burstiness(last[None]), None if cur is None else [cur])[0]
+    if isinstance(policy, (PhasePolicy, PhaseProactive)):
+        levels = _scoped(policy, own)                                  # (k, R)
+        if isinstance(policy, PhasePolicy):
+            return read_phase(np.asarray(last_phases)[None, :], levels[None], policy.reader)[0] \
+                * _margin(policy)
+        return _proactive(policy, levels, own, len(last)) * _margin(policy)
+    raise ValueError(f"policy {getattr(policy, 'name', policy)!r} cannot be served window by "
+                     f"window (servable: {', '.join(SERVABLE)})")
+
+
+def _scoped(policy, own: OwnHistory) -> np.ndarray:
+    levels = np.asarray(policy.levels, np.float64)
+    if policy.scope == "execution":
+        return own.phase_levels(policy.k, policy.min_samples)
+    if policy.scope == "model":
+        return np.minimum(levels, stat_bound(policy.k) * own.peak[None, :])
+    raise ValueError(f"scope must be 'model' or 'execution', not {policy.scope!r}")
+
+
+def _proactive(policy: PhaseProactive, levels: np.ndarray, own: OwnHistory,
+               window: int) -> np.ndarray:
+    normal, overdue = policy._tables(window)
+    cur = own.run_phase
+    late = own.run_length > np.asarray(policy.dwell_p90)[cur]
+    probs = overdue[cur] if late else normal[cur]
+    if policy.mode == "worst-likely":
+        ok = probs >= policy.threshold
+        if not late:
+            ok[cur] = True
+        ok[int(probs.argmax())] = True
+        return np.where(ok[:, None], levels, -np.inf).max(0)
+    return probs @ levels

@@ -1,0 +1,190 @@
+"""From a PhaseModel's spec and model to what is served: the one constructor the operator, the
+trainer (which scores what the operator would serve) and the evaluator's ``auto`` call.
+
+``spec.policy.kind``:
+
+- ``auto`` (the default): the policy the trainer chose for this model on the PhaseModel's own
+  recent executions (``policyChoice`` in the model document, per resource; it never chose one
+  that lost to the reactive baseline). Before there is a model, or with a model that carries
+  no choice (fitted before schema v2, or not by the trainer), the reactive baseline
+  ``adaptive-max`` is served, under the same safety chain, so a fresh install sizes pods from
+  its first window on;
+- ``phase-headroom`` / ``burst-headroom``: the model's fitted head-room table of that name;
+- ``phase`` / ``phase-proactive``: the model's phase statistics with the spec's statistic, k,
+  margin, reader and scope;
+- ``adaptive-max`` / ``adaptive-stat``: the reactive policies (no model needed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ai4dl.quantity import parse_quantity
+from ai4dl.crd import PhaseModelSpec
+from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, PerResource, make_phase_policy
+from ai4dl.policy.safety import SafetyConfig
+from ai4dl.traces import CANONICAL_UNITS
+
+MANAGED = ("cpu", "memory")
+NATIVE_UNITS = {"cpu": "cores", "memory": "bytes"}
+BASELINE = "adaptive-max"
+TABLES = ("phase-headroom", "burst-headroom")
+#: What ``auto`` serves the phase policies with: the execution's own statistics (the scope
+#: the trainer's choice scored; model-scope levels belong to other jobs' scale).
+AUTO_PHASE_OPTIONS = {"scope": "execution"}
+
+
+def managed_resources(model=None, spec: PhaseModelSpec | None = None) -> tuple[str, ...]:
+    """cpu and memory, where the model (else the spec's features) has them in units a request
+    can take."""
+    if model is not None:
+        names, units = model.features_, model.units_
+    elif spec is not None:
+        names = tuple(f.name for f in spec.features)
+        units = tuple(f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
+                      for f in spec.features)
+    else:
+        raise ValueError("managed_resources needs a model or a spec")
+    out = []
+    for r in MANAGED:
+        if r in names:
+            unit = units[names.index(r)]
+            if unit != NATIVE_UNITS[r]:
+                raise ValueError(f"feature {r!r} is in {unit!r}; requests need "
+                                 f"{NATIVE_UNITS[r]!r}")
+            out.append(r)
+    if not out:
+        raise ValueError("neither a cpu nor a memory feature to provision from")
+    return tuple(out)
+
+
+def window_samples(spec: PhaseModelSpec) -> int:
+    return max(1, spec.window_seconds // spec.step_seconds)
+
+
+def target(spec: PhaseModelSpec) -> float:
+    """The fulfilment target ``auto`` is chosen and the head-room tables are fitted for."""
+    return float(spec.policy.target_fulfilment)
+
+
+def safety_config(spec: PhaseModelSpec, resources: Sequence[str],
+                  max_value: Mapping[str, float] | None = None) -> SafetyConfig:
+    pol = spec.policy
+    bounds = [pol.resources.get(r) for r in resources]
+    floor = tuple(parse_quantity(b.floor) if b and b.floor else 0.0 for b in bounds)
+    ceiling = tuple(parse_quantity(b.ceiling) if b and b.ceiling else np.inf for b in bounds)
+    return SafetyConfig(floor=floor, ceiling=ceiling, max_increase=pol.max_increase,
+                        max_decrease=pol.max_decrease, cooldown_windows=pol.cooldown_windows,
+                        memory_margin=pol.memory_margin, min_change=pol.min_change,
+                        memory_index=resources.index("memory") if "memory" in resources
+                        else None,
+                        max_value=tuple(float(max_value.get(r, np.inf)) for r in resources)
+                        if max_value else None)
+
+
+@dataclass
+class Served:
+    """The policy served for a PhaseModel, per resource, and why (one line for the status)."""
+    policy: object
+    names: tuple[str, ...]          # per resource
+    resources: tuple[str, ...]
+    reason: str
+    baseline: bool = False          # the reactive baseline for want of a (chosen) model
+
+    @property
+    def needs_phases(self) -> bool:
+        return bool(getattr(self.policy, "needs_phases", False))
+
+    @property
+    def cold_start(self) -> np.ndarray | None:
+        """Per resource, the level a new pod's first window gets (learned from the training
+        executions' first windows by a head-room table), NaN where the served policy has none;
+        None when no resource has one."""
+        from ai4dl.policy.headroom import HeadroomPolicy
+
+        pols = getattr(self.policy, "policies", None) or (self.policy,) * len(self.resources)
+        out = np.array([p.cold_start_[j] if isinstance(p, HeadroomPolicy) else np.nan
+                        for j, p in enumerate(pols)])
+        return None if np.isnan(out).all() else out
+
+    def summary(self) -> str:
+        if len(set(self.names)) == 1:
+            return self.names[0]
+        return ", ".join(f"{r} {n}" for r, n in zip(self.resources, self.names))
+
+
+def build(name: str, model, resources: Sequence[str], window: int,
+          phase_options: dict | None = None):
+    """A servable policy by name, for ``resources`` (head-room tables from the model's
+    document, checked against the PhaseModel's window)."""
+    if name == "adaptive-max":
+        return AdaptiveMax()
+    if name == "adaptive-stat":
+        return AdaptiveStat()
+    if model is None:
+        raise ValueError(f"policy {name} needs a model: spec.model is empty (train one first)")
+    if name in TABLES:
+        from ai4dl.policy.headroom import from_table
+
+        table = next((t for t in getattr(model, "policy_tables_", None) or [] if t.name == name),
+                     None)
+        if table is None:
+            raise ValueError(f"spec.model has no {name} table (fitted by the trainer from "
+                             f"schema v2 on): retrain, or choose another spec.policy.kind")
+        pol = from_table(table)
+        if tuple(pol.resources_) != tuple(resources):
+            raise ValueError(f"spec.model's {name} table is for {', '.join(pol.resources_)}, "
+                             f"the PhaseModel manages {', '.join(resources)}")
+        if pol.window_ != window:
+            raise ValueError(f"spec.model's {name} table was fitted for windows of "
+                             f"{pol.window_} samples, the PhaseModel's window is {window} "
+                             f"(windowSeconds / stepSeconds): retrain")
+        return pol
+    if name in ("phase", "phase-proactive"):
+        return make_phase_policy(model, resources, name, **(phase_options or {}))
+    raise ValueError(f"policy {name!r} cannot be served")
+
+
+def served_policy(spec: PhaseModelSpec, model=None) -> Served:
+    """What the operator serves for ``spec`` with ``model`` (None: no model yet). ValueError
+    (one line) when it cannot be served."""
+    resources = managed_resources(model, spec)
+    window = window_samples(spec)
+    pol = spec.policy
+    kind = pol.kind
+    if kind == "auto":
+        choice = getattr(model, "policy_choice_", None) if model is not None else None
+        if model is None or choice is None:
+            why = ("no model yet" if model is None else
+                   "the model carries no choice of policy (fitted before schema v2, or not by "
+                   "the trainer)")
+            return Served(AdaptiveMax(), (BASELINE,) * len(resources), resources,
+                          f"auto: {why}: serving the reactive baseline {BASELINE}", True)
+        winners = dict(zip(choice.resources, choice.winners))
+        missing = [r for r in resources if r not in winners]
+        if missing:
+            raise ValueError(f"spec.model's policyChoice has no winner for {missing[0]}")
+        built: dict = {}
+        pols = []
+        for r in resources:
+            w = winners[r]
+            if w not in built:
+                built[w] = build(w, model, resources, window, AUTO_PHASE_OPTIONS)
+            pols.append(built[w])
+        names = tuple(winners[r] for r in resources)
+        at = "/".join(f"{t:g}" for t in choice.targets)
+        served = Served(pols[0] if len(built) == 1 else PerResource(tuple(pols), name="auto"),
+                        names, resources, "")
+        served.reason = (f"auto: {served.summary()} (won on the PhaseModel's own recent "
+                         f"executions at {at} fulfilment)")
+        return served
+    if kind in ("phase", "phase-proactive"):
+        options = {"statistic": pol.statistic, "k": pol.k, "margin": pol.margin,
+                   "reader": pol.reader, "scope": pol.scope}
+        policy = build(kind, model, resources, window, options)
+    else:
+        policy = build(kind, model, resources, window)
+    return Served(policy, (kind,) * len(resources), resources, f"{kind} (spec.policy.kind)")

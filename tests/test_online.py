@@ -1,0 +1,93 @@
+"""The operator's window-by-window serving (ai4dl.policy.online) gives the same allocation as
+the evaluator's replay of the whole history, for every servable policy: one policy code path."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ai4dl.policy.headroom import HeadroomPolicy
+from ai4dl.policy.online import OwnHistory, next_allocation
+from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, PerResource, PhasePolicy,
+                                   PhaseProactive)
+
+K = 3
+
+
+def _execution(rng, n):
+    phases = np.repeat(rng.integers(0, K, n // 5 + 1), 5)[:n]
+    scale = rng.uniform(0.5, 20.0)
+    usage = np.abs(rng.normal(1.0 + phases[:, None], 0.3, (n, 2))) * scale
+    return usage, phases
+
+
+@pytest.fixture(scope="module")
+def tables():
+    rng = np.random.default_rng(0)
+    execs = [_execution(rng, int(rng.integers(60, 200))) for _ in range(40)]
+    us, ps = [e[0] for e in execs], [e[1] for e in execs]
+    return {"phase": HeadroomPolicy(target=0.95, min_windows=4).fit(us, ps, 10, K),
+            "burst": HeadroomPolicy(target=0.95, use_phase=False, min_windows=4)
+            .fit(us, None, 10)}
+
+
+def _policies(tables):
+    levels = np.array([[1.0, 2.0], [3.0, 6.0], [8.0, 9.0]])
+    P = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]])
+    dwell = np.array([4.0, 12.0, 7.0])
+    out = [AdaptiveMax(), AdaptiveStat(), tables["phase"], tables["burst"]]
+    for scope in ("model", "execution"):
+        for reader in ("last", "majority", "max"):
+            out.append(PhasePolicy(levels, 0.05, reader, scope))
+        for mode in ("worst-likely", "expected"):
+            out.append(PhaseProactive(levels, P, dwell, 0.0, mode, 0.2, scope))
+    out.append(PerResource((tables["phase"], AdaptiveMax())))
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2 ** 31), n=st.integers(10, 160))
+def test_next_allocation_equals_the_replay(tables, seed, n):
+    rng = np.random.default_rng(seed)
+    usage, phases = _execution(rng, n)
+    W = 10
+    m = len(usage) // W
+    for pol in _policies(tables):
+        rows = pol.allocate(usage, phases if pol.needs_phases else None, W,
+                            np.array([5.0, 5.0]), 15.0)
+        hist = usage[: m * W]
+        own = OwnHistory.of(hist, phases[: m * W], K)
+        got = next_allocation(pol, hist[-W:], phases[(m - 1) * W: m * W], own)
+        np.testing.assert_allclose(got, rows[m], rtol=1e-9, atol=1e-9,
+                                   err_msg=getattr(pol, "name", str(pol)))
+
+
+def test_own_history_adds_window_by_window_and_round_trips():
+    rng = np.random.default_rng(3)
+    usage, phases = _execution(rng, 95)
+    whole = OwnHistory.of(usage, phases, K)
+    parts = OwnHistory(K, 2)
+    for i in range(0, 95, 10):
+        parts.add(usage[i:i + 10], phases[i:i + 10])
+    for a, b in ((whole.count, parts.count), (whole.s1, parts.s1), (whole.s2, parts.s2),
+                 (whole.t1, parts.t1), (whole.peak, parts.peak)):
+        np.testing.assert_allclose(a, b)
+    assert (whole.run_phase, whole.run_length) == (parts.run_phase, parts.run_length)
+    back = OwnHistory.from_json(json.loads(json.dumps(parts.to_json())))
+    np.testing.assert_allclose(back.s2, parts.s2, rtol=1e-8)
+    assert (back.run_phase, back.run_length, back.n) == (parts.run_phase, parts.run_length, 95)
+    for bad in ({"k": 3}, {**parts.to_json(), "c": [1, 2]},
+                {**parts.to_json(), "t1": [float("nan"), 1.0]}):
+        with pytest.raises(ValueError, match="not an own-history record"):
+            OwnHistory.from_json(bad)
+
+
+def test_vpa_is_not_servable():
+    from ai4dl.policy.policies import VpaPolicy
+
+    with pytest.raises(ValueError, match="cannot be served window by window"):
+        next_allocation(VpaPolicy(), np.ones((10, 2)), None, OwnHistory(1, 2))
