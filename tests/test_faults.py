@@ -713,11 +713,11 @@ def writer_run(kube_cluster, fault_pods, stack, operator_kubeconfig, model_doc,
         thread.join(15)
         time.sleep(0.5)
         watch.stop()
+        c1 = apiserver_counts(kube_cluster)
+        pods = {p.metadata.name: p for p in core.list_namespaced_pod(ns).items}
         delete_phasemodel(kube_cluster, ns)     # while the operator runs: it cleans up now
         op.stop()
         proxy.close()
-    c1 = apiserver_counts(kube_cluster)
-    pods = {p.metadata.name: p for p in core.list_namespaced_pod(ns).items}
     api.close()
     yield {"ns": ns, "names": names, "writer": st, "user": user_write, "watch": watch,
            "pods": pods, "op": op, "counts": pod_writes(c0, c1),
