@@ -37,7 +37,8 @@ def test_schema_is_structural():
                     f"{path}/{name} has no type"
     version = crd_manifest()["spec"]["versions"][0]
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Phases", "Pods", "Mode", "Ready", "Age"]
+    assert names == ["Phases", "Pods", "Mode", "Policy", "Ready", "Age"]
+    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == [0, 0, 0, 1, 0, 0]
     assert crd_manifest()["spec"]["names"]["shortNames"] == ["pm"]
     assert yaml.safe_load(CRD_FILE.read_text())["metadata"]["name"] == "phasemodels.ai4dl.io"
 

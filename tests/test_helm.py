@@ -446,24 +446,40 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
                             60, "the liveness endpoint")
             status, text = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
             assert status == 200 and "# TYPE ai4dl_pod_phase gauge" in text
-            # a PhaseModel without a model: the operator reports it on the status
+            # a PhaseModel without a model: auto serves the reactive baseline and says so
             custom = client.CustomObjectsApi(kube_cluster.api_client)
             custom.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, {
                 "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
                 "metadata": {"name": "untrained"},
                 "spec": {"selector": {"matchLabels": {"app": "train"}}, "windowSeconds": 2}})
 
+            def baseline():
+                pm = custom.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
+                                                         "untrained")
+                conds = {c["type"]: c for c in (pm.get("status") or {}).get("conditions", [])}
+                return conds.get("Ready", {}).get("reason") == "BaselineNoModel" and pm
+            pm = wait_for(baseline, 30, "PhaseModel status Ready=True/BaselineNoModel")
+            conds = {c["type"]: c for c in pm["status"]["conditions"]}
+            assert conds["Ready"]["status"] == "True"
+            assert "serving adaptive-max (no model yet)" in conds["Ready"]["message"]
+            assert pm["status"]["servedPolicy"].startswith("auto: no model yet")
+            out = kubectl("get", "pm", "-n", k8s_namespace).stdout.splitlines()
+            assert out[0].split() == ["NAME", "PHASES", "PODS", "MODE", "READY", "AGE"]
+            assert out[1].split()[:4] == ["untrained", "0", "Recommend", "True"]
+            wide = kubectl("get", "pm", "-n", k8s_namespace, "-o", "wide").stdout.splitlines()
+            assert wide[0].split()[:5] == ["NAME", "PHASES", "PODS", "MODE", "POLICY"]
+            # a kind that needs a model, without one: Degraded, with the reason
+            custom.patch_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
+                                                  "untrained", {"spec": {"policy": {
+                                                      "kind": "phase-headroom"}}})
+
             def degraded():
                 pm = custom.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
                                                          "untrained")
                 conds = {c["type"]: c for c in (pm.get("status") or {}).get("conditions", [])}
-                return conds.get("Ready", {}).get("reason") == "InvalidModel" and conds
-            conds = wait_for(degraded, 30, "PhaseModel status Ready=False/InvalidModel")
-            assert conds["Ready"]["status"] == "False"
+                return conds.get("Ready", {}).get("reason") == "NoModel" and conds
+            conds = wait_for(degraded, 30, "PhaseModel status Ready=False/NoModel")
             assert "spec.model is empty" in conds["Ready"]["message"]
-            out = kubectl("get", "pm", "-n", k8s_namespace).stdout.splitlines()
-            assert out[0].split() == ["NAME", "PHASES", "PODS", "MODE", "READY", "AGE"]
-            assert out[1].split()[:4] == ["untrained", "0", "Recommend", "False"]
             # deleted while the operator runs: it releases its finalizer
             custom.delete_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
                                                    "untrained")

@@ -45,6 +45,21 @@ def model_doc():
 
 
 @pytest.fixture(scope="module")
+def chosen_doc(model_doc):
+    """The same model with auto's choice and both head-room tables, as the trainer stores
+    them, fitted on synthetic jobs for this module's 10-sample windows."""
+    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.trainer import choose_served_policy
+
+    cfg = synthetic.SyntheticConfig(n_features=2)
+    traces, _ = synthetic.generate(30, seed=21, config=cfg)
+    model = PhaseModel.from_document(model_doc)
+    spec = PhaseModelSpec.model_validate({"stepSeconds": STEP, "windowSeconds": WINDOW})
+    choose_served_policy(model, list(traces), spec)
+    return json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+
+
+@pytest.fixture(scope="module")
 def jobs():
     """Executions the exporter plays (long ones, so they do not end during a test)."""
     cfg = synthetic.SyntheticConfig(n_features=2, epochs=(10, 12))
@@ -339,3 +354,34 @@ def test_operator_rbac_is_least_privilege(kube_cluster, operator_kubeconfig):
     assert kubectl_can("list", "pods") and kubectl_can("create", "events")
     assert not kubectl_can("get", "secrets") and not kubectl_can("list", "secrets")
     assert not kubectl_can("delete", "pods")
+
+
+def test_the_head_room_table_and_auto_are_served(kube_cluster, k8s_namespace, fake_kubelet,
+                                                 stack, jobs, chosen_doc, operator):
+    """kind phase-headroom serves the model's table (resizes); auto serves the choice the
+    trainer stored with the model, and says which in the status."""
+    exporter, _ = stack
+    ns = k8s_namespace
+    start_pods(fake_kubelet, exporter, jobs, ns, ["h1", "h2"])
+    make_phasemodel(kube_cluster, ns, "pm", chosen_doc, kind="phase-headroom")
+    before = requests_of(kube_cluster, ns, "h1")
+    try:
+        wait_for(lambda: all(requests_of(kube_cluster, ns, p) != before for p in ("h1", "h2")),
+                 3 * WINDOW + 12, what="both pods resized by the head-room table")
+        pm = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("servedPolicy")
+                               else None)(read_pm(kube_cluster, ns, "pm")), WINDOW + 5,
+                      what="status.servedPolicy")
+        assert pm["status"]["servedPolicy"] == "phase-headroom (spec.policy.kind)"
+        from kubernetes import client
+
+        client.CustomObjectsApi(kube_cluster.api_client).patch_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, "pm", {"spec": {"policy": {"kind": "auto"}}})
+        winners = chosen_doc["policyChoice"]["winners"]
+        pm = wait_for(lambda: (lambda o: o if ((o.get("status") or {}).get("servedPolicy") or "")
+                               .startswith("auto: ") else None)(read_pm(kube_cluster, ns, "pm")),
+                      2 * WINDOW + 10, what="auto served")
+        assert all(w in pm["status"]["servedPolicy"] for w in winners), pm["status"]
+        assert condition(pm, "Ready")["status"] == "True"
+    except AssertionError:
+        print(operator.tail())
+        raise

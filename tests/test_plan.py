@@ -18,7 +18,7 @@ def spec_for(model, **policy) -> PhaseModelSpec:
     return PhaseModelSpec.model_validate({
         "features": [{"name": f, "query": f + "{{{selector}}}"} for f in model.features_],
         "stepSeconds": 15, "windowSeconds": 600,
-        "policy": {"mode": "InPlace", **policy}})
+        "policy": {"mode": "InPlace", "kind": "phase", **policy}})
 
 
 def pod(name, requests=None, limits=None, annotations=None, conditions=None, containers=None,
@@ -374,3 +374,101 @@ def test_orphans_are_told_apart():
                                                               ("ns", "broken"): None})}
     assert got == {"none": "NoPhaseModel", "ghost": "PhaseModelNotFound",
                    "other": "SelectorMismatch"}
+
+
+# ----------------------------------------------------------------------------- served policy
+def auto_spec(model_or_none, **policy):
+    feats = (model_or_none.features_ if model_or_none is not None else ("cpu", "memory"))
+    return PhaseModelSpec.model_validate({
+        "features": [{"name": f, "query": f + "{{{selector}}}",
+                      "unit": {"cpu": "cores", "memory": "bytes"}.get(f, "unknown")}
+                     for f in feats],
+        "stepSeconds": 15, "windowSeconds": 600,
+        "policy": {"mode": "InPlace", "minChange": 0.0, **policy}})
+
+
+def test_auto_before_any_model_serves_the_reactive_baseline(window):
+    spec = auto_spec(None)
+    x = window[:, :2]                                   # cpu, memory only
+    out = run(None, spec, [pod("a", {"cpu": "8", "memory": "32Gi"})], {("ns", "a", "main"): x},
+              n_context=0)
+    assert out.served.baseline and out.served.names == ("adaptive-max", "adaptive-max")
+    plan = out.pods[0]
+    req = plan.resize["spec"]["containers"][0]["resources"]["requests"]
+    # the last window's max (halving at most, maxDecrease 0.5), memory above the working set
+    assert parse_quantity(req["cpu"]) == pytest.approx(max(x[-40:, 0].max(), 4.0), abs=1e-3)
+    assert A_PHASE not in plan.annotations                 # no model, no phase
+    assert plan.events[0][2].startswith("no phase model: ")
+
+
+@pytest.fixture(scope="module")
+def chosen_model(fitted_model, synthetic_train):
+    """The session's model with auto's choice and both head-room tables, as the trainer
+    stores them (windows of 40 samples)."""
+    from ai4dl.model import PhaseModel
+    from ai4dl.trainer import choose_served_policy
+
+    traces, _ = synthetic_train
+    m = PhaseModel.from_document(fitted_model.to_document())
+    choice = choose_served_policy(m, list(traces), spec_for(m, kind="auto"))
+    return m, choice
+
+
+def test_auto_serves_the_trainers_choice_from_the_document(chosen_model, window):
+    from ai4dl.model import PhaseModel
+    from ai4dl.policy.serving import served_policy
+
+    m, choice = chosen_model
+    m = PhaseModel.from_document(json.loads(m.to_document().model_dump_json(by_alias=True)))
+    spec = spec_for(m, kind="auto")
+    served = served_policy(spec, m)
+    assert served.names == tuple(choice.winners) and not served.baseline
+    assert served.reason.startswith("auto: ")
+    out = run(m, spec, [pod("a", {"cpu": "8", "memory": "32Gi"})], {("ns", "a", "main"): window})
+    assert out.pods[0].containers[0].proposal       # planned by the served policy
+    # explicit kinds serve the stored tables too; a window the table was not fitted for is
+    # refused with one line
+    for kind in ("phase-headroom", "burst-headroom"):
+        assert served_policy(spec_for(m, kind=kind), m).names == (kind, kind)
+    with pytest.raises(ValueError, match="fitted for windows of 40 samples"):
+        served_policy(PhaseModelSpec.model_validate(
+            {**spec.model_dump(by_alias=True, exclude_none=True), "windowSeconds": 300}), m)
+
+
+def test_running_statistics_travel_with_the_pod(chosen_model, window):
+    m, _ = chosen_model
+    spec = spec_for(m, kind="phase-headroom")
+    first = run(m, spec, [pod("a", {"cpu": "8", "memory": "32Gi"})], {("ns", "a", "main"): window})
+    own1 = first.pods[0].containers[0].own
+    assert own1.n == 40                                  # the window, not its context
+    state = json.loads(first.pods[0].annotations[A_STATE])
+    assert state["own"]["main"]["n"] == own1.n and state["model"] == ""
+    # a restarted operator (no histories in memory) resumes from the pod's annotation
+    later = plan_window(spec, m, [pod("a", {"cpu": "8", "memory": "32Gi"},
+                                      annotations={A_STATE: json.dumps(
+                                          {**state, "window": WINDOW_START - 600})})],
+                        {("ns", "a", "main"): window}, 3, WINDOW_START + 600, "2027-01-01T00:10:00Z")
+    assert later.pods[0].containers[0].own.n == own1.n + 40
+
+
+def test_a_new_container_gets_the_learned_cold_start(chosen_model, window):
+    import datetime as dt
+
+    m, _ = chosen_model
+    spec = spec_for(m, kind="phase-headroom")
+    recent = dt.datetime.fromtimestamp(WINDOW_START - 60, dt.timezone.utc).isoformat()
+    partial = window.copy()
+    partial[:-5] = np.nan                                # five samples so far
+    out = run(m, spec, [pod("new", {"cpu": "8", "memory": "32Gi"}, started=recent)],
+              {("ns", "new", "main"): partial})
+    c = out.pods[0].containers[0]
+    from ai4dl.policy.headroom import from_table
+
+    table = from_table(m.policy_tables_[0])
+    assert c.cold_start and c.proposal["cpu"] == pytest.approx(table.cold_start_[0])
+    assert out.pods[0].resize is not None
+    assert "coldStart" in out.pods[0].annotations[A_RECOMMENDATION]
+    # no sample at all: memory is not lowered (no working set to protect)
+    out = run(m, spec, [pod("new", {"cpu": "8", "memory": "1Gi"}, started=recent)], {})
+    t = out.pods[0].containers[0].target
+    assert t["memory"] >= GiB

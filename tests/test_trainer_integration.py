@@ -129,8 +129,6 @@ def test_cronjob_refit_is_applied_and_used_by_the_operator(
         kube_cluster, k8s_namespace, fake_kubelet, history, real_trace, synthetic_doc,
         operator_kubeconfig, crd, tmp_path):  # noqa: F811
     from ai4dl.controller.pods import A_RECOMMENDATION
-    from ai4dl.quantity import parse_quantity
-    from ai4dl.policy.policies import make_phase_policy
 
     url, exporter = history
     ns = k8s_namespace
@@ -176,31 +174,36 @@ def test_cronjob_refit_is_applied_and_used_by_the_operator(
         assert "ai4dl-trainer" in managers
         assert pm["spec"]["policy"]["mode"] == "Recommend"   # the user's fields untouched
 
-        # The operator's next window uses the new model: each pod's cpu recommendation is the
-        # new model's level (mean + 2 std) of the phase it reports.
-        new_levels = make_phase_policy(PhaseModel.from_document(new_doc), ("cpu", "memory")).levels
-        old_levels = make_phase_policy(PhaseModel.from_document(synthetic_doc),
-                                       ("cpu", "memory")).levels
+        # auto: every candidate scored on the most recent training executions, the winner
+        # per resource stored with the model (with both head-room tables) and in the status
+        chosen = training["policy"]
+        assert set(chosen["served"]) == {"cpu", "memory"}
+        assert {s["policy"] for s in chosen["scores"]} >= {
+            "adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
+            "phase-proactive", "vpa"}
+        assert "vpa" not in chosen["served"].values()          # scored, never served
+        assert new_doc["schemaVersion"] == "ai4dl.io/phase-model/v2"
+        assert new_doc["policyChoice"]["winners"] == [chosen["served"]["cpu"],
+                                                      chosen["served"]["memory"]]
+        assert [t["name"] for t in new_doc["policyTables"]] == ["phase-headroom",
+                                                               "burst-headroom"]
 
-        def uses_new_model():
-            out = []
-            for i in range(2):
-                ann = kube_cluster.core.read_namespaced_pod(f"live-{i}", ns).metadata.annotations
-                rec = json.loads((ann or {}).get(A_RECOMMENDATION, "{}")).get("main")
-                if not rec or rec["phase"] >= len(new_levels):
-                    return None
-                cpu = parse_quantity(rec["cpu"])
-                if abs(cpu - new_levels[rec["phase"], 0]) > 0.002 + 0.01 * cpu:
-                    return None
-                out.append((rec["phase"], cpu))
-            return out
-
+        # The operator's next windows serve the trainer's choice from the new model (the old
+        # model carried none: it served the reactive baseline) and recommend for both pods.
+        def serves_choice():
+            pm = read_pm(kube_cluster, ns, "pm")
+            served = (pm.get("status") or {}).get("servedPolicy") or ""
+            recs = [json.loads((kube_cluster.core.read_namespaced_pod(f"live-{i}", ns).metadata
+                                .annotations or {}).get(A_RECOMMENDATION, "{}")).get("main")
+                    for i in range(2)]
+            return served.startswith("auto: ") and "won on" in served and all(recs) and served
         try:
-            got = wait_for(uses_new_model, 60, what="recommendations from the new model")
+            served = wait_for(serves_choice, 60, what="the operator serving the new choice")
         except AssertionError:
             print(op.tail())
             raise
-        assert all(abs(cpu - old_levels[:, 0]).min() > 0.002 for _, cpu in got)
+        for name in set(chosen["served"].values()):
+            assert name in served, served
     finally:
         op.stop()
 
@@ -210,7 +213,8 @@ def test_rejected_forced_and_rolled_back(kube_cluster, k8s_namespace, history, c
                                          capsys):
     url, _ = history
     ns = k8s_namespace
-    make_pm(kube_cluster, ns, "pm")
+    # kind phase: a one-phase model is then clearly worse (auto would serve it a table)
+    make_pm(kube_cluster, ns, "pm", kind="phase")
     assert train(kube_cluster, url, "--phasemodel", f"{ns}/pm") == 0
     pm = read_pm(kube_cluster, ns, "pm")
     good = pm["spec"]["model"]

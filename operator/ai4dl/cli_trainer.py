@@ -336,6 +336,12 @@ def train_phasemodel(args: argparse.Namespace) -> int:
     fit_with_progress(candidate, TraceSet(train), quiet=log.json or args.quiet)
     rep = candidate.fit_report_
     try:
+        choice = T.choose_served_policy(candidate, train, spec)
+    except ValueError as err:
+        raise Ai4dlError(f"cannot choose the policy to serve: {err}") from None
+    log.info("policy", f"auto: {choice.reason}", served=dict(zip(choice.resources,
+                                                                   choice.winners)))
+    try:
         cand_score = T.score_model(candidate, held, spec)
     except ValueError as err:
         raise Ai4dlError(f"cannot score the candidate on the held-out executions: {err}") \
@@ -356,7 +362,8 @@ def train_phasemodel(args: argparse.Namespace) -> int:
         reconstruction_error=rep.reconstruction_error, silhouette=rep.silhouette,
         novelty_rate=rep.novelty_rate, phases=candidate.n_phases_,
         candidate_score=cand_score.value,
-        current_score=None if cur_score is None else cur_score.value, tolerance=args.tolerance)
+        current_score=None if cur_score is None else cur_score.value, tolerance=args.tolerance,
+        policy=T.policy_status(choice))
     log.info("fitted", f"candidate: {candidate.n_phases_} phases, {rep.crbm_epochs} epochs on "
              f"{candidate.fit_report_.device}, reconstruction error "
              f"{rep.reconstruction_error:.4f}, {candidate.fit_seconds_:.1f} s; score "

@@ -5,15 +5,20 @@ the exact objects the trainer applies (server-side apply, field manager ``ai4dl-
 The adapters around it: :mod:`ai4dl.sources.prometheus_history` (history pulls),
 :mod:`ai4dl.kube.phasemodels` (read / apply / roll back), ``ai4dl train`` in :mod:`ai4dl.cli`.
 
-**Score.** A model is scored the way the operator would use it: the PhaseModel's own
-``spec.policy`` (phase or phase-proactive policy, statistic, k, margin, reader, scope) through
-:func:`ai4dl.policy.policies.make_phase_policy` and the operator's safety layer
-(:func:`ai4dl.controller.plan.safety_config`), replayed window by window
+**Policy.** Before it is scored, a candidate gets ``auto``'s choice on its own training
+executions (:func:`choose_served_policy`: every candidate policy scored on the most recent of
+them at ``spec.policy.targetFulfilment``; the winner per resource, never one that lost to the
+reactive baseline, and the fitted head-room tables go into the model document).
+
+**Score.** A model is scored the way the operator would serve it: the policy
+:func:`ai4dl.policy.serving.served_policy` gives for the PhaseModel's ``spec.policy`` and that
+model (``auto``: the model's own choice) and the operator's safety layer
+(:func:`ai4dl.policy.serving.safety_config`), replayed window by window
 (``spec.windowSeconds / spec.stepSeconds`` samples) over the held-out executions by the
 evaluator (:mod:`ai4dl.evaluate`). The score is allocation ÷ oracle at the fulfilment target
-(95 %: the allocation scaled by the smallest margin that covers 95 % of the samples, over the
-oracle's), averaged over the managed resources (cpu, memory). Lower is better; 1.0 is the
-oracle.
+(``spec.policy.targetFulfilment``, 0.97 by default: the allocation scaled by the smallest
+margin that covers that share of the samples, over the oracle's), averaged over the managed
+resources (cpu, memory). Lower is better; 1.0 is the oracle.
 
 **Decision.** The candidate replaces the current model when its score is at most
 ``current × (1 + tolerance)`` (default tolerance 1 %: two fits of equal quality differ by about
@@ -36,7 +41,6 @@ from ai4dl.traces import Execution
 
 FIELD_MANAGER = "ai4dl-trainer"
 TOLERANCE = 0.01           # relative: candidate <= current × (1 + TOLERANCE) replaces it
-FULFILMENT_TARGET = 0.95   # the evaluator's matched-fulfilment target the score is read at
 HELD_OUT_FRACTION = 0.25   # share of the most recent execution groups held out for scoring
 MIN_TRAIN_EXECUTIONS = 3
 # Samples kept for a run (training + held-out; the newest executions, see ``--max-samples``).
@@ -98,14 +102,18 @@ class ModelScore:
 
 
 def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
-                target: float = FULFILMENT_TARGET) -> ModelScore:
-    """Score ``model`` on ``executions`` as the operator would use it (see the module doc).
-    ValueError (one line) when the model cannot provision these executions."""
-    from ai4dl.controller.plan import managed_resources, safety_config, window_samples
+                target: float | None = None) -> ModelScore:
+    """Score ``model`` on ``executions`` as the operator would serve it (see the module doc):
+    the policy :func:`ai4dl.policy.serving.served_policy` picks for the spec and this model
+    (``auto``: the model's own choice), under the PhaseModel's safety layer, at its fulfilment
+    target. ValueError (one line) when the model cannot provision these executions."""
     from ai4dl.evaluate import prepare, replay, score
-    from ai4dl.policy.policies import Oracle, make_phase_policy
+    from ai4dl.policy.policies import Oracle
+    from ai4dl.policy.serving import safety_config, served_policy, window_samples
 
-    resources = managed_resources(model)
+    target = float(spec.policy.target_fulfilment if target is None else target)
+    served = served_policy(spec, model)
+    resources = served.resources
     window = window_samples(spec)
     missing = [f for f in model.features_ if f not in executions[0].features]
     if missing:
@@ -116,17 +124,41 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     usable = [e.select(model.features_) for e in executions if len(e) > window]
     if not usable:
         raise ValueError(f"no held-out execution is longer than one window ({window} samples)")
-    pol = spec.policy
-    policy = make_phase_policy(model, resources, pol.kind, pol.statistic, pol.k, pol.margin,
-                               pol.reader, pol.scope)
     data = prepare(usable, resources, model)
     safety = safety_config(spec, resources)
-    replays = {"phase": replay(data, policy, window, safety),
+    replays = {"served": replay(data, served.policy, window, safety),
                "oracle": replay(data, Oracle(), window)}
-    scores = score(data, replays, window, targets=(target,))["phase"]
+    scores = score(data, replays, window, targets=(target,))["served"]
     per = {r: float(s.vs_oracle_at[target]) for r, s in zip(resources, scores)}
     value = float(np.mean(list(per.values())))
     return ModelScore(value, per, len(usable), int(sum(len(e) for e in usable)))
+
+
+def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec):
+    """``auto``'s choice for a freshly fitted ``model``, on its own training executions
+    (:func:`ai4dl.policy.auto.choose_policy`: the most recent 30 % of them score the
+    candidates), stored on the model: the head-room tables (both fitted on every training
+    execution, so that an explicit ``kind`` can serve either) and the winners
+    (``policy_choice_``). Returns the :class:`~ai4dl.policy.auto.AutoChoice`."""
+    from ai4dl.document import PolicyChoice
+    from ai4dl.evaluate import prepare
+    from ai4dl.policy.auto import LEARNED, build_candidate, choose_policy
+    from ai4dl.policy.headroom import to_table
+    from ai4dl.policy.serving import managed_resources, target, window_samples
+
+    resources = managed_resources(model)
+    window = window_samples(spec)
+    data = prepare([e.select(model.features_) for e in train], resources, model)
+    choice = choose_policy(data, window, model, target(spec))
+    tables = {t.name: t for t in choice.tables}
+    for name in LEARNED:
+        if name not in tables:
+            tables[name] = build_candidate(name, data, window, model, target(spec))
+    model.policy_tables_ = [to_table(tables[n]) for n in LEARNED]
+    model.policy_choice_ = PolicyChoice(resources=list(resources),
+                                        winners=list(choice.winners),
+                                        targets=list(choice.targets), reason=choice.reason[:2000])
+    return choice
 
 
 # ----------------------------------------------------------------------------- decision
@@ -155,9 +187,8 @@ def decide(candidate: float, current: float | None, tolerance: float = TOLERANCE
     if math.isfinite(candidate) and (candidate <= bound or not math.isfinite(current)):
         return Decision("applied", f"candidate scores {candidate:.4f}, current {current:.4f} "
                         f"(accepted up to {bound:.4f}, tolerance {tolerance:.1%})")
-    why = (f"candidate scores {candidate:.4f} allocation/oracle at "
-           f"{FULFILMENT_TARGET:.0%} fulfilment, current {current:.4f}: worse by more than the "
-           f"{tolerance:.1%} tolerance")
+    why = (f"candidate scores {candidate:.4f} allocation/oracle at the fulfilment target, "
+           f"current {current:.4f}: worse by more than the {tolerance:.1%} tolerance")
     if force:
         return Decision("forced", why + "; applied anyway (--force)")
     return Decision("rejected", why)
@@ -271,6 +302,7 @@ class TrainingRecord:
     candidate_score: float | None = None
     current_score: float | None = None
     tolerance: float | None = None
+    policy: dict | None = None       # auto's choice: served, reason, scores (TrainingPolicy)
     extra: dict = field(default_factory=dict)
 
     def to_status(self) -> dict:
@@ -285,8 +317,19 @@ class TrainingRecord:
                "reconstructionError": num(self.reconstruction_error),
                "silhouette": num(self.silhouette), "noveltyRate": num(self.novelty_rate),
                "phases": self.phases, "candidateScore": num(self.candidate_score),
-               "currentScore": num(self.current_score), "tolerance": self.tolerance}
+               "currentScore": num(self.current_score), "tolerance": self.tolerance,
+               "policy": self.policy}
         return {k: v for k, v in out.items() if v is not None}
+
+
+def policy_status(choice) -> dict:
+    """``status.training.policy`` from an :class:`~ai4dl.policy.auto.AutoChoice`."""
+    def num(x):
+        return None if x is None or not math.isfinite(x) else round(float(x), 6)
+    return {"served": dict(zip(choice.resources, choice.winners)), "reason": choice.reason[:1000],
+            "scores": [{"policy": s.policy, "resource": s.resource, "target": s.target,
+                        "vsOracle": num(s.vs_oracle), "shortWindows": num(s.short_windows),
+                        "wins": bool(s.wins)} for s in choice.scores][:100]}
 
 
 def status_apply(namespace: str, name: str, record: TrainingRecord) -> dict:

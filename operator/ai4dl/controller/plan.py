@@ -18,6 +18,15 @@ Rules that make it safe to change other people's running jobs:
 
 Every pod that gets nothing says why: ``PodPlan.skipped`` (a reason counted in /metrics) and,
 for what its owner must fix, ``PodPlan.notices`` (Warning Events the runtime emits once per pod).
+
+What is served comes from :func:`ai4dl.policy.serving.served_policy` (``auto``: the trainer's
+choice, or the reactive baseline before there is a model) and is computed for the window about
+to start by :func:`ai4dl.policy.online.next_allocation`, from the window that ended and the
+container's running statistics (:class:`~ai4dl.policy.online.OwnHistory`: the runtime keeps
+them between windows and, when it writes the pod anyway, in its state annotation). A container
+that has no full window yet gets the served policy's cold-start level where it has one (learned
+from the training executions' first windows); memory is not lowered without a working-set
+sample.
 """
 
 from __future__ import annotations
@@ -30,13 +39,11 @@ import numpy as np
 
 from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION,
                                    A_STATE, Container, PodInfo, qos_class)
-from ai4dl.quantity import format_resource, parse_quantity
 from ai4dl.crd import PhaseModelSpec
-from ai4dl.policy.policies import make_phase_policy
+from ai4dl.policy.online import OwnHistory, next_allocation
 from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety
-
-MANAGED = ("cpu", "memory")
-NATIVE_UNITS = {"cpu": "cores", "memory": "bytes"}
+from ai4dl.policy.serving import Served, safety_config, served_policy, window_samples
+from ai4dl.quantity import format_resource, parse_quantity
 # Why a container's window could not be used. The first three are gaps or garbage in the
 # metrics (counted by the MetricsIncomplete condition); a container that started during the
 # window simply has no full window yet. Worst first: a pod's reason is its worst container's.
@@ -60,6 +67,8 @@ class ContainerPlan:
     current: dict[str, float] = field(default_factory=dict)
     skipped: str | None = None                                 # why nothing was planned
     detail: str = ""                                           # ... in words (logs, events)
+    own: OwnHistory | None = None      # running statistics up to the window's end (to keep)
+    cold_start: bool = False           # sized by the served policy's cold-start level
 
 
 @dataclass
@@ -83,6 +92,7 @@ class PodPlan:
 class WindowPlan:
     pods: list[PodPlan]
     resources: tuple[str, ...]
+    served: Served | None = None
     # spec-level contradictions (floor > ceiling), one message per resource
     bound_conflicts: list[str] = field(default_factory=list)
     ceiling_below_usage: int = 0        # pods whose memory ceiling is below their working set
@@ -113,36 +123,6 @@ class WindowPlan:
             reason = p.skipped or ("resized" if p.resize else "planned")
             out[reason] = out.get(reason, 0) + 1
         return out
-
-
-def managed_resources(model) -> tuple[str, ...]:
-    """cpu and memory, where the model has them in units a request can take."""
-    out = []
-    for r in MANAGED:
-        if r in model.features_:
-            unit = model.units_[model.features_.index(r)]
-            if unit != NATIVE_UNITS[r]:
-                raise ValueError(f"model feature {r!r} is in {unit!r}; requests need "
-                                 f"{NATIVE_UNITS[r]!r}")
-            out.append(r)
-    if not out:
-        raise ValueError("the model has neither a cpu nor a memory feature to provision from")
-    return tuple(out)
-
-
-def safety_config(spec: PhaseModelSpec, resources: Sequence[str],
-                  max_value: Mapping[str, float] | None = None) -> SafetyConfig:
-    pol = spec.policy
-    bounds = [pol.resources.get(r) for r in resources]
-    floor = tuple(parse_quantity(b.floor) if b and b.floor else 0.0 for b in bounds)
-    ceiling = tuple(parse_quantity(b.ceiling) if b and b.ceiling else np.inf for b in bounds)
-    return SafetyConfig(floor=floor, ceiling=ceiling, max_increase=pol.max_increase,
-                        max_decrease=pol.max_decrease, cooldown_windows=pol.cooldown_windows,
-                        memory_margin=pol.memory_margin, min_change=pol.min_change,
-                        memory_index=resources.index("memory") if "memory" in resources
-                        else None,
-                        max_value=tuple(float(max_value.get(r, np.inf)) for r in resources)
-                        if max_value else None)
 
 
 def bound_conflicts(spec: PhaseModelSpec, resources: Sequence[str]) -> list[str]:
@@ -195,36 +175,63 @@ def usable_context(context: np.ndarray, resource_cols: Sequence[int],
     return len(context)
 
 
-def window_samples(spec: PhaseModelSpec) -> int:
-    return max(1, spec.window_seconds // spec.step_seconds)
+def own_history(pod: PodInfo, container: str, histories: Mapping | None, model_key: str,
+                n_phases: int, n_resources: int) -> OwnHistory:
+    """The container's running statistics so far: the runtime's (kept between windows), else
+    the pod's state annotation (after an operator restart), else none yet. Per-phase sums
+    recorded under another model (its phases are not these) are dropped, the rest kept."""
+    got = (histories or {}).get((pod.uid, container))
+    key = (histories or {}).get(("model", pod.uid, container))
+    if got is None:
+        state = pod.state()
+        try:
+            got = OwnHistory.from_json((state.get("own") or {})[container])
+            key = state.get("model")
+        except (KeyError, TypeError, ValueError):
+            got = None
+    if got is None or got.n_resources != n_resources:
+        return OwnHistory(n_phases, n_resources)
+    if key != model_key or got.n_phases != n_phases:
+        return OwnHistory(n_phases, n_resources, n=got.n, t1=got.t1, t2=got.t2, peak=got.peak)
+    return OwnHistory(got.n_phases, got.n_resources, got.count.copy(), got.s1.copy(),
+                      got.s2.copy(), got.n, got.t1.copy(), got.t2.copy(), got.peak.copy(),
+                      got.run_phase, got.run_length)
 
 
 def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 samples: Mapping[tuple[str, str, str], np.ndarray], n_context: int,
                 window_start: float, now_iso: str,
-                max_value: Mapping[str, float] | None = None) -> WindowPlan:
+                max_value: Mapping[str, float] | None = None,
+                histories: Mapping | None = None, model_key: str = "",
+                served: Served | None = None) -> WindowPlan:
     """Decide, for every pod of one PhaseModel, phases, recommendations and resizes.
 
     ``samples[(namespace, pod, container)]`` is (n_context + W, F) in ``spec.features``
     order (NaN where Prometheus had nothing); the last W rows are the window that just ended.
+    ``model`` may be None (no model yet: ``auto`` serves the reactive baseline, no phases).
     ``max_value`` (cores, bytes per resource) is the largest a container can physically have:
-    a sample above it is garbage, and no request is set above it.
+    a sample above it is garbage, and no request is set above it. ``histories`` maps
+    (pod uid, container) to its :class:`OwnHistory` so far (and ("model", uid, container) to
+    the model key it was counted under); each planned container's updated one is in
+    ``ContainerPlan.own``.
     """
-    resources = managed_resources(model)
+    served = served if served is not None else served_policy(spec, model)
+    resources = served.resources
     W = window_samples(spec)
-    feature_idx = [model.features_.index(f.name) for f in spec.features]
-    if sorted(feature_idx) != list(range(len(model.features_))):
+    names = list(model.features_) if model is not None else [f.name for f in spec.features]
+    feature_idx = [names.index(f.name) if f.name in names else -1 for f in spec.features]
+    if sorted(feature_idx) != list(range(len(names))):
         raise ValueError("spec.features do not match the model's features")
-    policy = make_phase_policy(model, resources, spec.policy.kind, spec.policy.statistic,
-                               spec.policy.k, spec.policy.margin, spec.policy.reader,
-                               spec.policy.scope)
     safety = safety_config(spec, resources, max_value)
     limits = safety.max_value
-    res_idx = [model.features_.index(r) for r in resources]
+    res_idx = [names.index(r) for r in resources]
     managed_names = set(spec.policy.containers)
+    k = model.n_phases_ if model is not None else 1
+    cold = served.cold_start
 
     plans: list[PodPlan] = []
     rows: list[tuple[int, ContainerPlan, np.ndarray, int]] = []  # (plan idx, cplan, x, ctx)
+    colds: list[tuple[int, ContainerPlan, np.ndarray | None]] = []
     for pod in pods:
         plan = PodPlan(pod, [])
         plans.append(plan)
@@ -257,6 +264,14 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 if started is not None and started > window_start - W * spec.step_seconds \
                         - START_GRACE_SECONDS:
                     reason, detail = "warming-up", "started during the window"
+            if reason == "warming-up" and cold is not None:
+                own = own_history(pod, c.name, histories, model_key, k, len(resources))
+                if own.n == 0:
+                    # a new container: the level learned from training executions' first
+                    # windows, not the author's request (memory only down to a sample seen)
+                    seen = None if x is None else x[-W:][:, res_idx]
+                    colds.append((len(plans) - 1, cp, seen))
+                    continue
             if reason is not None:
                 cp.skipped, cp.detail = reason, detail   # never a resize based on it
                 continue
@@ -265,30 +280,49 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
             ctx = usable_context(context, res_idx, limits)
             rows.append((len(plans) - 1, cp, np.vstack([context[len(context) - ctx:], window]),
                          ctx))
-    if rows:
-        # One encoder product and one nearest-centroid product for every container.
-        detections = model.detect([r[2] for r in rows], n_context=[r[3] for r in rows])
-        current = np.array([[cp.current[r] for r in resources] for _, cp, _, _ in rows])
+    n_rows = len(rows) + len(colds)
+    if n_rows:
+        current = np.array([[cp.current[r] for r in resources]
+                            for _, cp, *_ in (*rows, *colds)])
         proposals = np.empty_like(current)
-        working_set = np.full(len(rows), np.nan)
-        for i, ((_, cp, x, ctx), det) in enumerate(zip(rows, detections)):
+        working_set = np.full(n_rows, np.nan)
+        # One encoder product and one nearest-centroid product for every container.
+        detections = (model.detect([r[2] for r in rows], n_context=[r[3] for r in rows])
+                      if model is not None and rows else [None] * len(rows))
+        for i, ((pi, cp, x, ctx), det) in enumerate(zip(rows, detections)):
             usage = x[ctx:][:, res_idx]
-            cp.phase, cp.novel = int(det.phase[-1]), bool(det.novel[-1])
-            proposals[i] = policy.allocate(usage, det.phase, W, current[i], spec.step_seconds)[-1]
+            phases = None
+            if det is not None:
+                phases = det.phase
+                cp.phase, cp.novel = int(det.phase[-1]), bool(det.novel[-1])
+            own = own_history(plans[pi].pod, cp.name, histories, model_key, k, len(resources))
+            own.add(usage, phases)
+            cp.own = own
+            proposals[i] = next_allocation(served.policy, usage, phases, own)
             if safety.memory_index is not None:
                 working_set[i] = usage[-1, safety.memory_index]
+        for i, (pi, cp, seen) in enumerate(colds, start=len(rows)):
+            cp.cold_start = True
+            proposals[i] = np.where(np.isfinite(cold), cold, np.nan)
+            if safety.memory_index is not None:
+                m = safety.memory_index
+                ok = None if seen is None else seen[:, m][np.isfinite(seen[:, m])]
+                # no working-set sample yet: memory is not lowered below the request in force
+                working_set[i] = (ok[-1] if ok is not None and len(ok)
+                                  else current[i, m] / (1.0 + (safety.memory_margin or 0.0)))
+        everyone = [*((pi, cp) for pi, cp, *_ in rows), *((pi, cp) for pi, cp, _ in colds)]
         since = np.array([[_windows_since_increase(plans[pi].pod, cp.name, r, window_start,
                                                    spec.window_seconds)
-                           for r in resources] for pi, cp, _, _ in rows])
+                           for r in resources] for pi, cp in everyone])
         # A container with no request for a resource keeps none (its QoS depends on it).
         known = np.isfinite(current)
         state = SafetyState(np.where(known, current, 0.0), since)
         targets, _ = apply_safety(np.where(known, proposals, np.nan), state, safety, working_set)
         below = _ceiling_below_working_set(safety, working_set)
-        for i, (pi, cp, _, _) in enumerate(rows):
+        for i, (pi, cp) in enumerate(everyone):
             cp.proposal = dict(zip(resources, proposals[i].tolist()))
             cp.target = {r: float(targets[i, j]) for j, r in enumerate(resources) if known[i, j]}
-            if below[i]:
+            if below[i] and not cp.cold_start:
                 m = safety.memory_index
                 plans[pi].notices.append(("CeilingBelowUsage", (
                     f"container {cp.name}: memory ceiling "
@@ -298,12 +332,12 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                     f"maxDecrease per window")))
     for plan in plans:
         if plan.skipped is None:
-            _finish(plan, spec, resources, window_start, now_iso)
+            _finish(plan, spec, resources, window_start, now_iso, model_key)
     _rate_limit(plans, spec.policy.max_resizes_per_window)
     for plan in plans:
         if plan.skipped is None and plan.resize is None and not plan.annotations:
             plan.skipped = "unchanged"
-    return WindowPlan(plans, resources, bound_conflicts(spec, resources),
+    return WindowPlan(plans, resources, served, bound_conflicts(spec, resources),
                       sum(1 for p in plans if any(n[0] == "CeilingBelowUsage" for n in p.notices)))
 
 
@@ -335,7 +369,8 @@ def _rate_limit(plans: list[PodPlan], limit: int) -> None:
     for p in sorted(resizing, key=change, reverse=True)[limit:]:
         p.resize, p.events = None, []
         p.skipped = "rate-limited"
-        phase_changed = p.pod.annotations.get(A_PHASE) != p.annotations.get(A_PHASE)
+        phase_changed = A_PHASE in p.annotations and \
+            p.pod.annotations.get(A_PHASE) != p.annotations.get(A_PHASE)
         p.annotations = ({k: p.annotations[k] for k in (A_PHASE, A_PHASE_SINCE)}
                          if phase_changed else {})
 
@@ -357,7 +392,7 @@ def _windows_since_increase(pod: PodInfo, container: str, resource: str, window_
 
 
 def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
-            window_start: float, now_iso: str) -> None:
+            window_start: float, now_iso: str, model_key: str = "") -> None:
     """QoS rules, the resize body, annotations and events for one pod."""
     pod = plan.pod
     mode = spec.policy.mode
@@ -400,22 +435,30 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
 
     phase = plan.phase
     old_phase = pod.annotations.get(A_PHASE)
-    plan.annotations[A_PHASE] = str(phase)
-    plan.annotations[A_PHASE_SINCE] = (pod.annotations.get(A_PHASE_SINCE, now_iso)
-                                       if old_phase == str(phase) else now_iso)
+    if phase is not None:          # no model yet (the baseline) or a cold start: no phase
+        plan.annotations[A_PHASE] = str(phase)
+        plan.annotations[A_PHASE_SINCE] = (pod.annotations.get(A_PHASE_SINCE, now_iso)
+                                           if old_phase == str(phase) else now_iso)
     plan.annotations[A_RECOMMENDATION] = json.dumps(
         {c.name: {"phase": c.phase, "novel": c.novel,
+                  **({"coldStart": True} if c.cold_start else {}),
                   **{r: format_resource(r, v) for r, v in c.target.items()}} for c in planned},
         separators=(",", ":"), sort_keys=True)
     state = pod.state()
     state["window"] = window_start
+    # the running statistics, kept with the pod whenever it is written anyway (an operator
+    # restart then resumes from them; between writes the runtime keeps them in memory)
+    own = {c.name: c.own.to_json() for c in plan.containers if c.own is not None}
+    if own:
+        state["own"] = {**(state.get("own") or {}), **own}
+        state["model"] = model_key
     plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
 
     # Writes only when something a user can see changed: with thousands of pods, an
     # annotation patch per pod per window would be the operator's main load on the API server.
     # (Handling a window twice without a resize is harmless, so the window id need not be
     # recorded then.)
-    unchanged = all(pod.annotations.get(k) == plan.annotations[k]
+    unchanged = all(pod.annotations.get(k) == plan.annotations.get(k)
                     for k in (A_PHASE, A_RECOMMENDATION))
     if mode != "InPlace" or not changes:
         if unchanged:
@@ -471,4 +514,6 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     plan.annotations[A_LAST_APPLIED] = json.dumps(
         {"window": window_start, "containers": {b["name"]: b["resources"] for b in body}},
         separators=(",", ":"), sort_keys=True)
-    plan.events.append(("Normal", "Resized", f"phase {phase}: " + ", ".join(summary)))
+    what = (f"phase {phase}" if phase is not None else
+            "cold start" if any(c.cold_start for c in planned) else "no phase model")
+    plan.events.append(("Normal", "Resized", f"{what}: " + ", ".join(summary)))

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
-from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window, window_samples
+from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window
+from ai4dl.policy.serving import served_policy, window_samples
 from ai4dl.kube.raw import api_message, drain, read_json, write_event
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
 from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector, PhaseModelSpec
@@ -102,6 +103,9 @@ class WindowRunner:
         # (per operator process), not every window: an Event per pod per window would bury
         # the one that matters.
         self._noticed: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        # Per container, the running statistics of its samples so far (ai4dl.policy.online):
+        # {(pod uid, container): OwnHistory, ("model", uid, container): model key}.
+        self._own: dict = {}
         # Containers given metrics last window (memory only: after a restart the first
         # window's vanished pods keep their series until the process ends, nothing worse).
         self._in_metrics: set[tuple[str, str, str]] = set()
@@ -144,9 +148,15 @@ class WindowRunner:
             self._status(body, report, ready=True, reason="Off", message="mode Off: not acting")
             return report
         try:
-            model = self.models.get(spec)
+            model = self.models.get(spec) if spec.model is not None else None
         except (ValueError, Ai4dlError) as err:
             return self._degraded(body, report, "InvalidModel", str(err))
+        try:
+            served = served_policy(spec, model)
+        except ValueError as err:
+            reason = "NoModel" if model is None else "InvalidModel"
+            return self._degraded(body, report, reason, str(err))
+        model_key = ModelCache.key(spec)[:16] if model is not None else ""
 
         if pods is None:
             from kubernetes.client.exceptions import ApiException
@@ -170,7 +180,7 @@ class WindowRunner:
         refs = [(p.namespace, p.name, c.name) for p in mine for c in p.containers
                 if not spec.policy.containers or c.name in spec.policy.containers]
         W = window_samples(spec)
-        n_context = model.crbm_.n_history
+        n_context = model.crbm_.n_history if model is not None else 0
         samples = {}
         if refs:
             from ai4dl.sources.prometheus import FeatureQuery, PrometheusQueryError
@@ -191,21 +201,39 @@ class WindowRunner:
             samples = {tuple(ref): got[ref].values for ref in got}
         try:
             plan = plan_window(spec, model, mine, samples, n_context, start, now_iso(now),
-                               max_value=self.max_value)
+                               max_value=self.max_value, histories=self._own,
+                               model_key=model_key, served=served)
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
         report.plan = plan
+        self._keep_histories(plan, model_key)
         self._apply(plan, spec, report)
         report.seconds = time.perf_counter() - started
         m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)
-        novelty = update_novelty((body.get("status") or {}).get("novelty"),
-                                 ModelCache.key(spec)[:16], start, report.novel,
-                                 report.classified, spec.refit)
-        self._status(body, report, ready=True, reason="WindowProcessed",
-                     message=f"{report.pods} pods, {report.resized} resized",
+        novelty = (update_novelty((body.get("status") or {}).get("novelty"), model_key, start,
+                                  report.novel, report.classified, spec.refit)
+                   if model is not None else None)
+        self._status(body, report, ready=True,
+                     reason="BaselineNoModel" if served.baseline and model is None
+                     else "WindowProcessed",
+                     message=f"{report.pods} pods, {report.resized} resized; serving "
+                             f"{served.summary()}" + (" (no model yet)" if model is None
+                                                      else ""),
                      per_phase=plan.pods_per_phase(), novelty=novelty,
-                     extra=self._plan_conditions(body, plan))
+                     extra=self._plan_conditions(body, plan), served=served.reason)
         return report
+
+    def _keep_histories(self, plan: WindowPlan, model_key: str) -> None:
+        """Each planned container's running statistics, for the next window (memory only: the
+        pod's state annotation has them too whenever the pod is written)."""
+        present = {p.pod.uid for p in plan.pods}
+        for key in [k for k in self._own if k[-2] not in present]:
+            del self._own[key]
+        for p in plan.pods:
+            for c in p.containers:
+                if c.own is not None:
+                    self._own[(p.pod.uid, c.name)] = c.own
+                    self._own[("model", p.pod.uid, c.name)] = model_key
 
     def _plan_conditions(self, body: dict, plan: WindowPlan) -> list[tuple[str, str, str, str]]:
         """(type, status, reason, message) of what the window found wrong: pods skipped for gaps
@@ -398,7 +426,7 @@ class WindowRunner:
     def _status(self, body: dict, report: WindowReport, ready: bool, reason: str, message: str,
                 per_phase: dict[str, int] | None = None,
                 novelty: NoveltyVerdict | None = None,
-                extra: list[tuple[str, str, str, str]] = ()) -> None:
+                extra: list[tuple[str, str, str, str]] = (), served: str | None = None) -> None:
         from kubernetes.client.exceptions import ApiException
 
         old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -440,6 +468,8 @@ class WindowRunner:
             status["phaseSummary"] = " ".join(f"{k}:{v}" for k, v in per_phase.items())
         if novelty is not None:
             status["novelty"] = novelty.status
+        if served is not None:
+            status["servedPolicy"] = served[:300]
         try:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": status})
