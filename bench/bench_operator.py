@@ -349,16 +349,22 @@ def load_jobs(kind: str):
     return played, TraceSet(played, source="ai4dl_samples"), first
 
 
-def fit_model_doc(fit_on) -> tuple[dict, float]:
+def fit_model_doc(fit_on, window: int = 10) -> tuple[dict, float]:
+    """The model, with auto's choice and both head-room tables fitted as the trainer does
+    (windows of ``window`` samples), so every --kind can be served."""
+    from ai4dl.crd import PhaseModelSpec
     from ai4dl.model import PhaseModel
+    from ai4dl.trainer import choose_served_policy
 
     t = time.perf_counter()
     model = PhaseModel(n_phases=4, epochs=10, random_state=0).fit(fit_on)
+    choose_served_policy(model, list(fit_on), PhaseModelSpec.model_validate(
+        {"stepSeconds": 1, "windowSeconds": window}))
     doc = json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
     return doc, time.perf_counter() - t
 
 
-def make_phasemodel(api, model_doc: dict, window: int, step: int) -> None:
+def make_phasemodel(api, model_doc: dict, window: int, step: int, kind: str = "auto") -> None:
     from kubernetes import client
 
     from ai4dl.crd import GROUP, PLURAL, VERSION
@@ -367,7 +373,8 @@ def make_phasemodel(api, model_doc: dict, window: int, step: int) -> None:
             "metadata": {"name": PM_NAME},
             "spec": {"selector": {"matchLabels": {"app": "train"}},
                      "stepSeconds": step, "windowSeconds": window,
-                     "policy": {"mode": "InPlace", "minChange": 0.05, "cooldownWindows": 0},
+                     "policy": {"mode": "InPlace", "minChange": 0.05, "cooldownWindows": 0,
+                                "kind": kind},
                      "model": model_doc}}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP, VERSION, NAMESPACE, PLURAL, body)
@@ -709,6 +716,8 @@ def main(argv=None) -> int:
                     help="what the pods play: the real DLaaS training containers of "
                          "$AI4DL_DATA/ai4dl_samples (default) or synthetic DL jobs")
     ap.add_argument("--no-breakdown", action="store_true", help="skip tables 2 and 3")
+    ap.add_argument("--kind", default="auto", help="the PhaseModel's spec.policy.kind "
+                    "(auto: the choice fitted with the model; phase, phase-headroom, ...)")
     ap.add_argument("--keep", action="store_true", help="keep the logs folder")
     args = ap.parse_args(argv)
     if not args.timeout:
@@ -738,7 +747,7 @@ def main(argv=None) -> int:
             log("WARNING: something else is using the CPU: the numbers will be pessimistic "
                 "(see 'other processes' in the CPU row)")
         played, fit_on, first = load_jobs(args.traces)
-        model_doc, fit_s = fit_model_doc(fit_on)
+        model_doc, fit_s = fit_model_doc(fit_on, args.window)
         results["fit"] = fit_s
 
         log("starting etcd + kube-apiserver")
@@ -760,7 +769,7 @@ def main(argv=None) -> int:
         for name, (ex, offset) in zip(names, exporter_jobs(played, first, args.in_phase,
                                                                      args.pods)):
             exporter.add_pod((NAMESPACE, name, "main"), ex, offset=offset)
-        make_phasemodel(api, model_doc, args.window, 1)
+        make_phasemodel(api, model_doc, args.window, 1, args.kind)
 
         log("waiting for Prometheus to scrape every pod")
         deadline = time.time() + 120

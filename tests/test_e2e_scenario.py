@@ -130,7 +130,7 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
         #    the pods the PhaseModel serves; they end Succeeded before the operator starts)
         t_hist = time.time()
         for name, program in HISTORY:
-            runner.create_pod(name, workload_command(program, duration=45, epochs=2, workers=1,
+            runner.create_pod(name, workload_command(program, duration=60, epochs=2, workers=1,
                                                      extra=("--duty", "0.35")),
                               namespace=ns, requests=ORIGINAL,
                               labels={"app": "dl", OPT_IN_LABEL: "true"},

@@ -18,110 +18,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ai4dl.cli_common import (_model_from_args, add_trace_args, fit_with_progress,
+                              load_from_args)
 from ai4dl.errors import Ai4dlError
 
 EXIT_INPUT = 2
 EXIT_UNAVAILABLE = 3
 EXIT_REJECTED = 4
-
-
-# ----------------------------------------------------------------------------- trace arguments
-def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str] | None:
-    if not items:
-        return None
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise Ai4dlError(f"{flag} expects NAME=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def add_trace_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
-    from ai4dl.io.loaders import FORMATS
-
-    p.add_argument("traces", nargs="?" if optional else None,
-                   help="trace file or folder (AI4DL CSV, long CSV, Parquet, GCD_VMs tar, "
-                        "Alibaba GenAI folder)")
-    g = p.add_argument_group("reading traces")
-    g.add_argument("--format", default="auto", choices=FORMATS, help="trace format (default: "
-                   "detected from the path)")
-    g.add_argument("--step", type=float, help="resampling step in seconds (default 15; the "
-                   "Google trace keeps its 300 s, Alibaba 60 s)")
-    g.add_argument("--max-gap-steps", type=float, help="a gap longer than this many steps splits "
-                   "the execution (default 8)")
-    g.add_argument("--on-bad", choices=("error", "drop"), default="error",
-                   help="NaN/Inf/negative values: stop with an error (default) or drop the row")
-    g.add_argument("--features", help="comma-separated features to use, in order "
-                   "(e.g. cpu,memory)")
-    g.add_argument("--column", action="append", metavar="NAME=COLUMN",
-                   help="long CSV/Parquet: read NAME (execution, timestamp, group or a feature) "
-                        "from COLUMN; repeatable")
-    g.add_argument("--unit", action="append", metavar="FEATURE=UNIT",
-                   help="long CSV/Parquet: the unit FEATURE is given in (millicores, MiB, ms, "
-                        "...); repeatable")
-
-
-def load_from_args(args: argparse.Namespace):
-    from ai4dl.io.loaders import load_traces
-
-    kwargs: dict = {"on_bad": args.on_bad}
-    if args.step is not None:
-        kwargs["step"] = args.step
-    if args.max_gap_steps is not None:
-        kwargs["max_gap_steps"] = args.max_gap_steps
-    columns, units = _pairs(args.column, "--column"), _pairs(args.unit, "--unit")
-    if columns:
-        kwargs["columns"] = columns
-    if units:
-        kwargs["units"] = units
-    try:
-        traces = load_traces(args.traces, format=args.format, **kwargs)
-    except TypeError as err:  # an option the chosen format does not take
-        raise Ai4dlError(f"{args.traces}: option not valid for this format ({err})") from None
-    for w in getattr(traces, "warnings", []):
-        print(f"ai4dl: warning: {w}", file=sys.stderr)
-    if args.features:
-        traces = traces.select([f.strip() for f in args.features.split(",") if f.strip()])
-    return traces
-
-
-# ----------------------------------------------------------------------------- commands
-def _model_from_args(args: argparse.Namespace):
-    from ai4dl.model import PhaseModel
-
-    if args.phases == "auto":
-        n_phases: int | str = "auto"
-    else:
-        try:
-            n_phases = int(args.phases)
-        except ValueError:
-            raise Ai4dlError(f"--phases expects 'auto' or an integer, got {args.phases!r}") from None
-    try:
-        lo, hi = (int(v) for v in args.k_range.split("-"))
-    except ValueError:
-        raise Ai4dlError(f"--k-range expects LOW-HIGH, got {args.k_range!r}") from None
-    return PhaseModel(n_hidden=args.hidden, n_history=args.history, n_phases=n_phases,
-                      k_range=(lo, hi), k_rule=args.k_rule, epochs=args.epochs,
-                      device=args.device, random_state=args.seed)
-
-
-def fit_with_progress(model, traces, quiet: bool = False):
-    from tqdm import tqdm
-
-    bar = tqdm(total=model.epochs, desc="CRBM epochs", unit="epoch", disable=quiet or None,
-               file=sys.stderr, leave=False)
-
-    def on_epoch(epoch: int, train_err: float, val_err: float) -> None:
-        bar.update(1)
-        bar.set_postfix(train=f"{train_err:.4f}", val=f"{val_err:.4f}")
-
-    try:
-        model.fit(traces, on_epoch=on_epoch)
-    finally:
-        bar.close()
-    return model
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -271,7 +271,7 @@ def _source(base: str, cap: Cap | None, limit: int = 300) -> str:
 
 
 def _traces(args, spec, log: RunLog):
-    from ai4dl.cli import load_from_args
+    from ai4dl.cli_common import load_from_args
     from ai4dl.sources.prometheus_history import keep_newest
 
     traces = load_from_args(args)
@@ -292,7 +292,7 @@ def train_phasemodel(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from ai4dl import trainer as T
-    from ai4dl.cli import _model_from_args, fit_with_progress
+    from ai4dl.cli_common import _model_from_args, fit_with_progress
     from ai4dl.crd import PhaseModelSpec, parse_duration
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
     from ai4dl.model import PhaseModel, validation_message

@@ -29,6 +29,8 @@ SHORT_NAMES = ["pm"]
 # their PhaseModel with the annotation.
 OPT_IN_LABEL = "ai4dl.io/managed"
 MODEL_ANNOTATION = "ai4dl.io/phasemodel"
+# The batch trainer's field manager: it owns spec.model, spec.previousModel and status.training.
+TRAINER_FIELD_MANAGER = "ai4dl-trainer"
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 # Durations as Prometheus writes them, without fractions: 90s, 15m, 12h, 7d, 2w, 1d12h

@@ -36,10 +36,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ai4dl.crd import GROUP, KIND, VERSION, PhaseModelSpec, parse_duration
+from ai4dl.crd import GROUP, KIND, TRAINER_FIELD_MANAGER, VERSION, PhaseModelSpec, parse_duration
 from ai4dl.traces import Execution
 
-FIELD_MANAGER = "ai4dl-trainer"
+FIELD_MANAGER = TRAINER_FIELD_MANAGER
 TOLERANCE = 0.01           # relative: candidate <= current × (1 + TOLERANCE) replaces it
 HELD_OUT_FRACTION = 0.25   # share of the most recent execution groups held out for scoring
 MIN_TRAIN_EXECUTIONS = 3

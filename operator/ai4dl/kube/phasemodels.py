@@ -17,9 +17,8 @@ import json
 import os
 import re
 
-from ai4dl.crd import GROUP, PLURAL, VERSION
+from ai4dl.crd import GROUP, PLURAL, TRAINER_FIELD_MANAGER as FIELD_MANAGER, VERSION
 from ai4dl.errors import Ai4dlError
-from ai4dl.trainer import FIELD_MANAGER
 
 APPLY = "application/apply-patch+yaml"
 
