@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ai4dl.policy.headroom import HeadroomPolicy
-from ai4dl.policy.online import OwnHistory, next_allocation
+from ai4dl.policy.online import OwnHistory, next_allocation, next_allocations
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, PerResource, PhasePolicy,
                                    PhaseProactive)
 
@@ -91,3 +91,20 @@ def test_vpa_is_not_servable():
 
     with pytest.raises(ValueError, match="cannot be served window by window"):
         next_allocation(VpaPolicy(), np.ones((10, 2)), None, OwnHistory(1, 2))
+
+
+def test_the_batched_call_gives_every_containers_row(tables):
+    rng = np.random.default_rng(7)
+    W = 10
+    execs = [_execution(rng, int(rng.integers(10, 120))) for _ in range(12)]
+    lasts, phases, owns = [], [], []
+    for u, p in execs:
+        m = len(u) // W
+        lasts.append(u[(m - 1) * W: m * W])
+        phases.append(p[(m - 1) * W: m * W])
+        owns.append(OwnHistory.of(u[: m * W], p[: m * W], K))
+    for pol in _policies(tables):
+        got = next_allocations(pol, np.stack(lasts), np.stack(phases), owns)
+        want = np.stack([next_allocation(pol, la, ph, o)
+                         for la, ph, o in zip(lasts, phases, owns)])
+        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=getattr(pol, "name", ""))

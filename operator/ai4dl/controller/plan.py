@@ -40,7 +40,7 @@ import numpy as np
 from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION,
                                    A_STATE, Container, PodInfo, qos_class)
 from ai4dl.crd import PhaseModelSpec
-from ai4dl.policy.online import OwnHistory, next_allocation
+from ai4dl.policy.online import OwnHistory, next_allocations
 from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety
 from ai4dl.policy.serving import Served, safety_config, served_policy, window_samples
 from ai4dl.quantity import format_resource, parse_quantity
@@ -289,18 +289,26 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
         # One encoder product and one nearest-centroid product for every container.
         detections = (model.detect([r[2] for r in rows], n_context=[r[3] for r in rows])
                       if model is not None and rows else [None] * len(rows))
+        lasts = np.empty((len(rows), W, len(resources)))
+        last_phases = np.zeros((len(rows), W), np.int64) if model is not None else None
+        owns = []
         for i, ((pi, cp, x, ctx), det) in enumerate(zip(rows, detections)):
             usage = x[ctx:][:, res_idx]
             phases = None
             if det is not None:
                 phases = det.phase
+                last_phases[i] = phases
                 cp.phase, cp.novel = int(det.phase[-1]), bool(det.novel[-1])
             own = own_history(plans[pi].pod, cp.name, histories, model_key, k, len(resources))
             own.add(usage, phases)
             cp.own = own
-            proposals[i] = next_allocation(served.policy, usage, phases, own)
+            owns.append(own)
+            lasts[i] = usage
             if safety.memory_index is not None:
                 working_set[i] = usage[-1, safety.memory_index]
+        # the served policy for every container at once (tests/test_online.py: the same
+        # numbers as its replay over each whole history)
+        proposals[:len(rows)] = next_allocations(served.policy, lasts, last_phases, owns)
         for i, (pi, cp, seen) in enumerate(colds, start=len(rows)):
             cp.cold_start = True
             proposals[i] = np.where(np.isfinite(cold), cold, np.nan)

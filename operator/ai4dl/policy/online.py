@@ -32,7 +32,7 @@ from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, PerResource, Phase
 
 # SERVABLE: the policies the operator can serve window by window (VPA needs days of per-pod
 # decaying histograms: it is scored, never served).
-__all__ = ["SERVABLE", "OwnHistory", "next_allocation"]
+__all__ = ["SERVABLE", "OwnHistory", "next_allocation", "next_allocations"]
 
 
 @dataclass
@@ -182,6 +182,41 @@ def next_allocation(policy, last: np.ndarray, last_phases: np.ndarray | None,
         return _proactive(policy, levels, own, len(last)) * _margin(policy)
     raise ValueError(f"policy {getattr(policy, 'name', policy)!r} cannot be served window by "
                      f"window (servable: {', '.join(SERVABLE)})")
+
+
+def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
+                     owns: list[OwnHistory]) -> np.ndarray:
+    """:func:`next_allocation` for many containers at once: ``lasts`` (P, W, R), their phases
+    (P, W) or None, one :class:`OwnHistory` each -> (P, R). The reactive policies and the
+    head-room tables are one vectorised pass (the operator's call, once per window for all pods
+    of a PhaseModel); the phase policies go container by container."""
+    lasts = np.asarray(lasts, np.float64)
+    P = len(lasts)
+    if P == 0:
+        return np.empty((0, lasts.shape[2] if lasts.ndim == 3 else 0))
+    if isinstance(policy, PerResource):
+        out = np.empty((P, lasts.shape[2]))
+        done: dict = {}
+        for j, p in enumerate(policy.policies):
+            if id(p) not in done:
+                done[id(p)] = next_allocations(p, lasts, last_phases if p.needs_phases
+                                               else None, owns)
+            out[:, j] = done[id(p)][:, j]
+        return out
+    if isinstance(policy, AdaptiveMax):
+        return lasts.max(1)
+    if isinstance(policy, AdaptiveStat):
+        return lasts.mean(1) + policy.k * lasts.std(1)
+    if isinstance(policy, HeadroomPolicy):
+        cur = np.asarray(last_phases)[:, -1].astype(np.int64) if policy.use_phase else None
+        own = np.stack([o.own_phase_level(None if cur is None else int(c))
+                        for o, c in zip(owns, cur if cur is not None else [None] * P)])
+        lv = np.stack([lasts.max(1), lasts.mean(1) + K_STD * lasts.std(1), lasts[:, -1],
+                       np.median(lasts, 1), own], 1)                       # (P, E, R)
+        return policy._lookup(lv, burstiness(lasts), cur)
+    return np.stack([next_allocation(policy, lasts[i],
+                                     None if last_phases is None else last_phases[i], owns[i])
+                     for i in range(P)])
 
 
 def _scoped(policy, own: OwnHistory) -> np.ndarray:
