@@ -23,7 +23,6 @@ import resource
 import statistics
 import time
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ai4dl import synthetic

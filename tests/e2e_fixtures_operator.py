@@ -160,3 +160,23 @@ class Operator:
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text().splitlines()[-n:]) if self.log.exists() else ""
+
+
+def write_report(request, title: str, header: str, rows, append: bool = False) -> None:
+    """A figures table at the end of a test module: printed past pytest's capture, and
+    written to ``$AI4DL_FAULT_REPORT`` (appended with ``append``) when set."""
+    if not rows:
+        return
+    cols = header.count("|") - 1
+    table = [header, "|" + "---|" * cols] + ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    text = "\n".join(table) + "\n"
+    if os.environ.get("AI4DL_FAULT_REPORT"):
+        with open(os.environ["AI4DL_FAULT_REPORT"], "a" if append else "w") as f:
+            f.write(("\n" if append else "") + text)
+    tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if tr is not None and capman is not None:
+        with capman.global_and_fixture_disabled():
+            tr.write_line(f"\n[{title}]\n" + text)
+    else:
+        print(text)

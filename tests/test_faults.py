@@ -31,7 +31,6 @@ import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -39,7 +38,8 @@ from ai4dl.controller.pods import A_LAST_APPLIED, A_STATE
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from e2e_fixtures_k8s import FakeKubelet
-from e2e_fixtures_operator import Operator, crd, operator_kubeconfig, wait_for  # noqa: F401
+from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
+                                   wait_for, write_report)
 from test_operator_integration import (WINDOW, condition, events, jobs,  # noqa: F401
                                        make_phasemodel, model_doc, read_pm, stack, start_pods,
                                        wait_condition)
@@ -180,20 +180,7 @@ def figures(request):
     """Rows (fault, figure, value) collected by the tests; a markdown table at the end."""
     rows: list[tuple[str, str, str]] = []
     yield rows
-    if not rows:
-        return
-    table = ["| fault | figure | value |", "|---|---|---|"]
-    table += [f"| {f} | {k} | {v} |" for f, k, v in rows]
-    text = "\n".join(table) + "\n"
-    if os.environ.get("AI4DL_FAULT_REPORT"):
-        Path(os.environ["AI4DL_FAULT_REPORT"]).write_text(text)
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None and capman is not None:
-        with capman.global_and_fixture_disabled():
-            tr.write_line("\n[faults]\n" + text)
-    else:
-        print(text)
+    write_report(request, "faults", "| fault | figure | value |", rows)
 
 
 @pytest.fixture(scope="module")
@@ -482,8 +469,6 @@ def apiserver_run(kube_cluster, fault_pods, stack, operator_kubeconfig, model_do
     """One run shared by the two API server tests: kube-apiserver killed (SIGKILL) after a
     window's writes and started again (same port, etcd and certificates) once the next
     window's wake has passed; the operator keeps running throughout."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     cp = kube_cluster.control_plane
     if cp is None:

@@ -25,7 +25,6 @@ import os
 import re
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -33,7 +32,8 @@ from ai4dl.controller.pods import A_PHASE, OWNED_ANNOTATIONS
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from e2e.prometheus.fake import FakePrometheus
 from e2e_fixtures_k8s import FakeKubelet
-from e2e_fixtures_operator import Operator, crd, operator_kubeconfig, wait_for  # noqa: F401
+from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
+                                   wait_for, write_report)
 from test_operator_integration import (WINDOW, condition, events, jobs,  # noqa: F401
                                        make_phasemodel, model_doc, read_pm, requests_of, stack,
                                        start_pods, wait_condition)
@@ -47,19 +47,8 @@ ROWS: list[tuple[str, str, str]] = []     # (bad input, resizes from bad data, s
 @pytest.fixture(scope="module", autouse=True)
 def table(request):
     yield
-    if not ROWS:
-        return
-    lines = ["| bad input | resizes from bad data | signals raised |", "|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in ROWS]
-    text = "\n".join(lines) + "\n"
-    if os.environ.get("AI4DL_FAULT_REPORT"):
-        with open(os.environ["AI4DL_FAULT_REPORT"], "a") as f:
-            f.write("\n" + text)
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None and capman is not None:
-        with capman.global_and_fixture_disabled():
-            tr.write_line("\n[bad input]\n" + text)
+    write_report(request, "bad input", "| bad input | resizes from bad data | signals raised |",
+                 ROWS, append=True)
 
 
 def new_namespace(kube_cluster, what: str) -> tuple[str, FakeKubelet]:

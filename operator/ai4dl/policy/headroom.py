@@ -583,7 +583,6 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
         return hi
 
     absent_windows = int(np.count_nonzero(~np.isin(sid, present)))
-    absent_samples = N - int(sum(len(r[0]) for r in sorted_rho))
 
     def at_matched(j: np.ndarray):
         """The table's matched multiplier c on the training samples (the least c whose

@@ -155,33 +155,9 @@ def next_allocation(policy, last: np.ndarray, last_phases: np.ndarray | None,
     (``last``, (W, R), and its phases) and ``own``, the running statistics of every sample up
     to its end (the last window included). Equal to ``policy.allocate(...)[-1]`` over the
     whole history (tests/test_online.py)."""
-    last = np.asarray(last, np.float64)
-    if isinstance(policy, PerResource):
-        out = np.empty(last.shape[1])
-        done: dict = {}
-        for j, p in enumerate(policy.policies):
-            if id(p) not in done:
-                done[id(p)] = next_allocation(p, last, last_phases if p.needs_phases else None,
-                                              own)
-            out[j] = done[id(p)][j]
-        return out
-    if isinstance(policy, AdaptiveMax):
-        return last.max(0)
-    if isinstance(policy, AdaptiveStat):
-        return last.mean(0) + policy.k * last.std(0)
-    if isinstance(policy, HeadroomPolicy):
-        cur = int(last_phases[-1]) if policy.use_phase else None
-        lv = np.stack([last.max(0), last.mean(0) + K_STD * last.std(0), last[-1],
-                       np.median(last, 0), own.own_phase_level(cur)])[None]
-        return policy._lookup(lv, burstiness(last[None]), None if cur is None else [cur])[0]
-    if isinstance(policy, (PhasePolicy, PhaseProactive)):
-        levels = _scoped(policy, own)                                  # (k, R)
-        if isinstance(policy, PhasePolicy):
-            return read_phase(np.asarray(last_phases)[None, :], levels[None], policy.reader)[0] \
-                * _margin(policy)
-        return _proactive(policy, levels, own, len(last)) * _margin(policy)
-    raise ValueError(f"policy {getattr(policy, 'name', policy)!r} cannot be served window by "
-                     f"window (servable: {', '.join(SERVABLE)})")
+    return next_allocations(policy, np.asarray(last, np.float64)[None],
+                            None if last_phases is None else np.asarray(last_phases)[None],
+                            [own])[0]
 
 
 def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
@@ -214,9 +190,18 @@ def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
         lv = np.stack([lasts.max(1), lasts.mean(1) + K_STD * lasts.std(1), lasts[:, -1],
                        np.median(lasts, 1), own], 1)                       # (P, E, R)
         return policy._lookup(lv, burstiness(lasts), cur)
-    return np.stack([next_allocation(policy, lasts[i],
-                                     None if last_phases is None else last_phases[i], owns[i])
-                     for i in range(P)])
+    if isinstance(policy, (PhasePolicy, PhaseProactive)):
+        out = np.empty((P, lasts.shape[2]))
+        for i in range(P):
+            levels = _scoped(policy, owns[i])                              # (k, R)
+            if isinstance(policy, PhasePolicy):
+                out[i] = read_phase(np.asarray(last_phases[i])[None, :], levels[None],
+                                    policy.reader)[0]
+            else:
+                out[i] = _proactive(policy, levels, owns[i], lasts.shape[1])
+        return out * _margin(policy)
+    raise ValueError(f"policy {getattr(policy, 'name', policy)!r} cannot be served window by "
+                     f"window (servable: {', '.join(SERVABLE)})")
 
 
 def _scoped(policy, own: OwnHistory) -> np.ndarray:

@@ -96,7 +96,6 @@ def from_api_server(core_api, selector: LabelSelector, namespaces: Sequence[str]
     from kubernetes.client.exceptions import ApiException
 
     from ai4dl.kube.raw import api_message, read_json
-    from ai4dl.controller.runtime import label_selector
 
     out = Membership(source="the API server (pods that exist now)")
     for ns in sorted(set(namespaces)):
