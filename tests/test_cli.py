@@ -26,6 +26,9 @@ def test_train_detect_describe_plot_on_real_data(name, shared_data, tmp_path, ca
                  *extra]) == 0
     doc = json.loads(model.read_text())
     assert doc["schemaVersion"] == "ai4dl.io/phase-model/v2" and len(doc["centroids"]) >= 2
+    # auto's choice for a 10-minute window where the features are requests' units (cores,
+    # bytes); none for percent (GCD) or memory fractions (Alibaba): nothing to size
+    assert ("policyChoice" in doc) == name.startswith("ai4dl"), name
 
     out = tmp_path / "detect.csv"
     assert main(["-q", "detect", str(model), traces, "-o", str(out), *extra]) == 0

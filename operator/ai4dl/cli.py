@@ -44,6 +44,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     traces = load_from_args(args)
     _say(args, f"training on {traces.summary()}")
     model = fit_with_progress(model, traces, args.quiet)
+    if not args.no_policy:
+        _choose_policy(args, model, traces)
     path = save_model(model, args.output)
     r = model.fit_report_
     _say(args, f"wrote {path} ({path.stat().st_size / 1024:.1f} KiB): {model.n_phases_} phases, "
@@ -51,6 +53,27 @@ def cmd_train(args: argparse.Namespace) -> int:
          f"silhouette {r.silhouette if r.silhouette is None else round(r.silhouette, 3)}, "
          f"novelty {100 * r.novelty_rate:.2f}%, {model.fit_seconds_:.1f} s")
     return 0
+
+
+def _choose_policy(args: argparse.Namespace, model, traces) -> None:
+    """``auto``'s choice and the head-room tables into the model file, as the batch trainer
+    stores them, for a PhaseModel with windows of ``--window-seconds`` (else ``kind: auto``
+    would serve the reactive baseline with this model)."""
+    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.trainer import choose_served_policy
+
+    step = max(1, int(round(model.step_seconds_)))
+    try:
+        spec = PhaseModelSpec.model_validate({
+            "stepSeconds": step, "windowSeconds": args.window_seconds,
+            "features": [{"name": f, "query": f"{f}{{{{{{selector}}}}}}"}
+                         for f in model.features_],
+            "policy": {"targetFulfilment": args.target_fulfilment}})
+        choice = choose_served_policy(model, list(traces), spec)
+    except ValueError as err:
+        _say(args, f"no policy choice stored: {str(err).splitlines()[0]}")
+        return
+    _say(args, f"auto: {choice.reason}")
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -442,6 +465,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="model.json", help="model file (default model.json)")
     p.add_argument("--phases", default="auto", help="number of phases, or 'auto' (default)")
     p.add_argument("--k-range", default="2-10", help="candidate k for auto (default 2-10)")
+    p.add_argument("--window-seconds", type=int, default=600, metavar="SECONDS",
+                   help="the PhaseModel's windowSeconds the policy choice is made for (default "
+                        "600; the trainer uses the PhaseModel's own)")
+    p.add_argument("--target-fulfilment", type=float, default=0.97, metavar="SHARE",
+                   help="the fulfilment target of the policy choice (default 0.97)")
+    p.add_argument("--no-policy", action="store_true",
+                   help="store no policy choice nor head-room tables (kind auto then serves "
+                        "the reactive baseline with this model)")
     p.add_argument("--k-rule", default="silhouette", choices=("silhouette", "elbow"),
                    help="how --phases auto picks k: best silhouette, or the WCSS elbow "
                         "(default silhouette)")
