@@ -741,8 +741,7 @@ def serving_table(pods: int, window: int, kinds: list[str], repeats: int = 15,
             for p in plan.pods:          # the runtime keeps the running statistics
                 for c in p.containers:
                     if c.own is not None:
-                        histories[(p.pod.uid, c.name)] = c.own
-                        histories[("model", p.pod.uid, c.name)] = "k"
+                        histories[(p.pod.uid, c.name)] = ("k", c.own)
         med = statistics.median(times[1:])
         base = med if base is None else base
         planned = [(p, c) for p in plan.pods for c in p.containers if c.own is not None]

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from ai4dl.kube.raw import drain, read_json
+from ai4dl.kube.raw import drain, paged_items
 from ai4dl.controller.pods import OWNED_ANNOTATIONS, PodInfo, pod_info
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector
 
@@ -69,16 +69,10 @@ class OrphanSweep:
     def _pods(self) -> list[PodInfo]:
         out: list[PodInfo] = []
         for ns in self.namespaces or [None]:
-            token = None
-            while True:
-                kw = dict(label_selector=f"{OPT_IN_LABEL}=true", limit=LIST_PAGE,
-                          _continue=token, _preload_content=False)
-                page = read_json(self.core.list_namespaced_pod(ns, **kw) if ns else
-                                  self.core.list_pod_for_all_namespaces(**kw))
-                out += [pod_info(i) for i in page.get("items") or []]
-                token = (page.get("metadata") or {}).get("continue")
-                if not token:
-                    break
+            call, args = ((self.core.list_namespaced_pod, (ns,)) if ns else
+                          (self.core.list_pod_for_all_namespaces, ()))
+            out += [pod_info(i) for i in paged_items(call, *args, page=LIST_PAGE,
+                                                     label_selector=f"{OPT_IN_LABEL}=true")]
         return out
 
     def _selectors(self) -> dict[tuple[str, str], LabelSelector | None]:
@@ -129,26 +123,20 @@ def forget_phasemodel(core_api, namespace: str, name: str) -> int:
     many pods were cleaned."""
     from kubernetes.client.exceptions import ApiException
 
-
-    done, token = 0, None
-    while True:
-        page = read_json(core_api.list_namespaced_pod(
-            namespace, label_selector=f"{OPT_IN_LABEL}=true", limit=LIST_PAGE, _continue=token,
-            _preload_content=False))
-        for item in page.get("items") or []:
-            p = pod_info(item)
-            ours = [k for k in OWNED_ANNOTATIONS if k in p.annotations]
-            if p.phasemodel != name or not ours:
-                continue
-            try:
-                drain(core_api.patch_namespaced_pod(
-                    p.name, namespace, {"metadata": {"annotations": {k: None for k in ours}}},
-                    _preload_content=False))
-                done += 1
-            except ApiException as err:
-                if err.status != 404:
-                    log.warning("pod %s/%s: annotations of deleted PhaseModel %s not removed: "
-                                "HTTP %s", namespace, p.name, name, err.status)
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return done
+    done = 0
+    for item in paged_items(core_api.list_namespaced_pod, namespace, page=LIST_PAGE,
+                            label_selector=f"{OPT_IN_LABEL}=true"):
+        p = pod_info(item)
+        ours = [k for k in OWNED_ANNOTATIONS if k in p.annotations]
+        if p.phasemodel != name or not ours:
+            continue
+        try:
+            drain(core_api.patch_namespaced_pod(
+                p.name, namespace, {"metadata": {"annotations": {k: None for k in ours}}},
+                _preload_content=False))
+            done += 1
+        except ApiException as err:
+            if err.status != 404:
+                log.warning("pod %s/%s: annotations of deleted PhaseModel %s not removed: "
+                            "HTTP %s", namespace, p.name, name, err.status)
+    return done

@@ -136,6 +136,22 @@ def bound_conflicts(spec: PhaseModelSpec, resources: Sequence[str]) -> list[str]
     return out
 
 
+def _implausible(res: np.ndarray, max_value: Sequence[float] | None) -> str | None:
+    """What is wrong with resource samples (rows, R) that no container can have used, or None:
+    an infinite, a negative, or a value above the physical maximum (NaN, a gap, passes)."""
+    with np.errstate(invalid="ignore"):
+        if np.isinf(res).any():
+            return "an infinite sample"
+        if (res < 0).any():
+            return f"a negative sample ({np.nanmin(res):g})"
+        if max_value is not None:
+            over = res > np.asarray(max_value)[None, :]
+            if over.any():
+                return (f"a sample above the physical maximum ({res[over].max():g} > "
+                        f"{np.asarray(max_value)[np.nonzero(over)[1][0]]:g})")
+    return None
+
+
 def classify_window(x: np.ndarray | None, W: int, resource_cols: Sequence[int],
                     max_value: Sequence[float] | None) -> tuple[str | None, str]:
     """Whether a container's last W samples (model feature order) can be planned from: None, or
@@ -144,17 +160,11 @@ def classify_window(x: np.ndarray | None, W: int, resource_cols: Sequence[int],
     if x is None or len(x) == 0:
         return "no-data", "no series for the container"
     window = x[-W:]
-    res = window[:, list(resource_cols)]
-    with np.errstate(invalid="ignore"):
-        if np.isinf(window).any():
-            return "bad-sample", "an infinite sample"
-        if (res < 0).any():
-            return "bad-sample", f"a negative sample ({np.nanmin(res):g})"
-        if max_value is not None:
-            over = res > np.asarray(max_value)[None, :]
-            if over.any():
-                return "bad-sample", (f"a sample above the physical maximum "
-                                      f"({res[over].max():g} > {np.asarray(max_value)[np.nonzero(over)[1][0]]:g})")
+    if np.isinf(window).any():
+        return "bad-sample", "an infinite sample"
+    wrong = _implausible(window[:, list(resource_cols)], max_value)
+    if wrong:
+        return "bad-sample", wrong
     missing = np.isnan(window).any(1)
     if len(window) < W or missing.all():
         return ("no-data" if missing.all() else "partial-data"), "no samples in the window"
@@ -169,19 +179,16 @@ def usable_context(context: np.ndarray, resource_cols: Sequence[int],
     else none (the first samples of the window then stand in for their history)."""
     if not len(context) or not np.all(np.isfinite(context)):
         return 0
-    res = context[:, list(resource_cols)]
-    if (res < 0).any() or (max_value is not None and (res > np.asarray(max_value)).any()):
-        return 0
-    return len(context)
+    return 0 if _implausible(context[:, list(resource_cols)], max_value) else len(context)
 
 
 def own_history(pod: PodInfo, container: str, histories: Mapping | None, model_key: str,
                 n_phases: int, n_resources: int) -> OwnHistory:
-    """The container's running statistics so far: the runtime's (kept between windows), else
-    the pod's state annotation (after an operator restart), else none yet. Per-phase sums
-    recorded under another model (its phases are not these) are dropped, the rest kept."""
-    got = (histories or {}).get((pod.uid, container))
-    key = (histories or {}).get(("model", pod.uid, container))
+    """The container's running statistics so far (a copy: planning changes nothing it was
+    given): the runtime's (kept between windows), else the pod's state annotation (after an
+    operator restart), else none yet. Per-phase sums recorded under another model (its phases
+    are not these) are dropped, the rest kept."""
+    key, got = (histories or {}).get((pod.uid, container), (None, None))
     if got is None:
         state = pod.state()
         try:
@@ -192,10 +199,8 @@ def own_history(pod: PodInfo, container: str, histories: Mapping | None, model_k
     if got is None or got.n_resources != n_resources:
         return OwnHistory(n_phases, n_resources)
     if key != model_key or got.n_phases != n_phases:
-        return OwnHistory(n_phases, n_resources, n=got.n, t1=got.t1, t2=got.t2, peak=got.peak)
-    return OwnHistory(got.n_phases, got.n_resources, got.count.copy(), got.s1.copy(),
-                      got.s2.copy(), got.n, got.t1.copy(), got.t2.copy(), got.peak.copy(),
-                      got.run_phase, got.run_length)
+        return got.rebased(n_phases)
+    return got.copy()
 
 
 def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
@@ -211,9 +216,8 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     ``model`` may be None (no model yet: ``auto`` serves the reactive baseline, no phases).
     ``max_value`` (cores, bytes per resource) is the largest a container can physically have:
     a sample above it is garbage, and no request is set above it. ``histories`` maps
-    (pod uid, container) to its :class:`OwnHistory` so far (and ("model", uid, container) to
-    the model key it was counted under); each planned container's updated one is in
-    ``ContainerPlan.own``.
+    (pod uid, container) to (the model key it was counted under, its :class:`OwnHistory` so
+    far); each planned container's updated one is in ``ContainerPlan.own``.
     """
     served = served if served is not None else served_policy(spec, model)
     resources = served.resources
@@ -486,7 +490,7 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         plan.skipped = "resize-pending"
         return
     body = []
-    increases = dict(state.get("lastIncrease", {}))
+    increases = {k: dict(v) for k, v in state.get("lastIncrease", {}).items()}
     summary = []
     for name, ch in changes.items():
         old = ch["old"]

@@ -44,6 +44,7 @@ class PodInfo:
     resize_error: str | None = None
     resource_version: str = ""              # of the object read: the precondition of a resize
     started: dict[str, float] = field(default_factory=dict)   # container -> start (unix s)
+    _state: dict | None = field(default=None, repr=False, compare=False)   # parsed once
 
     @property
     def key(self) -> tuple[str, str]:
@@ -54,12 +55,16 @@ class PodInfo:
         return qos_class(self.containers)
 
     def state(self) -> dict:
-        """The operator's state annotation (window handled last, last increases), or {}."""
-        try:
-            data = json.loads(self.annotations.get(A_STATE, "{}"))
-            return data if isinstance(data, dict) else {}
-        except json.JSONDecodeError:
-            return {}
+        """The operator's state annotation (window handled last, last increases, running
+        statistics), or {}: parsed once per pod read (a window asks several times), a fresh
+        copy each time (callers build the next state from it)."""
+        if self._state is None:
+            try:
+                data = json.loads(self.annotations.get(A_STATE, "{}"))
+            except json.JSONDecodeError:
+                data = {}
+            self._state = data if isinstance(data, dict) else {}
+        return dict(self._state)
 
 
 def _timestamp(text: str | None) -> float | None:

@@ -22,7 +22,7 @@ from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
 from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window
 from ai4dl.policy.serving import served_policy, window_samples
-from ai4dl.kube.raw import api_message, drain, read_json, write_event
+from ai4dl.kube.raw import api_message, drain, paged_items, read_json, write_event
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
 from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
@@ -104,7 +104,7 @@ class WindowRunner:
         # the one that matters.
         self._noticed: dict[tuple[str, str], set[tuple[str, str]]] = {}
         # Per container, the running statistics of its samples so far (ai4dl.policy.online):
-        # {(pod uid, container): OwnHistory, ("model", uid, container): model key}.
+        # {(pod uid, container): (model key, OwnHistory)}.
         self._own: dict = {}
         # Containers given metrics last window (memory only: after a restart the first
         # window's vanished pods keep their series until the process ends, nothing worse).
@@ -117,16 +117,9 @@ class WindowRunner:
         also echo back every write of ours as an event to parse (two per resized pod), which
         cost more CPU than the writes themselves; between windows the operator needs nothing
         about pods, and it keeps none in memory."""
-        pods: list[PodInfo] = []
-        token = None
-        while True:
-            page = read_json(self.core.list_namespaced_pod(
-                self.namespace, label_selector=label_selector(spec.selector), limit=LIST_PAGE,
-                _continue=token, _preload_content=False))
-            pods += [pod_info(item) for item in page.get("items") or []]
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return pods
+        return [pod_info(item) for item in paged_items(
+            self.core.list_namespaced_pod, self.namespace,
+            label_selector=label_selector(spec.selector), page=LIST_PAGE)]
 
     def run(self, body: dict, pods: Sequence[PodInfo] | None = None,
             now: float | None = None) -> WindowReport:
@@ -227,13 +220,11 @@ class WindowRunner:
         """Each planned container's running statistics, for the next window (memory only: the
         pod's state annotation has them too whenever the pod is written)."""
         present = {p.pod.uid for p in plan.pods}
-        for key in [k for k in self._own if k[-2] not in present]:
-            del self._own[key]
+        self._own = {k: v for k, v in self._own.items() if k[0] in present}
         for p in plan.pods:
             for c in p.containers:
                 if c.own is not None:
-                    self._own[(p.pod.uid, c.name)] = c.own
-                    self._own[("model", p.pod.uid, c.name)] = model_key
+                    self._own[(p.pod.uid, c.name)] = (model_key, c.own)
 
     def _plan_conditions(self, body: dict, plan: WindowPlan) -> list[tuple[str, str, str, str]]:
         """(type, status, reason, message) of what the window found wrong: pods skipped for gaps

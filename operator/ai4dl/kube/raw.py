@@ -23,6 +23,20 @@ def read_json(response):
         response.release_conn()
 
 
+def paged_items(list_call, *args, page: int = 500, **kwargs):
+    """Every item of a LIST, one page of ``page`` items at a time (bounding the raw JSON held
+    at once), each answer read raw: ``list_call`` is a client method such as
+    ``CoreV1Api.list_namespaced_pod``, ``args``/``kwargs`` its own (label_selector...)."""
+    token = None
+    while True:
+        answer = read_json(list_call(*args, limit=page, _continue=token,
+                                     _preload_content=False, **kwargs))
+        yield from answer.get("items") or []
+        token = (answer.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
 def api_message(err) -> str:
     try:
         return json.loads(err.body).get("message") or f"HTTP {err.status}"

@@ -357,28 +357,17 @@ class HeadroomPolicy:
         return np.vstack([self.cold_start_[None, :], self._lookup(lv, bu, lp)])
 
     def next_allocation(self, usage, phases, window) -> np.ndarray:
-        """The last row of :meth:`allocate` (the window about to start), computed from the last
-        window and running sums only: what the operator calls per pod and window."""
-        usage, phases = self._check_call(usage, phases, window)
-        m = len(usage) // window
-        if m == 0:
-            return self.cold_start_.copy()
-        last = usage[(m - 1) * window: m * window]
-        cur = None
-        hist = usage[: m * window]
-        if phases is not None:
-            cur = int(phases[m * window - 1])
-            hist = hist[np.asarray(phases[: m * window]) == cur]
-        mu = hist.mean(0)
-        own = mu + K_STD * np.sqrt(np.maximum((hist * hist).mean(0) - mu * mu, 0.0))
-        lv = np.stack([last.max(0), last.mean(0) + K_STD * last.std(0), last[-1],
-                       np.median(last, 0), own])[None]
-        return self._lookup(lv, burstiness(last[None]), None if cur is None else [cur])[0]
+        """The last row of :meth:`allocate` (the window about to start) for one pod, from its
+        whole history: :meth:`next_allocations` for one."""
+        return self.next_allocations([usage], None if phases is None else [phases], window)[0]
 
     def next_allocations(self, usages: Sequence[np.ndarray],
                          phases: Sequence[np.ndarray] | None, window: int) -> np.ndarray:
-        """:meth:`next_allocation` for many pods at once, (pods, R): one vectorised pass over
-        all histories (the operator's call, once per window for all pods of a model)."""
+        """:meth:`next_allocation` for many pods at once, (pods, R), from whole histories:
+        each one's last window and running statistics go through the operator's own serving
+        call (:func:`ai4dl.policy.online.next_allocations`), so there is one lookup path."""
+        from ai4dl.policy.online import OwnHistory, next_allocations
+
         self._check_fitted()
         if window != self.window_:
             raise ValueError(f"{self.name} was fitted for windows of {self.window_} samples, "
@@ -394,29 +383,14 @@ class HeadroomPolicy:
         if not len(live):
             return out
         hist = [usages[i][: m[i] * window] for i in live]
-        last = np.stack([h[-window:] for h in hist])                       # (P, W, R)
-        flat = np.concatenate(hist)                                        # (N, R)
-        pod = np.repeat(np.arange(len(live)), [len(h) for h in hist])
-        if self.use_phase:
-            ph = [np.asarray(phases[i])[: m[i] * window] for i in live]
-            if any(len(p) != len(h) for p, h in zip(ph, hist)):
-                raise ValueError("phases and usage must have one entry per sample")
-            cur = np.array([p[-1] for p in ph])
-            keep = np.concatenate(ph) == cur[pod]
-        else:
-            cur = None
-            keep = np.ones(len(flat), bool)
-        w = keep.astype(np.float64)
-        c = np.bincount(pod, weights=w, minlength=len(live))[:, None]
-        s1 = np.stack([np.bincount(pod, weights=w * flat[:, r], minlength=len(live))
-                       for r in range(R)], 1)
-        s2 = np.stack([np.bincount(pod, weights=w * flat[:, r] ** 2, minlength=len(live))
-                       for r in range(R)], 1)
-        mu = s1 / c
-        own = mu + K_STD * np.sqrt(np.maximum(s2 / c - mu * mu, 0.0))
-        lv = np.stack([last.max(1), last.mean(1) + K_STD * last.std(1), last[:, -1],
-                       np.median(last, 1), own], 1)                        # (P, E, R)
-        out[live] = self._lookup(lv, burstiness(last), cur)
+        ph = [np.asarray(phases[i])[: m[i] * window] for i in live] if self.use_phase else None
+        if ph is not None and any(len(p) != len(h) for p, h in zip(ph, hist)):
+            raise ValueError("phases and usage must have one entry per sample")
+        owns = [OwnHistory.of(h, None if ph is None else ph[j], self.n_phases_)
+                for j, h in enumerate(hist)]
+        out[live] = next_allocations(self, np.stack([h[-window:] for h in hist]),
+                                     None if ph is None else np.stack([p[-window:] for p in ph]),
+                                     owns)
         return out
 
     # ------------------------------------------------------------------ description

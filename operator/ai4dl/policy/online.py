@@ -66,6 +66,18 @@ class OwnHistory:
         out.add(usage, phases)
         return out
 
+    def copy(self) -> "OwnHistory":
+        return OwnHistory(self.n_phases, self.n_resources, self.count.copy(), self.s1.copy(),
+                          self.s2.copy(), self.n, self.t1.copy(), self.t2.copy(),
+                          self.peak.copy(), self.run_phase, self.run_length)
+
+    def rebased(self, n_phases: int) -> "OwnHistory":
+        """The statistics that do not depend on a phase model (all samples, the peak), for a
+        model with ``n_phases`` phases: per-phase sums of another model's phases mean nothing
+        under this one."""
+        return OwnHistory(n_phases, self.n_resources, n=self.n, t1=self.t1.copy(),
+                          t2=self.t2.copy(), peak=self.peak.copy())
+
     def add(self, usage: np.ndarray, phases: np.ndarray | None) -> "OwnHistory":
         """Add samples (n, R) in time order, with their phases (n,) or None (phase-blind)."""
         u = np.asarray(usage, np.float64)

@@ -95,27 +95,20 @@ def from_api_server(core_api, selector: LabelSelector, namespaces: Sequence[str]
     reported as not served or gone)."""
     from kubernetes.client.exceptions import ApiException
 
-    from ai4dl.kube.raw import api_message, read_json
+    from ai4dl.kube.raw import api_message, paged_items
 
     out = Membership(source="the API server (pods that exist now)")
     for ns in sorted(set(namespaces)):
-        token = None
-        while True:
-            try:
-                page = read_json(core_api.list_namespaced_pod(
-                    ns, label_selector=selector.server_side(OPT_IN_LABEL), limit=500, _continue=token,
-                    _preload_content=False))
-            except ApiException as err:
-                raise Ai4dlError(
-                    f"cannot tell which pods of namespace {ns} the PhaseModel serves: listing "
-                    f"its pods: {api_message(err)} (give the trainer `list pods` there, or "
-                    f"export pod labels with kube-state-metrics: "
-                    f"--metric-labels-allowlist=pods=[{OPT_IN_LABEL},...])") from None
-            for item in page.get("items") or []:
+        try:
+            for item in paged_items(core_api.list_namespaced_pod, ns,
+                                    label_selector=selector.server_side(OPT_IN_LABEL)):
                 meta = item.get("metadata") or {}
                 if serves(selector, dict(meta.get("labels") or {})):
                     out.served[(ns, meta.get("name", ""))] = True
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                break
+        except ApiException as err:
+            raise Ai4dlError(
+                f"cannot tell which pods of namespace {ns} the PhaseModel serves: listing "
+                f"its pods: {api_message(err)} (give the trainer `list pods` there, or "
+                f"export pod labels with kube-state-metrics: "
+                f"--metric-labels-allowlist=pods=[{OPT_IN_LABEL},...])") from None
     return out
