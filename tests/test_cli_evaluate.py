@@ -8,6 +8,7 @@ import io
 import json
 import math
 
+import numpy as np
 import pytest
 
 from ai4dl.cli import main
@@ -257,3 +258,39 @@ def _one_line_error(long_csv, flags, words):
     assert rc == 2 and stdout == ""
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ai4dl: error: ") and words in lines[0]
+
+
+def _doc(seed: int, auto: tuple, am: tuple, ast: tuple, vpa: float) -> dict:
+    """A minimal evaluate document: (allocation ÷ oracle, windows short) at 97 % per policy."""
+    def s(cost, short=0):
+        return {"cpu": {"vs_oracle_at": {"0.97": cost}, "short_windows_at": {"0.97": short}}}
+    return {"config": {"seed": seed, "targets": [0.97]}, "resources": ["cpu"],
+            "scores": {"auto": s(*auto), "adaptive-max": s(*am), "adaptive-stat": s(*ast),
+                       "vpa": s(vpa)},
+            "auto": {"0.97": {"winners": ["phase-headroom"]}}}
+
+
+def test_verdict_applies_the_bar_and_counts_seeds(full_run):
+    from ai4dl.evaluation_report import verdict_rows, verdict_table
+
+    runs = [("toy", _doc(0, (1.04, 10), (1.05, 10), (1.06, 12), 1.2)),      # met
+            ("toy", _doc(1, (1.04, 11), (1.05, 10), (1.06, 12), 1.2)),      # one window more
+            ("toy", _doc(2, (1.055, 9), (1.06, 10), (1.05, 12), 1.2)),      # dearer than stat
+            ("toy", _doc(3, (1.04, 9), (1.05, 10), (1.06, 12), 1.03))]      # not below VPA
+    (row,) = verdict_rows(runs)
+    assert (row["met"], row["runs"], row["seeds"]) == (1, 4, [0, 1, 2, 3])
+    assert row["first"]["met"] and row["first"]["choice"] == "phase-headroom"
+    assert row["cost_gap"] == pytest.approx(np.mean([1.04 / 1.05, 1.04 / 1.05, 1.055 / 1.05,
+                                                     1.04 / 1.05]) - 1)
+    assert row["short_gap"] == pytest.approx(np.mean([0, 0.1, -0.1, -0.1]))
+    table = verdict_table([row])
+    assert "1 of 4" in table and "1.040 (phase-headroom)" in table and "10 / 10" in table
+    # the real document of an evaluate run goes through it too (every target, every resource)
+    doc = _strict_json((full_run[3] / "result.json").read_text())
+    rows = verdict_rows([("synthetic", doc)])
+    assert {(r["resource"], r["target"]) for r in rows} == {
+        (res, t) for res in ("cpu", "memory") for t in (0.95, 0.97)}
+    for r in rows:
+        c = r["first"]
+        assert c["met"] == (c["cost"] <= c["reactive"] and c["short"] <= c["ref_short"]
+                            and c["cost"] < c["vpa"])

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ai4dl.policy.headroom import HeadroomPolicy
+import copy
+
+from ai4dl.policy.headroom import ESTIMATORS, HeadroomPolicy
 from ai4dl.policy.online import OwnHistory, next_allocation, next_allocations
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, PerResource, PhasePolicy,
                                    PhaseProactive)
@@ -30,16 +32,23 @@ def tables():
     rng = np.random.default_rng(0)
     execs = [_execution(rng, int(rng.integers(60, 200))) for _ in range(40)]
     us, ps = [e[0] for e in execs], [e[1] for e in execs]
-    return {"phase": HeadroomPolicy(target=0.95, min_windows=4).fit(us, ps, 10, K),
-            "burst": HeadroomPolicy(target=0.95, use_phase=False, min_windows=4)
-            .fit(us, None, 10)}
+    out = {"phase": HeadroomPolicy(target=0.95, min_windows=4).fit(us, ps, 10, K),
+           "burst": HeadroomPolicy(target=0.95, use_phase=False, min_windows=4)
+           .fit(us, None, 10)}
+    # the same table with every estimator in use (the fit picks what these data favour)
+    every = copy.deepcopy(out["phase"])
+    every.estimator_ = (np.arange(every.estimator_.size) % len(ESTIMATORS)).reshape(
+        every.estimator_.shape)
+    every.name = "every-estimator"
+    out["every"] = every
+    return out
 
 
 def _policies(tables):
     levels = np.array([[1.0, 2.0], [3.0, 6.0], [8.0, 9.0]])
     P = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]])
     dwell = np.array([4.0, 12.0, 7.0])
-    out = [AdaptiveMax(), AdaptiveStat(), tables["phase"], tables["burst"]]
+    out = [AdaptiveMax(), AdaptiveStat(), tables["phase"], tables["burst"], tables["every"]]
     for scope in ("model", "execution"):
         for reader in ("last", "majority", "max"):
             out.append(PhasePolicy(levels, 0.05, reader, scope))
@@ -60,7 +69,7 @@ def test_next_allocation_equals_the_replay(tables, seed, n):
         rows = pol.allocate(usage, phases if pol.needs_phases else None, W,
                             np.array([5.0, 5.0]), 15.0)
         hist = usage[: m * W]
-        own = OwnHistory.of(hist, phases[: m * W], K)
+        own = OwnHistory.of(hist, phases[: m * W], K, W)
         got = next_allocation(pol, hist[-W:], phases[(m - 1) * W: m * W], own)
         np.testing.assert_allclose(got, rows[m], rtol=1e-9, atol=1e-9,
                                    err_msg=getattr(pol, "name", str(pol)))
@@ -69,16 +78,25 @@ def test_next_allocation_equals_the_replay(tables, seed, n):
 def test_own_history_adds_window_by_window_and_round_trips():
     rng = np.random.default_rng(3)
     usage, phases = _execution(rng, 95)
-    whole = OwnHistory.of(usage, phases, K)
+    whole = OwnHistory.of(usage, phases, K, 10)
     parts = OwnHistory(K, 2)
     for i in range(0, 95, 10):
         parts.add(usage[i:i + 10], phases[i:i + 10])
     for a, b in ((whole.count, parts.count), (whole.s1, parts.s1), (whole.s2, parts.s2),
-                 (whole.t1, parts.t1), (whole.peak, parts.peak)):
+                 (whole.t1, parts.t1), (whole.peak, parts.peak),
+                 (whole.window_max, parts.window_max), (whole.previous_max, parts.previous_max),
+                 (whole.ewma_max, parts.ewma_max)):
         np.testing.assert_allclose(a, b)
+    np.testing.assert_allclose(parts.window_max, usage[90:].max(0))
+    np.testing.assert_allclose(parts.previous_max, usage[80:90].max(0))
     assert (whole.run_phase, whole.run_length) == (parts.run_phase, parts.run_length)
     back = OwnHistory.from_json(json.loads(json.dumps(parts.to_json())))
     np.testing.assert_allclose(back.s2, parts.s2, rtol=1e-8)
+    np.testing.assert_allclose(back.ewma_max, parts.ewma_max, rtol=1e-8)
+    np.testing.assert_allclose(back.previous_max, parts.previous_max, rtol=1e-8)
+    # a record written before the window maxima were kept still loads: they start afresh
+    old = {k: v for k, v in parts.to_json().items() if k not in ("wm", "wp", "ew")}
+    assert np.isnan(OwnHistory.from_json(old).ewma_max).all()
     assert (back.run_phase, back.run_length, back.n) == (parts.run_phase, parts.run_length, 95)
     for bad in ({"k": 3}, {**parts.to_json(), "c": [1, 2]},
                 {**parts.to_json(), "t1": [float("nan"), 1.0]}):
@@ -102,7 +120,7 @@ def test_the_batched_call_gives_every_containers_row(tables):
         m = len(u) // W
         lasts.append(u[(m - 1) * W: m * W])
         phases.append(p[(m - 1) * W: m * W])
-        owns.append(OwnHistory.of(u[: m * W], p[: m * W], K))
+        owns.append(OwnHistory.of(u[: m * W], p[: m * W], K, W))
     for pol in _policies(tables):
         got = next_allocations(pol, np.stack(lasts), np.stack(phases), owns)
         want = np.stack([next_allocation(pol, la, ph, o)

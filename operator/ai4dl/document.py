@@ -214,7 +214,7 @@ class FitReport(_Strict):
 
 
 #: Head-room table vocabularies (ai4dl.policy.headroom.ESTIMATORS / POOL_LEVELS).
-ESTIMATOR_NAMES = ("max", "mean+2std", "last", "median", "phase-level")
+ESTIMATOR_NAMES = ("max", "mean+2std", "last", "median", "phase-level", "max-2w", "ewma-max")
 POOL_NAMES = ("state", "burstiness", "global")
 
 

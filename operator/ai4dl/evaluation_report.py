@@ -482,3 +482,79 @@ def pareto_front(fulfilment: Sequence[float], cost: Sequence[float]) -> list[int
             front.append(int(i))
             best = f[i]
     return front
+
+
+# ----------------------------------------------------------------------------- the verdict
+#: The bar the default policy is held to (docs/results.md §3): at each matched target, auto's
+#: allocation ≤ the better of the two reactive policies and < VPA's, with no more windows short
+#: than adaptive-max's.
+VERDICT_REFERENCES = ("adaptive-max", "adaptive-stat")
+
+
+def _at(doc: dict, policy: str, resource: str, field: str, t: str):
+    v = doc["scores"].get(policy, {}).get(resource, {}).get(field, {}).get(t)
+    return math.inf if v == UNREACHABLE else v
+
+
+def verdict_cell(doc: dict, resource: str, t: str, policy: str = "auto") -> dict | None:
+    """One run, one resource, one target: ``policy`` against the bar (None when the run did not
+    score it, adaptive-max or adaptive-stat)."""
+    cost = _at(doc, policy, resource, "vs_oracle_at", t)
+    refs = [_at(doc, p, resource, "vs_oracle_at", t) for p in VERDICT_REFERENCES]
+    short = _at(doc, policy, resource, "short_windows_at", t)
+    ref_short = _at(doc, "adaptive-max", resource, "short_windows_at", t)
+    if cost is None or short is None or ref_short is None or any(r is None for r in refs):
+        return None
+    vpa = _at(doc, "vpa", resource, "vs_oracle_at", t)
+    best = min(refs)
+    j = doc["resources"].index(resource)
+    choice = (doc.get("auto", {}).get(t, {}).get("winners") or [None] * (j + 1))[j]
+    met = bool(cost <= best and short <= ref_short and (vpa is None or cost < vpa))
+    return {"cost": cost, "reactive": best, "vpa": vpa, "short": short, "ref_short": ref_short,
+            "choice": choice, "met": met,
+            "cost_gap": cost / best - 1.0 if best and math.isfinite(best) else math.nan,
+            "short_gap": (short - ref_short) / ref_short if ref_short else math.nan}
+
+
+def verdict_rows(runs: Sequence[tuple[str, dict]], policy: str = "auto") -> list[dict]:
+    """``runs``: (data-set label, ``ai4dl evaluate --json`` document), several split seeds per
+    label. One row per (label, resource, target): the first seed's figures (the one the
+    results tables show) and, over every seed, how often ``policy`` met the bar and its mean
+    gaps (allocation vs the better reactive policy, windows short vs adaptive-max)."""
+    by_label: dict[str, list[dict]] = {}
+    for label, doc in runs:
+        by_label.setdefault(label, []).append(doc)
+    rows = []
+    for label, docs in by_label.items():
+        docs = sorted(docs, key=lambda d: d["config"]["seed"])
+        for resource in docs[0]["resources"]:
+            for t in docs[0]["config"]["targets"]:
+                key = target_key(t)
+                cells = [c for c in (verdict_cell(d, resource, key, policy) for d in docs)
+                         if c is not None]
+                if not cells:
+                    continue
+                rows.append({"data": label, "resource": resource, "target": t,
+                             "first": cells[0], "seeds": [d["config"]["seed"] for d in docs],
+                             "met": sum(c["met"] for c in cells), "runs": len(cells),
+                             "cost_gap": float(np.mean([c["cost_gap"] for c in cells])),
+                             "short_gap": float(np.mean([c["short_gap"] for c in cells]))})
+    return rows
+
+
+def verdict_table(rows: Sequence[dict]) -> str:
+    """The verdict as markdown: first seed's cell, then the tally over seeds."""
+    header = ["data set", "res.", "target", "auto (choice)", "min(adaptive-max, adaptive-stat)",
+              "vpa", "windows short: auto / adaptive-max", "bar", "met over seeds",
+              "mean allocation gap", "mean windows-short gap"]
+    out = []
+    for r in rows:
+        c = r["first"]
+        out.append([r["data"], r["resource"], target_label(r["target"]),
+                    f"{fmt_ratio(c['cost'])} ({c['choice'] or '—'})", fmt_ratio(c["reactive"]),
+                    fmt_ratio(c["vpa"]) if c["vpa"] is not None else "—",
+                    f"{c['short']:.0f} / {c['ref_short']:.0f}",
+                    "met" if c["met"] else "**missed**", f"{r['met']} of {r['runs']}",
+                    fmt_pct(r["cost_gap"], signed=True, digits=2),
+                    fmt_pct(r["short_gap"], signed=True)])
+    return markdown_table(header, out)

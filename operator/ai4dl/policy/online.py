@@ -9,7 +9,9 @@ from the past beyond the last window is small, and additive:
   mean + kσ in a phase: ``scope: execution``, the head-room table's ``phase-level``);
 - over all samples: the same, and the running maximum (the own-scale cap of model levels);
 - the run of the current phase: which phase, how many samples so far (phase-proactive's
-  dwell rule).
+  dwell rule);
+- per window: the maxima of the last two windows and their exponentially weighted average
+  (the head-room table's ``max-2w`` and ``ewma-max``).
 
 :class:`OwnHistory` keeps exactly that (a few hundred bytes per container; the operator keeps
 it in memory and in the pod's state annotation), and :func:`next_allocation` computes, from the
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ai4dl.policy.auto import SERVABLE
-from ai4dl.policy.headroom import K_STD, HeadroomPolicy, burstiness
+from ai4dl.policy.headroom import EWMA_WEIGHT, K_STD, HeadroomPolicy, burstiness
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, PerResource, PhasePolicy,
                                    PhaseProactive, read_phase, stat_bound)
 
@@ -49,6 +51,9 @@ class OwnHistory:
     peak: np.ndarray = field(default=None)         # (R,) running maximum
     run_phase: int = -1                            # phase of the last sample (-1: none)
     run_length: int = 0                            # samples of its run so far
+    window_max: np.ndarray = field(default=None)   # (R,) max of the last window (NaN: none)
+    previous_max: np.ndarray = field(default=None)  # (R,) max of the window before it
+    ewma_max: np.ndarray = field(default=None)     # (R,) EWMA of the window maxima
 
     def __post_init__(self):
         k, R = self.n_phases, self.n_resources
@@ -59,30 +64,48 @@ class OwnHistory:
         self.t2 = np.zeros(R) if self.t2 is None else np.asarray(self.t2, np.float64)
         self.peak = np.full(R, -np.inf) if self.peak is None else np.asarray(self.peak,
                                                                              np.float64)
+        for name in ("window_max", "previous_max", "ewma_max"):
+            v = getattr(self, name)
+            setattr(self, name, np.full(R, np.nan) if v is None else np.asarray(v, np.float64))
 
     @classmethod
-    def of(cls, usage: np.ndarray, phases: np.ndarray | None, n_phases: int) -> "OwnHistory":
+    def of(cls, usage: np.ndarray, phases: np.ndarray | None, n_phases: int,
+           window: int | None = None) -> "OwnHistory":
         out = cls(max(1, n_phases), np.asarray(usage).shape[1])
-        out.add(usage, phases)
+        out.add(usage, phases, window)
         return out
+
+    def _windows(self) -> dict:
+        return {"window_max": self.window_max.copy(), "previous_max": self.previous_max.copy(),
+                "ewma_max": self.ewma_max.copy()}
 
     def copy(self) -> "OwnHistory":
         return OwnHistory(self.n_phases, self.n_resources, self.count.copy(), self.s1.copy(),
                           self.s2.copy(), self.n, self.t1.copy(), self.t2.copy(),
-                          self.peak.copy(), self.run_phase, self.run_length)
+                          self.peak.copy(), self.run_phase, self.run_length, **self._windows())
 
     def rebased(self, n_phases: int) -> "OwnHistory":
-        """The statistics that do not depend on a phase model (all samples, the peak), for a
-        model with ``n_phases`` phases: per-phase sums of another model's phases mean nothing
-        under this one."""
+        """The statistics that do not depend on a phase model (all samples, the peak, the
+        window maxima), for a model with ``n_phases`` phases: per-phase sums of another model's
+        phases mean nothing under this one."""
         return OwnHistory(n_phases, self.n_resources, n=self.n, t1=self.t1.copy(),
-                          t2=self.t2.copy(), peak=self.peak.copy())
+                          t2=self.t2.copy(), peak=self.peak.copy(), **self._windows())
 
-    def add(self, usage: np.ndarray, phases: np.ndarray | None) -> "OwnHistory":
-        """Add samples (n, R) in time order, with their phases (n,) or None (phase-blind)."""
+    def add(self, usage: np.ndarray, phases: np.ndarray | None,
+            window: int | None = None) -> "OwnHistory":
+        """Add samples (n, R) in time order, with their phases (n,) or None (phase-blind).
+        ``window``: samples per window, to cut them into windows for the window maxima (the
+        last one may be partial); None: they are one window (the operator adds one per call)."""
         u = np.asarray(usage, np.float64)
         if not len(u):
             return self
+        step = len(u) if window is None else int(window)
+        for lo in range(0, len(u), step):
+            mx = u[lo: lo + step].max(0)
+            self.previous_max = self.window_max
+            self.window_max = mx
+            self.ewma_max = np.where(np.isfinite(self.ewma_max), EWMA_WEIGHT * mx
+                                     + (1.0 - EWMA_WEIGHT) * self.ewma_max, mx)
         self.n += len(u)
         self.t1 += u.sum(0)
         self.t2 += (u * u).sum(0)
@@ -119,6 +142,14 @@ class OwnHistory:
         return np.where((self.count >= min_samples)[:, None], local,
                         self.overall_level(k)[None, :])
 
+    def window_levels(self, last_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The head-room table's ``max-2w`` and ``ewma-max`` after the window whose max is
+        ``last_max`` (already added); a record without window maxima (an annotation written
+        before they were kept) starts them from that window."""
+        prev = np.where(np.isfinite(self.previous_max), self.previous_max, last_max)
+        ewma = np.where(np.isfinite(self.ewma_max), self.ewma_max, last_max)
+        return np.maximum(last_max, prev), ewma
+
     def own_phase_level(self, phase: int | None) -> np.ndarray:
         """The head-room table's ``phase-level``: mean + 2σ of the samples in ``phase`` (all
         samples when None)."""
@@ -136,7 +167,9 @@ class OwnHistory:
         return {"k": self.n_phases, "r": self.n_resources, "c": r(self.count), "s1": r(self.s1),
                 "s2": r(self.s2), "n": self.n, "t1": r(self.t1), "t2": r(self.t2),
                 "max": r(np.where(np.isfinite(self.peak), self.peak, 0.0)),
-                "run": [self.run_phase, self.run_length]}
+                "run": [self.run_phase, self.run_length],
+                **{key: r(v) for key, v in (("wm", self.window_max), ("wp", self.previous_max),
+                                            ("ew", self.ewma_max)) if np.all(np.isfinite(v))}}
 
     @classmethod
     def from_json(cls, d: dict) -> "OwnHistory":
@@ -147,10 +180,14 @@ class OwnHistory:
                       np.asarray(d["s1"], float).reshape(k, R),
                       np.asarray(d["s2"], float).reshape(k, R), float(d["n"]),
                       np.asarray(d["t1"], float).reshape(R), np.asarray(d["t2"], float).reshape(R),
-                      np.asarray(d["max"], float).reshape(R), int(d["run"][0]), int(d["run"][1]))
+                      np.asarray(d["max"], float).reshape(R), int(d["run"][0]), int(d["run"][1]),
+                      *(np.asarray(d[key], float).reshape(R) if key in d else None
+                        for key in ("wm", "wp", "ew")))
         except (KeyError, TypeError, ValueError, IndexError) as err:
             raise ValueError(f"not an own-history record: {err}") from None
-        arrays = (out.count, out.s1, out.s2, out.t1, out.t2, out.peak)
+        arrays = (out.count, out.s1, out.s2, out.t1, out.t2, out.peak,
+                  *(v for v in (out.window_max, out.previous_max, out.ewma_max)
+                    if not np.all(np.isnan(v))))
         if not all(np.all(np.isfinite(a)) for a in arrays) or out.n < 0 or \
                 (out.count < 0).any() or abs(out.count.sum() - out.n) > 0.5 and out.count.sum():
             raise ValueError("not an own-history record: inconsistent numbers")
@@ -199,8 +236,11 @@ def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
         cur = np.asarray(last_phases)[:, -1].astype(np.int64) if policy.use_phase else None
         own = np.stack([o.own_phase_level(None if cur is None else int(c))
                         for o, c in zip(owns, cur if cur is not None else [None] * P)])
-        lv = np.stack([lasts.max(1), lasts.mean(1) + K_STD * lasts.std(1), lasts[:, -1],
-                       np.median(lasts, 1), own], 1)                       # (P, E, R)
+        last_max = lasts.max(1)
+        max2, ewma = (np.stack(a) for a in zip(*(o.window_levels(m)
+                                                  for o, m in zip(owns, last_max))))
+        lv = np.stack([last_max, lasts.mean(1) + K_STD * lasts.std(1), lasts[:, -1],
+                       np.median(lasts, 1), own, max2, ewma], 1)           # (P, E, R)
         return policy._lookup(lv, burstiness(lasts), cur)
     if isinstance(policy, (PhasePolicy, PhaseProactive)):
         out = np.empty((P, lasts.shape[2]))
