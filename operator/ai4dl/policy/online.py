@@ -142,14 +142,6 @@ class OwnHistory:
         return np.where((self.count >= min_samples)[:, None], local,
                         self.overall_level(k)[None, :])
 
-    def window_levels(self, last_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The head-room table's ``max-2w`` and ``ewma-max`` after the window whose max is
-        ``last_max`` (already added); a record without window maxima (an annotation written
-        before they were kept) starts them from that window."""
-        prev = np.where(np.isfinite(self.previous_max), self.previous_max, last_max)
-        ewma = np.where(np.isfinite(self.ewma_max), self.ewma_max, last_max)
-        return np.maximum(last_max, prev), ewma
-
     def own_phase_level(self, phase: int | None) -> np.ndarray:
         """The head-room table's ``phase-level``: mean + 2σ of the samples in ``phase`` (all
         samples when None)."""
@@ -192,6 +184,17 @@ class OwnHistory:
                 (out.count < 0).any() or abs(out.count.sum() - out.n) > 0.5 and out.count.sum():
             raise ValueError("not an own-history record: inconsistent numbers")
         return out
+
+
+def window_levels(last_max: np.ndarray, previous_max: np.ndarray, ewma_max: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The head-room table's ``max-2w`` and ``ewma-max`` once the window whose max is
+    ``last_max`` has been added to the running statistics (any shape, elementwise). A record
+    without window maxima (a pod annotation written before they were kept) starts them from
+    that window."""
+    prev = np.where(np.isfinite(previous_max), previous_max, last_max)
+    ewma = np.where(np.isfinite(ewma_max), ewma_max, last_max)
+    return np.maximum(last_max, prev), ewma
 
 
 def _margin(p) -> float:
@@ -237,8 +240,8 @@ def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
         own = np.stack([o.own_phase_level(None if cur is None else int(c))
                         for o, c in zip(owns, cur if cur is not None else [None] * P)])
         last_max = lasts.max(1)
-        max2, ewma = (np.stack(a) for a in zip(*(o.window_levels(m)
-                                                  for o, m in zip(owns, last_max))))
+        max2, ewma = window_levels(last_max, np.stack([o.previous_max for o in owns]),
+                                   np.stack([o.ewma_max for o in owns]))
         lv = np.stack([last_max, lasts.mean(1) + K_STD * lasts.std(1), lasts[:, -1],
                        np.median(lasts, 1), own, max2, ewma], 1)           # (P, E, R)
         return policy._lookup(lv, burstiness(lasts), cur)
