@@ -359,3 +359,23 @@ def test_headroom_not_worse_than_adaptive_max_on_a_spiky_workload():
     reps = {p.name: replay(data, p, 10) for p in (h, AdaptiveMax(), Oracle())}
     s = score(data, reps, 10)
     assert s["phase-headroom"][0].vs_oracle_at[0.97] < s["adaptive-max"][0].vs_oracle_at[0.97]
+
+
+def test_a_table_dearer_than_adaptive_max_falls_back_to_it():
+    """State 0 jumps x10 in 6 % of its samples, state 1 never, state 0 is a third of the
+    windows: adaptive-max reaches 97 % without covering a jump (2 % of all samples), while the
+    floor (94 % per state) makes every table cover state 0's jumps. Such a table never wins, so
+    the fit serves adaptive-max itself."""
+    from ai4dl.policy.headroom import _lagrangian_fit
+
+    rng = np.random.default_rng(0)
+    W, n_w = 10, 600
+    sid = np.where(np.arange(n_w) % 3 == 0, 0, 1)
+    usage = np.ones((n_w, W)) * rng.uniform(0.95, 1.0, (n_w, W))
+    jumps = (sid[:, None] == 0) & (rng.random((n_w, W)) < 0.06)
+    usage[jumps] = 10.0
+    levels = np.ones((n_w, 2))
+    est, mult, rep = _lagrangian_fit(levels, usage.ravel(), np.repeat(np.arange(n_w), W),
+                                     np.full(n_w, W), sid, 2, 0.97, 0.94)
+    assert rep["reference_fallback"] == 1.0 and rep["table_allocation_vs_reference"] > 1.0
+    assert (est == 0).all() and np.allclose(mult, rep["reference_multiplier"])

@@ -130,7 +130,11 @@ def headroom_section(policy) -> list[str]:
             rows.append([str(p) if policy.use_phase else "any"] + cells)
         rep = policy.fit_report_[r] if policy.fit_report_ else {}
         extra = ""
-        if rep.get("short_windows") is not None and rep.get("reference_short_windows"):
+        if rep.get("reference_fallback"):
+            extra = (f"; no table was cheaper than adaptive-max on the training windows "
+                     f"(the best: {rep['table_allocation_vs_reference']:.3f} × its allocation): "
+                     f"adaptive-max itself")
+        elif rep.get("short_windows") is not None and rep.get("reference_short_windows"):
             extra = (f"; on the training windows at its matched margin: allocation "
                      f"{rep['allocation_vs_reference']:.3f} × adaptive-max's, "
                      f"{int(rep['short_windows'])} windows short against adaptive-max's "

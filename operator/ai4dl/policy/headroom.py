@@ -473,8 +473,11 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
     short are compared with adaptive-max's at adaptive-max's matched multiplier (estimator
     "max" with one global multiplier *is* adaptive-max). Of a geometric grid of μ (0 first),
     the cheapest table with fewer windows short than adaptive-max by :data:`WINDOW_Z` standard
-    errors is kept; if none has, the one with the fewest windows short (the fit reports it: it
-    will not win the rule).
+    errors is kept; if none has, the cheaper one with the fewest windows short (the fit reports
+    it: it will not win the rule); if no table is even cheaper (the per-state floors can cost
+    more than they save), adaptive-max itself: estimator "max" with its matched multiplier in
+    every state (``reference_fallback`` in the report). A table that lost on its own training
+    windows is never served.
 
     Why a margin, and which standard error: these are the windows the table was fitted on, so
     its count is optimistic, and windows are not independent draws — a job that bursts often
@@ -668,7 +671,18 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
                 hi = mid
             else:
                 lo = mid
-    _, j, c, alloc, short, se, mu, lam = best
+    key, j, c, alloc, short, se, mu, lam = best
+    if key[0] == 2:
+        # not even cheaper than adaptive-max on its own training windows (the per-state floors
+        # can cost more than they save): serve adaptive-max itself, at its matched multiplier,
+        # rather than a table that already lost
+        est_out[:] = 0
+        mult_out[:] = m_ref
+        report.update({"reference_fallback": 1.0, "matched_multiplier": 1.0,
+                       "short_windows": ref_short, "allocation_vs_reference": 1.0,
+                       "table_allocation_vs_reference":
+                           alloc / ref_cost if ref_cost > 0 else float("nan")})
+        return est_out, mult_out, report
     est_out[present] = j // _RANKS
     mult_out[present] = mul[rows, j]
     report.update({"matched_multiplier": c, "short_windows": short, "short_windows_se": se,
