@@ -28,7 +28,7 @@ def main(paths: list[str]) -> int:
     print(f"The default policy (`auto`) against the bar at each matched target, split seeds "
           f"{', '.join(map(str, seeds))} (`--seed`: the held-out groups and the phase model's "
           f"seed). The cells are from seed {seeds[0]}; the last three columns count every "
-          f"seed. Gaps: auto's allocation ÷ the better reactive policy's − 1, and (auto's "
+          f"seed. Gaps (mean over the seeds, and their range): auto's allocation ÷ the better reactive policy's − 1, and (auto's "
           f"windows short − adaptive-max's) ÷ adaptive-max's. Produced by "
           f"`docs/results/run.sh`.\n")
     print(verdict_table(rows))

@@ -537,8 +537,10 @@ def verdict_rows(runs: Sequence[tuple[str, dict]], policy: str = "auto") -> list
                 rows.append({"data": label, "resource": resource, "target": t,
                              "first": cells[0], "seeds": [d["config"]["seed"] for d in docs],
                              "met": sum(c["met"] for c in cells), "runs": len(cells),
-                             "cost_gap": float(np.mean([c["cost_gap"] for c in cells])),
-                             "short_gap": float(np.mean([c["short_gap"] for c in cells]))})
+                             **{f"{gap}{stat}": float(fn([c[gap] for c in cells]))
+                                for gap in ("cost_gap", "short_gap")
+                                for stat, fn in (("", np.mean), ("_min", np.min),
+                                                 ("_max", np.max))}})
     return rows
 
 
@@ -546,7 +548,7 @@ def verdict_table(rows: Sequence[dict]) -> str:
     """The verdict as markdown: first seed's cell, then the tally over seeds."""
     header = ["data set", "res.", "target", "auto (choice)", "min(adaptive-max, adaptive-stat)",
               "vpa", "windows short: auto / adaptive-max", "bar", "met over seeds",
-              "mean allocation gap", "mean windows-short gap"]
+              "allocation gap: mean (range)", "windows-short gap: mean (range)"]
     out = []
     for r in rows:
         c = r["first"]
@@ -555,6 +557,8 @@ def verdict_table(rows: Sequence[dict]) -> str:
                     fmt_ratio(c["vpa"]) if c["vpa"] is not None else "—",
                     f"{c['short']:.0f} / {c['ref_short']:.0f}",
                     "met" if c["met"] else "**missed**", f"{r['met']} of {r['runs']}",
-                    fmt_pct(r["cost_gap"], signed=True, digits=2),
-                    fmt_pct(r["short_gap"], signed=True)])
+                    f"{fmt_pct(r['cost_gap'], signed=True, digits=2)} "
+                    f"({fmt_pct(r['cost_gap_min'], True, 2)} … {fmt_pct(r['cost_gap_max'], True, 2)})",
+                    f"{fmt_pct(r['short_gap'], signed=True)} "
+                    f"({fmt_pct(r['short_gap_min'], True)} … {fmt_pct(r['short_gap_max'], True)})"])
     return markdown_table(header, out)
