@@ -18,6 +18,7 @@ Window 10 s, step 1 s (tests/test_operator_integration.py).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import json
@@ -29,7 +30,7 @@ import uuid
 import pytest
 
 from ai4dl.controller.pods import A_PHASE, OWNED_ANNOTATIONS
-from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, crd_manifest
 from e2e.prometheus.fake import FakePrometheus
 from e2e_fixtures_k8s import FakeKubelet
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
@@ -218,13 +219,42 @@ def test_a_ceiling_below_the_working_set_is_approached_step_by_step(
                  "Warning CeilingBelowUsage once per pod; BoundsConflict CeilingBelowUsage"))
 
 
+@contextlib.contextmanager
+def crd_without_bounds_rule(kube_cluster):
+    """The PhaseModel CRD as it was before the floor <= ceiling rule, put back afterwards (the
+    API server keeps objects stored under the older schema, and lets their status change)."""
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(kube_cluster.api_client)
+
+    def replace(body):
+        current = ext.read_custom_resource_definition(body["metadata"]["name"])
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+
+    older = crd_manifest()
+    bounds = (older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+              ["properties"]["policy"]["properties"]["resources"]["additionalProperties"])
+    del bounds["x-kubernetes-validations"]
+    replace(older)
+    time.sleep(2)            # the API server picks up a new schema within a second or so
+    try:
+        yield
+    finally:
+        replace(crd_manifest())
+        time.sleep(2)
+
+
 def test_floor_above_ceiling_holds_the_resource(kube_cluster, stack, jobs, model_doc,
                                                 module_operator):
     exporter, _ = stack
     ns, kubelet = new_namespace(kube_cluster, "floor")
     start_pods(kubelet, exporter, jobs, ns, ["f1"], requests=REQUESTS)
-    make_phasemodel(kube_cluster, ns, "pm", model_doc, minChange=0.05,
-                    resources={"cpu": {"floor": "8", "ceiling": "1"}})
+    # The CRD refuses floor > ceiling at apply time (a CEL rule): this is an object stored
+    # before the rule existed, which the operator must still handle on its own.
+    with crd_without_bounds_rule(kube_cluster):
+        make_phasemodel(kube_cluster, ns, "pm", model_doc, minChange=0.05,
+                        resources={"cpu": {"floor": "8", "ceiling": "1"}})
     wait_windows(module_operator, ns, 3, 5 * WINDOW + 15)
     req = requests_of(kube_cluster, ns, "f1")
     assert req["cpu"] == 8.0 and req["memory"] < 32 * 2 ** 30     # cpu held, memory sized

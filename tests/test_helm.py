@@ -451,7 +451,8 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
             custom.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, {
                 "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
                 "metadata": {"name": "untrained"},
-                "spec": {"selector": {"matchLabels": {"app": "train"}}, "windowSeconds": 2}})
+                "spec": {"selector": {"matchLabels": {"app": "train"}}, "stepSeconds": 1,
+                         "windowSeconds": 4}})
 
             def baseline():
                 pm = custom.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,

@@ -139,7 +139,7 @@ def test_cronjob_refit_is_applied_and_used_by_the_operator(
                                 labels={OPT_IN_LABEL: "true", "app": "train"},
                                 annotations={MODEL_ANNOTATION: "pm"})
         exporter.add_pod((ns, f"live-{i}", "main"), real_trace, offset=(1 + i) * 3000.0)
-    make_pm(kube_cluster, ns, "pm", synthetic_doc, window=15, maxDecrease=1.0, minChange=0.0,
+    make_pm(kube_cluster, ns, "pm", synthetic_doc, window=60, maxDecrease=1.0, minChange=0.0,
             cooldownWindows=0, memoryMargin=0.0)
     op = Operator(operator_kubeconfig, url, tmp_path / "operator.log").start()
     try:
@@ -198,7 +198,7 @@ def test_cronjob_refit_is_applied_and_used_by_the_operator(
                     for i in range(2)]
             return served.startswith("auto: ") and "won on" in served and all(recs) and served
         try:
-            served = wait_for(serves_choice, 60, what="the operator serving the new choice")
+            served = wait_for(serves_choice, 150, what="the operator serving the new choice")
         except AssertionError:
             print(op.tail())
             raise

@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ai4dl.document import PhaseModelDocument
 
@@ -111,9 +111,32 @@ def default_features() -> list[FeatureSource]:
     ]
 
 
+#: Fewest steps a window may hold: a window of one or two samples has no max, mean or spread
+#: worth a decision, and a window shorter than the step is not a window at all.
+MIN_WINDOW_STEPS = 4
+
+# Cross-field rules the OpenAPI schema cannot express, as CEL rules in the CRD (checked at
+# `kubectl apply`, generated from these models like the rest of the schema). The operator keeps
+# its own check for objects stored before a rule existed (a Degraded condition).
+_BOUNDS_CEL = [{
+    "rule": "!has(self.floor) || !has(self.ceiling) || "
+            "quantity(self.floor).compareTo(quantity(self.ceiling)) <= 0",
+    "message": "floor must not be above ceiling",
+}]
+_SPEC_CEL = [
+    {"rule": f"self.windowSeconds >= {MIN_WINDOW_STEPS} * self.stepSeconds",
+     "message": f"windowSeconds must hold at least {MIN_WINDOW_STEPS} steps (stepSeconds)"},
+    {"rule": "self.windowSeconds % self.stepSeconds == 0",
+     "message": "windowSeconds must be a whole number of steps (stepSeconds)"},
+]
+
+
 class ResourceBounds(_Base):
-    floor: str | None = Field(None, pattern=QUANTITY_PATTERN, description="e.g. 100m, 256Mi")
-    ceiling: str | None = Field(None, pattern=QUANTITY_PATTERN)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              json_schema_extra={"x-kubernetes-validations": _BOUNDS_CEL})
+    floor: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32,
+                              description="e.g. 100m, 256Mi")
+    ceiling: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
 
 
 POLICY_KINDS = ("auto", "phase-headroom", "burst-headroom", "phase", "phase-proactive",
@@ -122,7 +145,11 @@ POLICY_KINDS = ("auto", "phase-headroom", "burst-headroom", "phase", "phase-proa
 
 class Policy(_Base):
     """How requests are set. The same policy functions the evaluator measures."""
-    mode: Literal["Off", "Recommend", "InPlace"] = "Recommend"
+    mode: Literal["Off", "Initial", "Recommend", "InPlace"] = Field(
+        "Recommend", description="Off: nothing; Initial: requests set when a pod is created "
+                                 "(admission), recommendations annotated; Recommend: "
+                                 "recommendations annotated only; InPlace: admission and "
+                                 "in-place resizes")
     kind: Literal[POLICY_KINDS] = Field(
         "auto", description="auto: the policy the trainer found best on this PhaseModel's own "
                             "recent pods (never one that lost to the reactive baseline; the "
@@ -136,7 +163,8 @@ class Policy(_Base):
     margin: float = Field(0.0, ge=0, le=0.10, description="tolerance margin, 0-10 %")
     reader: Literal["last", "majority", "max"] = "last"
     scope: Literal["model", "execution"] = "model"
-    resources: dict[Literal["cpu", "memory"], ResourceBounds] = Field(default_factory=dict)
+    resources: dict[Literal["cpu", "memory"], ResourceBounds] = Field(default_factory=dict,
+                                                                       max_length=2)
     max_increase: float | None = Field(
         1.0, ge=0, alias="maxIncrease",
         description="relative increase per window (1 = may double); null = unbounded. A "
@@ -168,6 +196,8 @@ class RefitPolicy(_Base):
 
 
 class PhaseModelSpec(_Base):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              json_schema_extra={"x-kubernetes-validations": _SPEC_CEL})
     selector: LabelSelector = Field(default_factory=LabelSelector)
     features: list[FeatureSource] = Field(default_factory=default_features, min_length=1)
     step_seconds: int = Field(15, ge=1, le=3600, alias="stepSeconds")
@@ -181,6 +211,18 @@ class PhaseModelSpec(_Base):
         description="the model the trainer replaced, kept for `ai4dl rollback` (written by the "
                     "trainer, together with model, in one apply)")
     refit: RefitPolicy = Field(default_factory=RefitPolicy)
+
+    @model_validator(mode="after")
+    def _window_of_steps(self) -> "PhaseModelSpec":
+        # the CEL rules' own check, for objects stored before the rules existed (the operator
+        # then reports InvalidSpec instead of guessing a window)
+        if self.window_seconds < MIN_WINDOW_STEPS * self.step_seconds:
+            raise ValueError(f"windowSeconds {self.window_seconds} must hold at least "
+                             f"{MIN_WINDOW_STEPS} steps of stepSeconds {self.step_seconds}")
+        if self.window_seconds % self.step_seconds:
+            raise ValueError(f"windowSeconds {self.window_seconds} must be a whole number of "
+                             f"steps of stepSeconds {self.step_seconds}")
+        return self
 
     def validated_model(self) -> PhaseModelDocument:
         """The model document, checked in full (shapes included); ValueError with one line."""
