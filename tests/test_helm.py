@@ -100,7 +100,7 @@ def test_helm_lint(helm, helm_env, values):
     (["--set", f"prometheus.url={URL}", "--set", "operator.replicas=2"], "at '/operator/replicas': maximum: got 2, want 1"),
     (["--set", f"prometheus.url={URL}", "--set", "promethues.timeout=3"], "additional properties 'promethues' not allowed"),
     (["--set", f"prometheus.url={URL}", "--set", "examplePhaseModel.enabled=true",
-      "--set", "examplePhaseModel.policy.mode=Auto"], "at '/examplePhaseModel/policy/mode': value must be one of 'Off', 'Recommend', 'InPlace'"),
+      "--set", "examplePhaseModel.policy.mode=Auto"], "at '/examplePhaseModel/policy/mode': value must be one of 'Off', 'Initial', 'Recommend', 'InPlace'"),
     (["--set", f"prometheus.url={URL}", "--set", "trainer.enabled=true"], "trainer.enabled needs at least one entry in trainer.phaseModels"),
 ], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models"])
 def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
@@ -116,9 +116,13 @@ RESTRICTED = {"runAsNonRoot": True, "runAsUser": 65532, "readOnlyRootFilesystem"
 
 def test_default_render(helm, helm_env):
     docs = template(helm, helm_env, "--set", f"prometheus.url={URL}")
-    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRoleBinding", "Deployment",
+    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
+                                               "ClusterRoleBinding", "Deployment",
+                                               "MutatingWebhookConfiguration", "Service",
                                                "Service", "ServiceAccount",
                                                "ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicyBinding",
                                                "ValidatingAdmissionPolicyBinding"]
     (dep,) = by_kind(docs, "Deployment")
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
@@ -132,26 +136,57 @@ def test_default_render(helm, helm_env):
     assert not any(a.startswith("--peering") for a in c["args"])
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 8080, "health": 8081}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 8080, "health": 8081,
+                                                                  "webhook": 9443}
+    assert {"--webhook-port=9443", "--webhook-bind-address=0.0.0.0",
+            "--webhook-service=ai4dl-operator-webhook.ai4dl-system",
+            "--webhook-configuration=ai4dl-operator"} <= set(c["args"])
     assert c["securityContext"] == RESTRICTED
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     assert pod["serviceAccountName"] == "ai4dl-operator"
-    (svc,) = by_kind(docs, "Service")
+    svc, hook_svc = sorted(by_kind(docs, "Service"), key=lambda d: d["metadata"]["name"])
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics",
                                      "protocol": "TCP"}]
+    assert hook_svc["spec"]["ports"] == [{"name": "webhook", "port": 443,
+                                          "targetPort": "webhook", "protocol": "TCP"}]
+    # the webhook never blocks a cluster: Ignore, a short timeout, opted-in pods only, never
+    # the operator's own namespace, pods created only
+    (mwc,) = by_kind(docs, "MutatingWebhookConfiguration")
+    (hook,) = mwc["webhooks"]
+    assert (hook["failurePolicy"], hook["timeoutSeconds"], hook["sideEffects"]) == \
+        ("Ignore", 3, "None")
+    assert hook["objectSelector"] == {"matchLabels": {"ai4dl.io/managed": "true"}}
+    assert hook["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["ai4dl-system"]}]
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                              "resources": ["pods"], "scope": "Namespaced"}]
+    assert hook["clientConfig"] == {"service": {"name": "ai4dl-operator-webhook",
+                                                "namespace": "ai4dl-system",
+                                                "path": "/admission", "port": 443}}
+    assert "caBundle" not in hook["clientConfig"]     # the operator writes it
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
-    (role,) = by_kind(docs, "ClusterRole")
+    role, hook_role = sorted(by_kind(docs, "ClusterRole"), key=lambda d: d["metadata"]["name"])
+    # its own webhook configuration, by name, get and patch only
+    assert hook_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
+                                   "resources": ["mutatingwebhookconfigurations"],
+                                   "resourceNames": ["ai4dl-operator"],
+                                   "verbs": ["get", "patch"]}]
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"]
              for g in rule["apiGroups"] for r in rule["resources"]}
     assert rules == {("", "pods"): {"get", "list", "patch"}, ("", "pods/resize"): {"patch"},
                      ("", "events"): {"create"}, (GROUP, PLURAL): {"get", "list", "watch", "patch"},
                      (GROUP, f"{PLURAL}/status"): {"get", "patch"}}
-    (binding,) = by_kind(docs, "ClusterRoleBinding")     # cluster-wide: no watchNamespaces
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    # the admission policy: the operator's ServiceAccount, its own annotations, the bounds
-    (vap,) = by_kind(docs, "ValidatingAdmissionPolicy")
-    (vapb,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    bindings = by_kind(docs, "ClusterRoleBinding")       # cluster-wide: no watchNamespaces
+    assert sorted(b["roleRef"]["name"] for b in bindings) == \
+        [role["metadata"]["name"], hook_role["metadata"]["name"]]
+    # the admission policies: the operator's ServiceAccount, its own annotations, the bounds;
+    # its webhook configuration's caBundle and nothing else
+    vap, hook_vap = sorted(by_kind(docs, "ValidatingAdmissionPolicy"),
+                           key=lambda d: d["metadata"]["name"])
+    assert hook_vap["metadata"]["name"] == "ai4dl-operator-webhook-writes"
+    vapb, _ = sorted(by_kind(docs, "ValidatingAdmissionPolicyBinding"),
+                     key=lambda d: d["metadata"]["name"])
     assert vapb["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
     assert vap["spec"]["failurePolicy"] == "Fail"
     assert vap["spec"]["matchConditions"][0]["expression"] == (
@@ -167,12 +202,57 @@ def test_default_render(helm, helm_env):
     assert not any(g in ("kopf.dev", "coordination.k8s.io") for g, _ in rules)
 
 
+def test_cert_manager_render(helm, helm_env):
+    """webhook.certManager: cert-manager issues the serving certificate into a Secret the
+    kubelet mounts (the operator reads no Secret) and injects the CA; the operator gets no
+    right on the webhook configuration."""
+    docs = template(helm, helm_env, "--set", f"prometheus.url={URL}",
+                    "--set", "webhook.certManager.enabled=true", release="r", namespace="ops")
+    kinds = [d["kind"] for d in docs]
+    assert kinds.count("Certificate") == 1 and kinds.count("Issuer") == 1
+    (mwc,) = by_kind(docs, "MutatingWebhookConfiguration")
+    assert mwc["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "ops/r-ai4dl-operator-webhook"}
+    (cert,) = by_kind(docs, "Certificate")
+    assert cert["spec"]["dnsNames"][0] == "r-ai4dl-operator-webhook.ops.svc"
+    assert cert["spec"]["issuerRef"] == {"name": "r-ai4dl-operator-webhook", "kind": "Issuer"}
+    (dep,) = by_kind(docs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert "--webhook-cert-dir=/etc/ai4dl/webhook" in pod["containers"][0]["args"]
+    assert not any(a.startswith("--webhook-configuration") for a in pod["containers"][0]["args"])
+    assert {"name": "webhook-tls", "secret": {"secretName": "r-ai4dl-operator-webhook-tls"}} \
+        in pod["volumes"]
+    assert not any("mutatingwebhookconfigurations" in r["resources"]
+                   for role in by_kind(docs, "ClusterRole") for r in role["rules"])
+    docs = template(helm, helm_env, "--set", f"prometheus.url={URL}",
+                    "--set", "webhook.certManager.enabled=true",
+                    "--set", "webhook.certManager.issuerRef.name=corp-ca",
+                    "--set", "webhook.certManager.issuerRef.kind=ClusterIssuer")
+    assert "Issuer" not in [d["kind"] for d in docs]
+    assert by_kind(docs, "Certificate")[0]["spec"]["issuerRef"] == {"name": "corp-ca",
+                                                                     "kind": "ClusterIssuer"}
+    # and off: no webhook at all, no admission flags
+    docs = template(helm, helm_env, "--set", f"prometheus.url={URL}",
+                    "--set", "webhook.enabled=false")
+    assert "MutatingWebhookConfiguration" not in [d["kind"] for d in docs]
+    (dep,) = by_kind(docs, "Deployment")
+    assert not any(a.startswith("--webhook") for a in dep["spec"]["template"]["spec"]
+                   ["containers"][0]["args"])
+
+
 def test_all_features_render(helm, helm_env):
     docs = template(helm, helm_env, "-f", ALL_FEATURES, release="r", namespace="ops")
     kinds = sorted(d["kind"] for d in docs)
     assert kinds.count("CronJob") == 2 and kinds.count("PhaseModel") == 1
     assert kinds.count("ServiceMonitor") == 1 and kinds.count("RoleBinding") == 4
-    assert "ClusterRoleBinding" not in kinds           # watchNamespaces: namespaced grants only
+    # watchNamespaces: namespaced grants only, but for the one cluster-scoped object the
+    # operator writes (its own webhook configuration, by name); the webhook sees only the
+    # watched namespaces
+    (crb,) = by_kind(docs, "ClusterRoleBinding")
+    assert crb["roleRef"]["name"] == "r-ai4dl-operator-webhook"
+    (mwc,) = by_kind(docs, "MutatingWebhookConfiguration")
+    assert mwc["webhooks"][0]["namespaceSelector"]["matchExpressions"][1] == {
+        "key": "kubernetes.io/metadata.name", "operator": "In", "values": ["ml", "vision"]}
     (dep,) = by_kind(docs, "Deployment")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"--peering=ai4dl", "--namespace=ml", "--namespace=vision", "--verbose"} <= set(args)
@@ -222,13 +302,17 @@ def test_deploy_manifests_are_rendered_from_the_chart(helm, tmp_path):
             f"deploy/{name} is out of date with charts/ai4dl-operator: run `make generate`")
     docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text())]
     # tests/test_operator_integration.py binds this file for SA ai4dl-system/ai4dl-operator
-    assert [d and d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+    assert [d and d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "ClusterRole",
+                                               "ClusterRoleBinding", "ClusterRoleBinding",
                                                "ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicyBinding",
                                                "ValidatingAdmissionPolicyBinding"]
     assert docs[0]["metadata"] == {**docs[0]["metadata"], "name": "ai4dl-operator",
                                    "namespace": "ai4dl-system"}
-    assert docs[2]["subjects"] == [{"kind": "ServiceAccount", "name": "ai4dl-operator",
-                                    "namespace": "ai4dl-system"}]
+    for binding in docs[3:5]:
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ai4dl-operator",
+                                        "namespace": "ai4dl-system"}]
 
 
 def test_examples_opt_pods_in():
@@ -416,7 +500,7 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
 
     ns, release = f"ai4dl-helm-{uuid.uuid4().hex[:6]}", "pkgtest"
     full, sa = f"{release}-ai4dl-operator", f"{release}-ai4dl-operator"
-    metrics_port, health_port = free_port(), free_port()
+    metrics_port, health_port, webhook_port = free_port(), free_port(), free_port()
     dead_prometheus = f"http://127.0.0.1:{free_port()}"   # nothing listens: never queried here
     helm_cmd = [helm, "--kubeconfig", kube_cluster.kubeconfig]
     op = None
@@ -424,6 +508,7 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
         r = run([*helm_cmd, "install", release, CHART, "--namespace", ns, "--create-namespace",
                  "--set", f"prometheus.url={dead_prometheus}",
                  "--set", f"metrics.port={metrics_port}", "--set", f"probes.port={health_port}",
+                 "--set", f"webhook.port={webhook_port}",
                  "--set", "operator.settleSeconds=0.2", "--timeout", "60s"], helm_env)
         assert "STATUS: deployed" in r.stdout
         assert "kubectl get pm -A" in r.stdout   # NOTES.txt
@@ -446,6 +531,11 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
                             60, "the liveness endpoint")
             status, text = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
             assert status == 200 and "# TYPE ai4dl_pod_phase gauge" in text
+            # the webhook: the operator wrote its self-signed CA into the chart's configuration
+            adm = client.AdmissionregistrationV1Api(kube_cluster.api_client)
+            wait_for(lambda: all(h.client_config.ca_bundle for h in
+                                 adm.read_mutating_webhook_configuration(full).webhooks),
+                     60, "the CA bundle in the webhook configuration")
             # a PhaseModel without a model: auto serves the reactive baseline and says so
             custom = client.CustomObjectsApi(kube_cluster.api_client)
             custom.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, {
@@ -504,13 +594,18 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
         left = kubectl("get", ",".join(kinds), "-n", ns, "-o", "name",
                        "--ignore-not-found").stdout.split()
         assert left == [], left
-        # nor cluster-wide
+        # nor cluster-wide: no webhook configuration left behind to call a dead operator
+        adm = client.AdmissionregistrationV1Api(kube_cluster.api_client)
+        with pytest.raises(ApiException) as err:
+            adm.read_mutating_webhook_configuration(full)
+        assert err.value.status == 404
         rbac = client.RbacAuthorizationV1Api(kube_cluster.api_client)
         for read in (rbac.read_cluster_role, rbac.read_cluster_role_binding):
             with pytest.raises(ApiException) as err:
                 read(full)
             assert err.value.status == 404
-        left = kubectl("get", "clusterroles,clusterrolebindings", "-l",
+        left = kubectl("get", "clusterroles,clusterrolebindings,mutatingwebhookconfigurations,"
+                       "validatingadmissionpolicies,validatingadmissionpolicybindings", "-l",
                        "app.kubernetes.io/instance=pkgtest", "-o", "name").stdout.split()
         assert left == [], left
         # the CRD stays: Helm installs crds/ once and never deletes them (users' PhaseModels

@@ -218,6 +218,11 @@ CAN_I = [   # (verb, resource, namespace, expected)
     ("list", "nodes", "", "no"),
     ("patch", "deployments.apps", "default", "no"),
     ("create", "validatingadmissionpolicies.admissionregistration.k8s.io", "", "no"),
+    # its own webhook configuration only, by name (tests/test_admission_webhook.py patches it)
+    ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", "no"),
+    ("list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", "no"),
+    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", "no"),
+    ("delete", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", "no"),
 ]
 
 

@@ -76,6 +76,16 @@ app.kubernetes.io/part-of: ai4dl
 {{- if .Values.peering.enabled }}
 - {{ printf "--peering=%s" .Values.peering.name | quote }}
 {{- end }}
+{{- if .Values.webhook.enabled }}
+- {{ printf "--webhook-port=%v" .Values.webhook.port | quote }}
+- --webhook-bind-address=0.0.0.0
+- {{ printf "--webhook-service=%s-webhook.%s" (include "ai4dl.fullname" .) .Release.Namespace | quote }}
+{{- if .Values.webhook.certManager.enabled }}
+- --webhook-cert-dir=/etc/ai4dl/webhook
+{{- else }}
+- {{ printf "--webhook-configuration=%s" (include "ai4dl.fullname" .) | quote }}
+{{- end }}
+{{- end }}
 {{- if .Values.operator.verbose }}
 - --verbose
 {{- end }}

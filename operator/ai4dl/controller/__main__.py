@@ -63,6 +63,26 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--liveness", default=None, metavar="URL",
                    help="deprecated: kopf's liveness URL, e.g. http://0.0.0.0:8081/healthz "
                         "(overrides --health-bind-address/--health-port; empty turns it off)")
+    g = p.add_argument_group("admission webhook (spec.policy.mode Initial and InPlace: new "
+                             "pods get their requests at creation)")
+    g.add_argument("--webhook-port", type=int, default=0, metavar="PORT",
+                   help="serve the mutating admission webhook (HTTPS) on this port (the Helm "
+                        "chart: 9443); default 0: no admission")
+    g.add_argument("--webhook-bind-address", default="127.0.0.1", metavar="ADDRESS",
+                   help="address of the webhook (default 127.0.0.1; the chart sets 0.0.0.0)")
+    g.add_argument("--webhook-service", default="", metavar="NAME.NAMESPACE",
+                   help="the webhook's Service: its DNS names go into the self-signed "
+                        "serving certificate")
+    g.add_argument("--webhook-host", action="append", default=[], metavar="HOST",
+                   help="another DNS name or IP address for the self-signed certificate "
+                        "(repeatable; e.g. 127.0.0.1 for a configuration with a URL)")
+    g.add_argument("--webhook-configuration", default="", metavar="NAME",
+                   help="self-signed mode: the MutatingWebhookConfiguration whose caBundle "
+                        "the operator writes (RBAC: get and patch of that one object)")
+    g.add_argument("--webhook-cert-dir", default="", metavar="DIR",
+                   help="serve tls.crt / tls.key from DIR instead (e.g. cert-manager's "
+                        "Secret mounted as a volume; re-read when they change; the caBundle "
+                        "is then cert-manager's business)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
@@ -106,6 +126,32 @@ def main(argv=None) -> int:
             return fail(f"{flag} {text!r}: not a Kubernetes quantity")
         if not max_value[r] > 0:
             return fail(f"{flag} {text!r}: must be above 0")
+    webhook = None
+    if args.webhook_port:
+        if args.webhook_cert_dir:
+            missing = [f for f in ("tls.crt", "tls.key")
+                       if not os.path.isfile(os.path.join(args.webhook_cert_dir, f))]
+            if missing:
+                return fail(f"--webhook-cert-dir {args.webhook_cert_dir}: no {missing[0]}")
+        elif not args.webhook_configuration:
+            return fail("--webhook-port without --webhook-cert-dir needs "
+                        "--webhook-configuration (the configuration whose caBundle the "
+                        "operator writes for its self-signed certificate)")
+        from ai4dl.controller.webhook import service_names
+
+        hosts = list(args.webhook_host)
+        if args.webhook_service:
+            svc, dot, ns = args.webhook_service.partition(".")
+            if not dot or not svc or not ns:
+                return fail(f"--webhook-service {args.webhook_service!r}: expected "
+                            f"NAME.NAMESPACE")
+            hosts = service_names(svc, ns) + hosts
+        if not hosts and not args.webhook_cert_dir:
+            return fail("--webhook-port needs --webhook-service or --webhook-host for the "
+                        "self-signed certificate's names")
+        webhook = {"port": args.webhook_port, "addr": args.webhook_bind_address,
+                   "hosts": hosts, "configuration": args.webhook_configuration,
+                   "cert_dir": args.webhook_cert_dir}
     # Read by the handlers module when it registers the PhaseModel daemon (import below).
     os.environ["AI4DL_PHASEMODEL_SELECTOR"] = ",".join(f"{k}={v}" for k, v in shard.items())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -119,7 +165,9 @@ def main(argv=None) -> int:
                            prometheus_retries=args.prometheus_retries,
                            settle_seconds=args.settle_seconds, max_value=max_value,
                            namespaces=list(args.namespace),
-                           orphan_check_seconds=args.orphan_check_seconds)
+                           orphan_check_seconds=args.orphan_check_seconds, webhook=webhook)
+    if webhook is not None:
+        handlers.register_admission()
     if args.metrics_port:
         try:
             metrics.serve(args.metrics_port, args.metrics_bind_address)

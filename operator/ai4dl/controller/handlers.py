@@ -38,6 +38,8 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     settings.scanning.disabled = True
     if CONFIG.get("orphan_check_seconds"):
         _TASKS.append(asyncio.create_task(_orphan_sweeps(CONFIG["orphan_check_seconds"])))
+    if CONFIG.get("webhook"):
+        await _configure_webhook(settings, CONFIG["webhook"])
 
 
 @kopf.on.cleanup()
@@ -45,6 +47,30 @@ async def stop_tasks(**_) -> None:
     for task in _TASKS:
         task.cancel()
     _TASKS.clear()
+
+
+async def _configure_webhook(settings: kopf.OperatorSettings, cfg: dict) -> None:
+    """The admission server (kopf's, on our certificate; kopf manages no webhook
+    configuration: the chart owns it). Self-signed mode: make the certificate and write its CA
+    into our configuration before serving, then renew in the background."""
+    from ai4dl.controller.webhook import SelfSignedCertificates, patch_ca_bundle
+
+    if cfg["cert_dir"]:
+        certfile = os.path.join(cfg["cert_dir"], "tls.crt")
+        keyfile = os.path.join(cfg["cert_dir"], "tls.key")
+    else:
+        from kubernetes import client
+
+        certs = SelfSignedCertificates(cfg["hosts"])
+        core, _ = _clients()
+        admission_api = client.AdmissionregistrationV1Api(core.api_client)
+        certfile, keyfile = str(certs.certfile), str(certs.keyfile)
+        _TASKS.append(asyncio.create_task(_renew_certificates(certs, admission_api,
+                                                              cfg["configuration"])))
+    settings.admission.server = kopf.WebhookServer(
+        addr=cfg["addr"], port=cfg["port"], certfile=certfile, pkeyfile=keyfile,
+        host=cfg["hosts"][0] if cfg["hosts"] else None, file_check_interval=10.0)
+    settings.admission.managed = None
 
 
 async def _orphan_sweeps(interval: float) -> None:
@@ -140,3 +166,90 @@ async def phasemodel_deleted(namespace, name, **_):
     n = await asyncio.to_thread(forget_phasemodel, core, namespace, name)
     log.info("PhaseModel %s/%s deleted: the operator's annotations removed from %d pods",
              namespace, name, n)
+
+
+# ----------------------------------------------------------------------------- admission
+# Registered by register_admission() (ai4dl.controller.__main__, when the webhook is on): kopf
+# refuses admission handlers without a server. The PhaseModels' admission targets are kept in
+# memory by a kopf index (recomputed when a PhaseModel's generation changes, not on every status
+# write), so the mutating handler reads nothing from the API server and writes nothing.
+_TARGETS: dict[tuple[str, str], tuple[int, object]] = {}
+
+
+def _admission_target(namespace: str, name: str, body) -> object:
+    from ai4dl.controller.admission import admission_target
+
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    cached = _TARGETS.get((namespace, name))
+    if cached is None or cached[0] != generation:
+        cached = (generation, admission_target(body))
+        _TARGETS[(namespace, name)] = cached
+    return cached[1]
+
+
+def admission_targets(namespace, name, body, **_):
+    """kopf index: (namespace, name) -> the PhaseModel's AdmissionTarget."""
+    return {(namespace, name): _admission_target(namespace, name, body)}
+
+
+def admit_pod(body, patch, admission_targets: kopf.Index, dryrun, **_):
+    """Mutating admission of a pod being created: set its requests from its PhaseModel's
+    learned first-window level (ai4dl.controller.admission). Never refuses a pod: on any error
+    it is admitted unchanged (the configuration's failurePolicy is Ignore besides)."""
+    from ai4dl.controller.admission import admit
+    from ai4dl.controller import metrics as m
+
+    started = time.perf_counter()
+    try:
+        targets = {key: next(iter(store)) for key, store in admission_targets.items()
+                   if len(store)}
+        decision = admit(dict(body), targets, CONFIG.get("max_value"))
+    except Exception:   # a bug must not block pod creation: admit unchanged, say so in the log
+        log.exception("admission of a pod failed: admitted unchanged")
+        m.ADMISSIONS.labels("error").inc()
+        return
+    if decision.changes or decision.annotations:
+        patch.fns.append(decision.apply)
+    m.ADMISSIONS.labels("set" if decision.changes else "unchanged").inc()
+    m.ADMISSION_SECONDS.observe(time.perf_counter() - started)
+
+
+def register_admission() -> None:
+    """Register the PhaseModel index and the pod mutating handler (see above)."""
+    from ai4dl.controller.webhook import WEBHOOK_PATH
+    from ai4dl.crd import OPT_IN_LABEL
+
+    labels = phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", ""))
+    kopf.index(GROUP, VERSION, PLURAL, labels=labels)(admission_targets)
+    kopf.on.mutate("", "v1", "pods", id=WEBHOOK_PATH.strip("/"), operations=["CREATE"],
+                   labels={OPT_IN_LABEL: "true"}, side_effects=False,
+                   ignore_failures=True)(admit_pod)
+
+
+async def _renew_certificates(certs, admission_api, configuration: str,
+                              interval: float = 3600.0, retry: float = 30.0) -> None:
+    """Self-signed mode: write the CA bundle into our webhook configuration (at start, then
+    every ``interval``: a configuration re-created by hand gets it back), and renew the serving
+    certificate (and the CA) when due; the bundle is written before a certificate under a new
+    CA is served. Until the bundle is written the API server cannot call the webhook and
+    creates pods unchanged (failurePolicy Ignore): retried every ``retry`` seconds."""
+    from ai4dl.controller.webhook import patch_ca_bundle
+
+    written = False
+    while True:
+        try:
+            renewed_ca = certs.renew()
+            n = await asyncio.to_thread(patch_ca_bundle, admission_api, configuration,
+                                        certs.ca_bundle())
+            certs.write_serving()
+            if not written or renewed_ca:
+                log.info("webhook: CA bundle written to %d webhook(s) of "
+                         "MutatingWebhookConfiguration %s (certificate for %s)", n,
+                         configuration, ", ".join(certs.hosts))
+            written = True
+        except Exception as err:   # RBAC, a missing configuration, an unreachable API server
+            log.warning("webhook: cannot write the CA bundle to MutatingWebhookConfiguration "
+                        "%s: %s: %s (pods are created unchanged until it is)", configuration,
+                        type(err).__name__, str(err)[:300])
+            written = False
+        await asyncio.sleep(interval if written else retry)

@@ -35,6 +35,14 @@ ORPHAN_PODS = Gauge("ai4dl_orphan_pods",
                     ["namespace", "reason"], registry=REGISTRY)
 NOVEL_SHARE = Gauge("ai4dl_novel_share", "Share of containers whose last window was novel",
                     ["namespace", "phasemodel"], registry=REGISTRY)
+ADMISSIONS = Counter("ai4dl_admissions_total",
+                     "Opted-in pods seen at creation by the admission webhook, by outcome "
+                     "(set: requests set; unchanged: left as they came, reason annotated; "
+                     "error: admitted unchanged after an error)", ["outcome"], registry=REGISTRY)
+ADMISSION_SECONDS = Histogram("ai4dl_admission_duration_seconds",
+                              "Time to decide one pod's admission (the handler itself)",
+                              registry=REGISTRY,
+                              buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1))
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> None:

@@ -93,6 +93,9 @@ class Served:
     resources: tuple[str, ...]
     reason: str
     baseline: bool = False          # the reactive baseline for want of a (chosen) model
+    #: per resource, the first-window level the model's head-room tables learned (NaN: none);
+    #: what a resource served by another policy starts with (set by served_policy)
+    learned_cold_start: np.ndarray | None = None
 
     @property
     def needs_phases(self) -> bool:
@@ -100,13 +103,17 @@ class Served:
 
     @property
     def cold_start(self) -> np.ndarray | None:
-        """Per resource, the level a new pod's first window gets (learned from the training
-        executions' first windows by a head-room table), NaN where the served policy has none;
-        None when no resource has one."""
+        """Per resource, the level a new pod's first window gets: learned from the training
+        executions' first windows (the target quantile of their peaks) by the served head-room
+        table, or by the model's stored tables where another policy is served (a reactive
+        policy has nothing to go on before a pod's first window); NaN where there is none,
+        None when no resource has one. The admission webhook sets it at pod creation."""
         from ai4dl.policy.headroom import HeadroomPolicy
 
         pols = getattr(self.policy, "policies", None) or (self.policy,) * len(self.resources)
-        out = np.array([p.cold_start_[j] if isinstance(p, HeadroomPolicy) else np.nan
+        learned = (self.learned_cold_start if self.learned_cold_start is not None
+                   else np.full(len(self.resources), np.nan))
+        out = np.array([p.cold_start_[j] if isinstance(p, HeadroomPolicy) else learned[j]
                         for j, p in enumerate(pols)])
         return None if np.isnan(out).all() else out
 
@@ -148,9 +155,28 @@ def build(name: str, model, resources: Sequence[str], window: int,
     raise ValueError(f"policy {name!r} cannot be served")
 
 
+def learned_cold_start(model, resources: Sequence[str], window: int) -> np.ndarray | None:
+    """Per resource, the first-window level of the model's head-room tables fitted for this
+    window (both tables learn the same one: the target quantile of the training executions'
+    first-window peaks); None without such a table."""
+    for table in getattr(model, "policy_tables_", None) or []:
+        by_name = {r.resource: r.cold_start for r in table.resources}
+        if table.window_samples == window and all(r in by_name for r in resources):
+            return np.array([by_name[r] for r in resources], np.float64)
+    return None
+
+
 def served_policy(spec: PhaseModelSpec, model=None) -> Served:
     """What the operator serves for ``spec`` with ``model`` (None: no model yet). ValueError
     (one line) when it cannot be served."""
+    served = _served_policy(spec, model)
+    if model is not None:
+        served.learned_cold_start = learned_cold_start(model, served.resources,
+                                                       window_samples(spec))
+    return served
+
+
+def _served_policy(spec: PhaseModelSpec, model=None) -> Served:
     resources = managed_resources(model, spec)
     window = window_samples(spec)
     pol = spec.policy

@@ -1,0 +1,194 @@
+"""Admission rules (ai4dl.controller.admission), one function at a time: what a new pod's
+requests become, and what is recorded on it. The webhook on the real API server is tested in
+tests/test_admission_webhook.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from ai4dl.controller.admission import (A_ADMISSION, A_ADMITTED, AdmissionTarget, admission_target,
+                                        admit)
+from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector
+
+GiB = 2.0 ** 30
+
+
+def pod(*containers, labels=None, pm="pm", ns="ml"):
+    return {"metadata": {"namespace": ns, "generateName": "job-",
+                         "labels": {OPT_IN_LABEL: "true", "app": "train", **(labels or {})},
+                         "annotations": {MODEL_ANNOTATION: pm}},
+            "spec": {"containers": [
+                {"name": name, "image": "x", "resources": res} for name, res in containers]}}
+
+
+def target(mode="InPlace", levels=(1.5, 3 * GiB), floor=(0.0, 0.0), ceiling=(np.inf, np.inf),
+           containers=(), reason="", selector=None):
+    return {("ml", "pm"): AdmissionTarget(
+        "ml", "pm", mode, selector or LabelSelector(matchLabels={"app": "train"}),
+        tuple(containers), ("cpu", "memory"), tuple(levels), tuple(floor), tuple(ceiling),
+        reason)}
+
+
+BURSTABLE = {"requests": {"cpu": "4", "memory": "32Gi"}}
+
+
+def requests_of(body, i=0):
+    return body["spec"]["containers"][i]["resources"]["requests"]
+
+
+def test_burstable_pod_gets_the_learned_levels_and_keeps_its_original():
+    p = pod(("main", copy.deepcopy(BURSTABLE)))
+    a = admit(p, target())
+    a.apply(p)
+    assert requests_of(p) == {"cpu": "1500m", "memory": "3072Mi"}
+    assert json.loads(p["metadata"]["annotations"][A_ADMITTED]) == \
+        {"main": {"cpu": "4", "memory": "32Gi"}}
+    assert "main cpu 1500m, main memory 3072Mi" in p["metadata"]["annotations"][A_ADMISSION]
+    assert p["metadata"]["annotations"][MODEL_ANNOTATION] == "pm"      # nothing else touched
+
+
+def test_floor_ceiling_physical_maximum_and_limit_bound_the_level():
+    p = pod(("main", {"requests": {"cpu": "4", "memory": "32Gi"},
+                      "limits": {"memory": "2000M"}}))
+    admit(p, target(levels=(0.01, 3 * GiB), floor=(0.25, 0.0), ceiling=(np.inf, 8 * GiB)),
+          max_value={"cpu": 64.0, "memory": 1e12}).apply(p)
+    # cpu raised to the floor; memory capped by the limit, written as the limit itself (its
+    # MiB rounding would be above 2000M)
+    assert requests_of(p) == {"cpu": "250m", "memory": "2000M"}
+    p = pod(("main", copy.deepcopy(BURSTABLE)))
+    admit(p, target(levels=(100.0, 3 * GiB), ceiling=(np.inf, 1 * GiB)),
+          max_value={"cpu": 16.0}).apply(p)
+    assert requests_of(p) == {"cpu": "16000m", "memory": "1024Mi"}
+
+
+@pytest.mark.parametrize("resources,qos", [
+    ({}, "BestEffort"),
+    ({"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+     "Guaranteed"),
+])
+def test_qos_class_never_changes(resources, qos):
+    p = pod(("main", copy.deepcopy(resources)))
+    before = copy.deepcopy(p["spec"])
+    a = admit(p, target())
+    a.apply(p)
+    assert p["spec"] == before and not a.changes
+    assert p["metadata"]["annotations"][A_ADMISSION] == \
+        f"unchanged: the pod's QoS class is {qos}: setting requests would change it"
+
+
+def test_a_burstable_pod_is_never_made_guaranteed():
+    # limits = 1.5 cores / 3Gi: the levels would make requests equal the limits everywhere
+    p = pod(("main", {"requests": {"cpu": "1", "memory": "1Gi"},
+                      "limits": {"cpu": "1500m", "memory": "3Gi"}}))
+    a = admit(p, target())
+    a.apply(p)
+    assert requests_of(p) == {"cpu": "1", "memory": "1Gi"}          # both kept their own
+    assert "unchanged" in p["metadata"]["annotations"][A_ADMISSION]
+    # with one resource still below its limit the pod stays Burstable: that one is set
+    p = pod(("main", {"requests": {"cpu": "1", "memory": "1Gi"},
+                      "limits": {"cpu": "1500m", "memory": "8Gi"}}))
+    admit(p, target()).apply(p)
+    assert requests_of(p) == {"cpu": "1500m", "memory": "3072Mi"}
+
+
+def test_only_managed_containers_and_resources_with_a_level():
+    p = pod(("main", copy.deepcopy(BURSTABLE)), ("sidecar", {"requests": {"cpu": "100m"}}))
+    admit(p, target(containers=("main",), levels=(None, 3 * GiB))).apply(p)
+    assert requests_of(p, 0) == {"cpu": "4", "memory": "3072Mi"}
+    assert requests_of(p, 1) == {"cpu": "100m"}
+    assert json.loads(p["metadata"]["annotations"][A_ADMITTED]) == {"main": {"memory": "32Gi"}}
+    # a container without any requests gets them (the pod stays Burstable)
+    p = pod(("main", copy.deepcopy(BURSTABLE)), ("new", {}))
+    admit(p, target()).apply(p)
+    assert requests_of(p, 1) == {"cpu": "1500m", "memory": "3072Mi"}
+    assert json.loads(p["metadata"]["annotations"][A_ADMITTED])["new"] == \
+        {"cpu": None, "memory": None}
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(pm="other"), "no PhaseModel other in namespace ml is served by this operator"),
+    (dict(labels={"app": "serve"}), "does not match PhaseModel pm's spec.selector"),
+])
+def test_pods_admission_cannot_serve_are_left_unchanged_with_a_reason(change, words):
+    p = pod(("main", copy.deepcopy(BURSTABLE)), **change)
+    admit(p, target()).apply(p)
+    assert requests_of(p) == BURSTABLE["requests"]
+    assert words in p["metadata"]["annotations"][A_ADMISSION]
+    assert A_ADMITTED not in p["metadata"]["annotations"]
+
+
+def test_modes_that_do_not_admit_leave_the_pod_alone_silently():
+    for mode in ("Off", "Recommend"):
+        p = pod(("main", copy.deepcopy(BURSTABLE)))
+        before = copy.deepcopy(p)
+        a = admit(p, target(mode=mode))
+        a.apply(p)
+        assert p == before and not a.changes and not a.annotations
+    p = pod(("main", copy.deepcopy(BURSTABLE)))
+    admit(p, target(mode="Initial")).apply(p)
+    assert requests_of(p)["cpu"] == "1500m"
+    p = pod(("main", copy.deepcopy(BURSTABLE)))
+    del p["metadata"]["labels"][OPT_IN_LABEL]          # not opted in: never touched
+    assert admit(p, target()).annotations == {}
+
+
+# ----------------------------------------------------------------------------- targets
+def phasemodel(spec):
+    return {"metadata": {"namespace": "ml", "name": "pm", "generation": 1}, "spec": spec}
+
+
+def test_no_model_admits_unchanged_with_the_reason(fitted_model):
+    t = admission_target(phasemodel({"policy": {"mode": "InPlace"}}))
+    assert t.reason == "it has no model yet"
+    p = pod(("main", copy.deepcopy(BURSTABLE)), labels={})
+    admit(p, {("ml", "pm"): t}).apply(p)
+    assert p["metadata"]["annotations"][A_ADMISSION] == \
+        "unchanged: PhaseModel pm: it has no model yet"
+    bad = admission_target(phasemodel({"stepSeconds": 600, "windowSeconds": 15}))
+    assert bad.reason.startswith("its spec is invalid") and not bad.admits
+
+
+@pytest.fixture(scope="module")
+def policy_model(fitted_model, synthetic_train):
+    """The session's model with auto's choice and both head-room tables (windows of 40)."""
+    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.model import PhaseModel
+    from ai4dl.trainer import choose_served_policy
+
+    m = PhaseModel.from_document(fitted_model.to_document())
+    choose_served_policy(m, list(synthetic_train[0]), PhaseModelSpec.model_validate(
+        spec_of(m, {"policy": {"kind": "auto"}})))
+    return m
+
+
+def spec_of(model, spec: dict) -> dict:
+    return {"features": [{"name": f, "query": f + "{{{selector}}}"} for f in model.features_],
+            "stepSeconds": 15, "windowSeconds": 600, **spec}
+
+
+def test_the_learned_level_comes_from_the_models_tables(policy_model):
+    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.policy.serving import served_policy
+
+    doc = json.loads(policy_model.to_document().model_dump_json(by_alias=True))
+    spec = spec_of(policy_model, {
+        "policy": {"mode": "Initial", "kind": "adaptive-max",
+                   "resources": {"memory": {"ceiling": "64Gi"}}}, "model": doc})
+    t = admission_target(phasemodel(spec))
+    table = policy_model.policy_tables_[0]
+    want = [next(r.cold_start for r in table.resources if r.resource == res)
+            for res in t.resources]
+    # a reactive policy served: the first-window level still comes from the stored tables
+    assert t.levels == tuple(want) and not t.reason and t.admits
+    assert t.ceiling[t.resources.index("memory")] == 64 * GiB
+    served = served_policy(PhaseModelSpec.model_validate(spec), policy_model)
+    np.testing.assert_allclose(served.cold_start, want)
+    # a model without tables (fitted before schema v2) has no level to admit with
+    bare = json.loads(policy_model.to_document().model_dump_json(by_alias=True))
+    bare.pop("policyTables"), bare.pop("policyChoice")
+    t = admission_target(phasemodel({**spec, "model": bare}))
+    assert "learned no first-window level" in t.reason

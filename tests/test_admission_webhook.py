@@ -1,0 +1,371 @@
+"""The admission webhook on the real API server: the operator serves it over TLS on 127.0.0.1
+(the configuration, from the chart's template, reaches it by URL: the test control plane has no
+Service routing), writes its self-signed CA into the configuration's caBundle with its own
+least-privilege token, and pods created with `kubectl apply` come back with their PhaseModel's
+learned first-window requests. Every failure case leaves pod creation working: the operator
+killed, a webhook too slow, one answering garbage, a PhaseModel without a model, the operator's
+own namespace, a pod of a PhaseModel in mode Recommend."""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import ssl
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ai4dl.controller.admission import A_ADMISSION, A_ADMITTED
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from e2e_fixtures_operator import (REPO, Operator, crd, free_port,  # noqa: F401 (fixtures)
+                                   operator_kubeconfig, wait_for, write_report)
+
+pytestmark = pytest.mark.integration
+
+CONFIGURATION = "ai4dl-operator"          # deploy/rbac.yaml grants get/patch of this name
+OPERATOR_NS = "ai4dl-system"
+ROWS: list[tuple[str, str, str]] = []
+BURSTABLE = {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"memory": "64Gi"}}
+
+
+def kubectl(kube_cluster, *args, input_=None, timeout=60):
+    from e2e.controlplane.cluster import bin_dir
+
+    return subprocess.run([str(bin_dir() / "kubectl"), "--kubeconfig",
+                           str(kube_cluster.kubeconfig), *args], input=input_, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def chart_webhook_configuration(url: str) -> dict:
+    """The chart's MutatingWebhookConfiguration, as deploy/ai4dl-operator.yaml renders it, with
+    the Service reference replaced by ``url``."""
+    docs = yaml.safe_load_all((REPO / "deploy" / "ai4dl-operator.yaml").read_text())
+    mwc = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
+    for hook in mwc["webhooks"]:
+        hook["clientConfig"] = {"url": url}
+    return mwc
+
+
+@pytest.fixture(scope="module")
+def doc(fitted_model, synthetic_train):
+    """A model document with auto's choice and the head-room tables (their first-window level)
+    for windows of 40 samples (600 s at 15 s)."""
+    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.model import PhaseModel
+    from ai4dl.trainer import choose_served_policy
+
+    m = PhaseModel.from_document(fitted_model.to_document())
+    choose_served_policy(m, list(synthetic_train[0]),
+                         PhaseModelSpec.model_validate(spec_of(m.features_, {})))
+    return json.loads(m.to_document().model_dump_json(by_alias=True))
+
+
+def names(doc) -> list[str]:
+    return [f["name"] for f in doc["features"]]
+
+
+def spec_of(features, policy: dict, model=None) -> dict:
+    out = {"features": [{"name": f, "query": f + "{{{selector}}}"} for f in features],
+           "stepSeconds": 15, "windowSeconds": 600, "selector": {"matchLabels": {"app": "train"}},
+           "policy": {"mode": "InPlace", **policy}}
+    if model is not None:
+        out["model"] = model
+    return out
+
+
+@pytest.fixture(scope="module")
+def webhook(kube_cluster, crd, operator_kubeconfig, tmp_path_factory):  # noqa: F811
+    """The chart's webhook configuration (by URL) and the operator serving it."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    adm = client.AdmissionregistrationV1Api(kube_cluster.api_client)
+    port = free_port()
+    body = chart_webhook_configuration(f"https://127.0.0.1:{port}/admission")
+    try:
+        adm.delete_mutating_webhook_configuration(CONFIGURATION)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    adm.create_mutating_webhook_configuration(body)
+    log = tmp_path_factory.mktemp("webhook") / "operator.log"
+    op = Operator(operator_kubeconfig, "http://127.0.0.1:9", log, extra_args=(
+        "--webhook-port", str(port), "--webhook-host", "127.0.0.1",
+        "--webhook-configuration", CONFIGURATION, "--orphan-check-seconds", "0")).start()
+
+    def ca_written():
+        hooks = adm.read_mutating_webhook_configuration(CONFIGURATION).webhooks
+        return all(h.client_config.ca_bundle for h in hooks)
+    try:
+        wait_for(ca_written, 60, what="the operator writing its CA into the configuration")
+        yield op, adm, port
+    finally:
+        op.stop()
+        try:
+            adm.delete_mutating_webhook_configuration(CONFIGURATION)
+        except ApiException:
+            pass
+
+
+def make_pm(kube_cluster, ns, name, spec):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(kube_cluster.api_client).create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
+                                     "metadata": {"name": name}, "spec": spec})
+
+
+def pod_manifest(ns, name, pm="pm", resources=None, labels=None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {OPT_IN_LABEL: "true", "app": "train", **(labels or {})},
+                         "annotations": {MODEL_ANNOTATION: pm}},
+            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": copy.deepcopy(resources or BURSTABLE)}]}}
+
+
+def apply_pod(kube_cluster, manifest, dry_run=False) -> tuple[dict, float]:
+    """`kubectl apply` of a pod; the object as the API server stored it, and the seconds the
+    apply took."""
+    started = time.perf_counter()
+    r = kubectl(kube_cluster, "apply", "-o", "json", *(["--dry-run=server"] if dry_run else []),
+                "-f", "-", input_=json.dumps(manifest))
+    took = time.perf_counter() - started
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), took
+
+
+def requests_of(obj) -> dict:
+    return obj["spec"]["containers"][0]["resources"].get("requests", {})
+
+
+def annotations_of(obj) -> dict:
+    return obj["metadata"].get("annotations") or {}
+
+
+def wait_admitted(kube_cluster, ns, name="probe", pm="pm", timeout=30.0) -> dict:
+    """Until the operator's index has the PhaseModel (a server-side dry run is admitted)."""
+    def admitted():
+        obj, _ = apply_pod(kube_cluster, pod_manifest(ns, name, pm), dry_run=True)
+        said = annotations_of(obj).get(A_ADMISSION, "")
+        return said and not said.startswith("unchanged: no PhaseModel") and obj
+    return wait_for(admitted, timeout, interval=0.5, what=f"admission of pods of {pm}")
+
+
+# ----------------------------------------------------------------------------- the happy path
+def test_kubectl_apply_gets_the_learned_requests(kube_cluster, k8s_namespace, webhook, doc):
+    op, _, _ = webhook
+    make_pm(kube_cluster, k8s_namespace, "pm", spec_of(names(doc), {}, doc))
+    wait_admitted(kube_cluster, k8s_namespace)
+    obj, took = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "job-0"))
+    tables = doc["policyTables"][0]["resources"]
+    want = {r["resource"]: r["coldStart"] for r in tables}
+    from ai4dl.quantity import format_resource, parse_quantity
+
+    got = requests_of(obj)
+    assert got == {r: format_resource(r, v) for r, v in want.items()}, (got, annotations_of(obj))
+    assert parse_quantity(got["memory"]) <= parse_quantity(BURSTABLE["limits"]["memory"])
+    assert json.loads(annotations_of(obj)[A_ADMITTED]) == {"main": BURSTABLE["requests"]}
+    assert annotations_of(obj)[A_ADMISSION].startswith("set by PhaseModel pm")
+    # what the API server stored, read back
+    stored = kube_cluster.core.read_namespaced_pod("job-0", k8s_namespace)
+    assert stored.spec.containers[0].resources.requests == got
+    assert stored.spec.containers[0].resources.limits == BURSTABLE["limits"]
+    ROWS.append(("InPlace PhaseModel with a model: `kubectl apply` of a pod asking 4 cores / "
+                 "32Gi", f"created in {took:.2f} s with {got['cpu']} / {got['memory']}",
+                 "ai4dl.io/admitted keeps the original requests"))
+    assert "ai4dl_admissions_total{outcome=\"set\"}" in op.metrics()
+
+
+def test_initial_mode_admits_and_recommend_mode_does_not(kube_cluster, k8s_namespace, webhook,
+                                                        doc):
+    features = names(doc)
+    make_pm(kube_cluster, k8s_namespace, "first", spec_of(features, {"mode": "Initial"}, doc))
+    make_pm(kube_cluster, k8s_namespace, "reco", spec_of(features, {"mode": "Recommend"}, doc))
+    wait_admitted(kube_cluster, k8s_namespace, pm="first")
+    obj, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "i-0", pm="first"))
+    assert requests_of(obj) != BURSTABLE["requests"] and A_ADMITTED in annotations_of(obj)
+    obj, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "r-0", pm="reco"))
+    assert requests_of(obj) == BURSTABLE["requests"] and A_ADMISSION not in annotations_of(obj)
+
+
+# ----------------------------------------------------------------------------- unchanged, said
+def test_a_phasemodel_without_a_model_admits_unchanged_with_the_reason(kube_cluster,
+                                                                      k8s_namespace, webhook,
+                                                                      doc):
+    make_pm(kube_cluster, k8s_namespace, "untrained",
+            spec_of(names(doc), {}))
+    wait_admitted(kube_cluster, k8s_namespace, pm="untrained")
+    obj, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "u-0", pm="untrained"))
+    assert requests_of(obj) == BURSTABLE["requests"]
+    assert annotations_of(obj)[A_ADMISSION] == \
+        "unchanged: PhaseModel untrained: it has no model yet"
+    # a Guaranteed pod keeps its QoS class
+    make_pm(kube_cluster, k8s_namespace, "pm", spec_of(names(doc),
+                                                      {}, doc))
+    wait_admitted(kube_cluster, k8s_namespace)
+    fixed = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    obj, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "g-0", resources=fixed))
+    assert obj["spec"]["containers"][0]["resources"] == fixed
+    assert obj["status"].get("qosClass") in (None, "Guaranteed")
+    assert "QoS class is Guaranteed" in annotations_of(obj)[A_ADMISSION]
+    ROWS.append(("PhaseModel without a model; a Guaranteed pod", "created unchanged",
+                 "ai4dl.io/admission says why"))
+
+
+def test_the_operators_own_namespace_is_never_sent(kube_cluster, webhook, doc):
+    from kubernetes.client.exceptions import ApiException
+
+    features = names(doc)
+    try:
+        make_pm(kube_cluster, OPERATOR_NS, "pm", spec_of(features, {}, doc))
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    obj, _ = apply_pod(kube_cluster, pod_manifest(OPERATOR_NS, "own-0"), dry_run=True)
+    assert requests_of(obj) == BURSTABLE["requests"] and A_ADMISSION not in annotations_of(obj)
+
+
+# ----------------------------------------------------------------------------- never blocking
+class _FakeWebhook:
+    """A TLS server on 127.0.0.1 that answers admission reviews slowly or with garbage."""
+
+    def __init__(self, behaviour: str, folder: Path):
+        from ai4dl.controller.webhook import make_ca, make_serving
+
+        ca, ca_key = make_ca()
+        cert = make_serving(ca, ca_key, ["127.0.0.1"])
+        (folder / "tls.crt").write_bytes(cert.cert_pem)
+        (folder / "tls.key").write_bytes(cert.key_pem)
+        self.ca_pem = ca.cert_pem
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if outer.behaviour == "slow":
+                    time.sleep(10)
+                body = b"<html>not an AdmissionReview</html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        self.behaviour = behaviour
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(folder / "tls.crt", folder / "tls.key")
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.mark.parametrize("behaviour", ["slow", "garbage"])
+def test_a_slow_or_broken_webhook_never_blocks_pod_creation(kube_cluster, k8s_namespace,
+                                                           webhook, behaviour, tmp_path):
+    import base64
+
+    _, adm, _ = webhook
+    fake = _FakeWebhook(behaviour, tmp_path)
+    body = chart_webhook_configuration(f"https://127.0.0.1:{fake.port}/admission")
+    body["metadata"] = {"name": f"ai4dl-test-{behaviour}"}
+    for hook in body["webhooks"]:
+        hook["clientConfig"]["caBundle"] = base64.b64encode(fake.ca_pem).decode()
+        hook["objectSelector"]["matchLabels"]["ai4dl-test"] = behaviour
+    adm.create_mutating_webhook_configuration(body)
+    try:
+        time.sleep(2)                          # the API server picks up a new configuration
+        obj, took = apply_pod(kube_cluster, pod_manifest(k8s_namespace, f"{behaviour}-0",
+                                                         labels={"ai4dl-test": behaviour}))
+    finally:
+        adm.delete_mutating_webhook_configuration(body["metadata"]["name"])
+        fake.close()
+    assert requests_of(obj) == BURSTABLE["requests"]
+    timeout = body["webhooks"][0]["timeoutSeconds"]
+    if behaviour == "slow":
+        assert timeout - 0.5 <= took < timeout + 5, took
+    else:
+        assert took < timeout, took
+    what = "slow (10 s)" if behaviour == "slow" else "answering garbage"
+    ROWS.append((f"a webhook that is {what}", f"created unchanged in {took:.1f} s",
+                 f"failurePolicy Ignore, timeoutSeconds {timeout}"))
+
+
+def test_a_dead_operator_never_blocks_pod_creation(kube_cluster, k8s_namespace, webhook, doc):
+    op, adm, _ = webhook
+    make_pm(kube_cluster, k8s_namespace, "pm", spec_of(names(doc),
+                                                      {}, doc))
+    wait_admitted(kube_cluster, k8s_namespace)
+    op.stop(sig=9)                             # killed: nothing listens on the port any more
+    try:
+        obj, took = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "dead-0"))
+        assert requests_of(obj) == BURSTABLE["requests"] and A_ADMISSION not in annotations_of(obj)
+        assert took < 3, took
+        ROWS.append(("the operator killed (SIGKILL)", f"created unchanged in {took:.2f} s",
+                     "connection refused: failurePolicy Ignore"))
+    finally:
+        op.start()                             # the module's later tests (and the CA) again
+
+        def ca_rewritten():
+            obj, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "probe"), dry_run=True)
+            return A_ADMITTED in annotations_of(obj)
+        wait_for(ca_rewritten, 60, what="the restarted operator admitting again (its new CA)")
+
+
+# ----------------------------------------------------------------------------- least privilege
+def test_the_operator_may_write_only_its_configurations_ca_bundle(kube_cluster, webhook,
+                                                                  operator_kubeconfig):  # noqa: F811
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    api = config.new_client_from_config(config_file=str(operator_kubeconfig))
+    adm = client.AdmissionregistrationV1Api(api)
+    try:
+        hooks = adm.read_mutating_webhook_configuration(CONFIGURATION).webhooks
+        ca = hooks[0].client_config.ca_bundle
+        # the CA bundle: allowed (what the operator does)
+        adm.patch_mutating_webhook_configuration(CONFIGURATION, [
+            {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ca}])
+        refused = {
+            "point the webhook elsewhere": (CONFIGURATION, [
+                {"op": "replace", "path": "/webhooks/0/clientConfig/url",
+                 "value": "https://attacker.example:443/admission"}]),
+            "make it Fail closed": (CONFIGURATION, [
+                {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Fail"}]),
+            "widen it to every pod": (CONFIGURATION, [
+                {"op": "replace", "path": "/webhooks/0/objectSelector", "value": {}}]),
+        }
+        for what, (name, ops) in refused.items():
+            with pytest.raises(ApiException) as err:
+                adm.patch_mutating_webhook_configuration(name, ops)
+            assert err.value.status in (403, 422), (what, err.value.status)
+            ROWS.append((f"the operator's token: {what}", f"refused ({err.value.status})",
+                         "the webhook-writes admission policy"))
+        for verb, call in (("read another configuration",
+                            lambda: adm.read_mutating_webhook_configuration("other")),
+                           ("list configurations",
+                            lambda: adm.list_mutating_webhook_configuration()),
+                           ("delete its configuration",
+                            lambda: adm.delete_mutating_webhook_configuration(CONFIGURATION))):
+            with pytest.raises(ApiException) as err:
+                call()
+            assert err.value.status == 403, (verb, err.value.status)
+            ROWS.append((f"the operator's token: {verb}", "refused (403)", "RBAC"))
+    finally:
+        api.close()
+
+
+def test_report(request):
+    write_report(request, "admission webhook on the real API server",
+                 "| case | outcome | why |", ROWS)
