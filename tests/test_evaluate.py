@@ -383,3 +383,48 @@ def test_run_evaluation_split_by_group(grouped_run):
     assert sorted(in_test) == sorted(res.data.names)
     assert 0 < len(test_groups) < len(grouped.groups())
     assert len(test_groups) == round(0.3 * 8)
+
+
+# ----------------------------------------------------------------------------- cold start
+def test_cold_start_scores_by_hand():
+    from ai4dl.evaluate import cold_start_scores
+
+    W = 4
+    usage = [np.array([[1.0, 10.0], [2.0, 10.0], [1.0, 10.0], [1.0, 10.0], [9.0, 99.0]]),
+             np.array([[4.0, 20.0], [4.0, 40.0], [3.0, 20.0], [3.0, 20.0]])]
+    data = ReplayInput(["a", "b"], usage, [None, None], [u.max(0) for u in usage], 15.0,
+                       ("cpu", "memory"), ("cores", "bytes"))
+    requests = [np.array([8.0, np.nan]), np.array([8.0, np.nan])]   # no memory request traced
+    rows = {(c.resource, c.source): c for c in cold_start_scores(
+        data, requests, W, {0.97: np.array([3.0, 30.0])})}
+    assert set(rows) == {("cpu", "request"), ("cpu", "static peak"), ("cpu", "model @ 97 %"),
+                         ("memory", "static peak"), ("memory", "model @ 97 %")}
+    # first windows' maxima: cpu 2 and 4 (oracle 4 x 2 + 4 x 4 = 24 core-samples)
+    assert rows["cpu", "request"].vs_oracle == pytest.approx((8 * 4 + 8 * 4) / 24)
+    assert rows["cpu", "model @ 97 %"].vs_oracle == pytest.approx((3 * 4 + 3 * 4) / 24)
+    assert rows["cpu", "model @ 97 %"].vs_request == pytest.approx(3 / 8)
+    # the model's 3 cores cover the first window of a (max 2) but not all of b's (4, 4, 3, 3)
+    assert rows["cpu", "model @ 97 %"].fulfilment == pytest.approx(6 / 8)
+    assert rows["cpu", "model @ 97 %"].short_windows == pytest.approx(0.5)
+    # the static peak holds the whole execution's peak (a's 9 cores, from its second window)
+    assert rows["cpu", "static peak"].vs_oracle == pytest.approx((9 * 4 + 4 * 4) / 24)
+    assert math.isnan(rows["memory", "model @ 97 %"].vs_request)
+    assert rows["memory", "model @ 97 %"].short_windows == pytest.approx(0.5)   # b's 40 > 30
+
+
+def test_initial_model_sets_the_learned_level_for_every_execution(grouped_run):
+    from ai4dl.policy.headroom import first_window_level
+
+    grouped, res = grouped_run
+    cfg = EvaluationConfig(window=20, policies=("adaptive-max", "oracle"), test_fraction=0.3,
+                           seed=0, initial="model", include_cold_start=True)
+    out = run_evaluation(grouped, cfg)
+    train = [e for e in grouped if e.name not in set(out.data.names)]
+    level = first_window_level([e.select(("cpu", "memory")).values for e in train], 20, 0.97)
+    for init, alloc in zip(out.data.initial, out.replays["adaptive-max"].allocations):
+        np.testing.assert_allclose(init, level)
+        np.testing.assert_allclose(alloc[0], level)        # the cold-start row is scored
+    assert {c.source for c in out.cold_start} == {"static peak", "model @ 95 %",
+                                                  "model @ 97 %"}
+    with pytest.raises(ValueError, match="needs the learned first-window level"):
+        prepare(list(grouped)[:2], ("cpu", "memory"), initial="model")

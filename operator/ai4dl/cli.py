@@ -413,8 +413,11 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="split and model seed (default 0)")
     g.add_argument("--include-cold-start", action="store_true", help="score each execution's "
                    "first window too (default: excluded)")
-    g.add_argument("--initial", choices=("peak", "trace"), default="peak", help="request before "
-                   "the first resize: the execution's peak (default) or the trace's own request")
+    g.add_argument("--initial", choices=("peak", "trace", "model"), default="peak",
+                   help="request before the first resize: the execution's peak (default), the "
+                        "trace's own request, or the learned first-window level of the train "
+                        "side at the highest target (what the admission webhook sets; score it "
+                        "with --include-cold-start)")
     g.add_argument("--safety", choices=("none", "operator"), default="none", help="safety layer "
                    "on every policy but the oracle: none (default) or the operator's defaults")
     g = p.add_argument_group("policy parameters")

@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ai4dl.policy.headroom import first_window_level
 from ai4dl.policy.policies import Policy
 from ai4dl.policy.safety import SafetyConfig, apply_safety_sequence
 from ai4dl.traces import Execution
@@ -50,25 +51,38 @@ class ReplayInput:
     starts: list[float] = field(default_factory=list)
 
 
-def initial_request(ex: Execution, usage: np.ndarray, resources: Sequence[str]) -> np.ndarray:
-    """The pod's request before any resize: the trace's own request/limit where it has one
-    (AI4DL: cpu.num.cores, mem.limit), else the execution's peak (a generous stand-in for a
-    hand-set request)."""
+def trace_request(ex: Execution, resources: Sequence[str]) -> np.ndarray:
+    """The request the trace records for the pod (AI4DL: cpu.num.cores, mem.limit), NaN where
+    it records none."""
     meta = {"cpu": ex.meta.get("cpu_limit_cores"), "memory": ex.meta.get("memory_limit_bytes")}
-    peak = usage.max(0)
-    return np.array([meta.get(r) or peak[j] for j, r in enumerate(resources)], np.float64)
+    return np.array([meta.get(r) or np.nan for r in resources], np.float64)
+
+
+def initial_request(ex: Execution, usage: np.ndarray, resources: Sequence[str]) -> np.ndarray:
+    """The pod's request before any resize: the trace's own request/limit where it has one,
+    else the execution's peak (a generous stand-in for a hand-set request)."""
+    req = trace_request(ex, resources)
+    return np.where(np.isfinite(req), req, usage.max(0))
+
+
+INITIALS = ("peak", "trace", "model")
 
 
 def prepare(executions: Sequence[Execution], resources: Sequence[str], model=None,
-            initial: str = "peak") -> ReplayInput:
-    """Usage matrices, phases (one batched detection for all executions) and initial requests."""
-    if initial not in ("peak", "trace"):
-        raise ValueError("initial must be 'peak' or 'trace'")
+            initial: str = "peak", level: np.ndarray | None = None) -> ReplayInput:
+    """Usage matrices, phases (one batched detection for all executions) and initial requests:
+    the execution's peak, the trace's own request (``trace``), or ``level`` for every
+    execution (``model``: the learned first-window level, as admission sets it)."""
+    if initial not in INITIALS:
+        raise ValueError(f"initial must be one of {', '.join(INITIALS)}")
+    if initial == "model" and level is None:
+        raise ValueError("initial 'model' needs the learned first-window level")
     usage = [e.select(resources).values.astype(np.float64) for e in executions]
     phases: list = [None] * len(executions)
     if model is not None:
         phases = model.predict(list(executions))
     init = [u.max(0) if initial == "peak" else initial_request(e, u, resources)
+            if initial == "trace" else np.asarray(level, np.float64).copy()
             for e, u in zip(executions, usage)]
     ex0 = executions[0]
     return ReplayInput([e.name for e in executions], usage, phases, init,
@@ -328,6 +342,61 @@ class EvaluationResult:
     per_target: dict = field(default_factory=dict)   # FITTED name -> target -> Replay
     auto: dict = field(default_factory=dict)         # target -> AutoChoice
     fitted: dict = field(default_factory=dict)       # FITTED name -> target -> policy
+    cold_start: list = field(default_factory=list)   # ColdStartScore rows (cold_start_scores)
+
+
+@dataclass
+class ColdStartScore:
+    """One way of sizing a new pod's first window (before anything was observed), scored over
+    the held-out executions' first windows, for one resource."""
+    source: str                 # request | static peak | model @ <target>
+    resource: str
+    executions: int             # first windows scored (executions where it is known)
+    vs_oracle: float            # allocation ÷ the first windows' own maxima
+    vs_request: float           # allocation ÷ the requests (nan: no request in the trace)
+    fulfilment: float           # share of first-window samples with usage <= allocation
+    short_windows: float        # share of first windows with any sample above it
+
+
+def cold_start_scores(data: ReplayInput, requests: Sequence[np.ndarray], window: int,
+                      levels: dict[float, np.ndarray]) -> list[ColdStartScore]:
+    """The cold-start window (the first ``window`` samples of every held-out execution) sized
+    three ways: the request the trace records (``requests``, NaN where none: AI4DL's
+    cpu.num.cores / mem.limit; the row counts the executions that have one), the execution's
+    static peak, and the learned first-window level of the train side at each target (what
+    the admission webhook sets at pod creation)."""
+    first = [u[:window] for u in data.usage if len(u)]
+    if not first:
+        return []
+    peaks = np.stack([f.max(0) for f in first])
+    oracle = np.stack([f.max(0) * len(f) for f in first])          # allocation-time units
+    n = np.array([len(f) for f in first], np.float64)[:, None]
+    static = np.stack([u.max(0) for u in data.usage if len(u)])
+    req = np.stack([np.asarray(r, np.float64) for r, u in zip(requests, data.usage) if len(u)])
+    has_request = np.isfinite(req)
+    sources = [("request", req), ("static peak", static)]
+    sources += [(f"model @ {100 * t:g} %", np.repeat(np.asarray(lv)[None], len(first), 0))
+                for t, lv in sorted(levels.items())]
+    out = []
+    for j, res in enumerate(data.resources):
+        for name, alloc in sources:
+            a = alloc[:, j]
+            keep = has_request[:, j] if name == "request" else np.ones(len(a), bool)
+            if not keep.any():
+                continue
+            u = [f[:, j] for f, k in zip(first, keep) if k]
+            covered = sum(int(np.count_nonzero(x <= ai)) for x, ai in zip(u, a[keep]))
+            total = int(sum(len(x) for x in u))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                vs_req = (float((a[keep] * n[keep, 0]).sum() / (req[keep, j] * n[keep, 0]).sum())
+                          if has_request[keep, j].all() else float("nan"))
+            out.append(ColdStartScore(
+                name, res, int(keep.sum()),
+                float((a[keep] * n[keep, 0]).sum() / oracle[keep, j].sum())
+                if oracle[keep, j].sum() > 0 else float("nan"),
+                vs_req, covered / total if total else float("nan"),
+                float(np.mean(peaks[keep, j] > a[keep]))))
+    return out
 
 
 def vpa_scale(resource: str, unit: str, usage: np.ndarray) -> tuple[float, bool]:
@@ -412,12 +481,15 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
         say(f"fitting the phase model on {len(train)} train executions")
         model = PhaseModel(random_state=cfg.seed, **(model_params or {})).fit(train)
     say(f"replaying {len(test)} held-out executions")
-    data = prepare(list(test), cfg.resources, model if needs_model else None, cfg.initial)
+    train_usage = [e.select(cfg.resources).values.astype(np.float64) for e in train]
+    level = first_window_level(train_usage, cfg.window, max(cfg.targets))
+    data = prepare(list(test), cfg.resources, model if needs_model else None, cfg.initial,
+                   level)
     fitted_names = [p for p in cfg.policies if p in FITTED]
     train_data = None
     if "vpa" in cfg.policies or fitted_names:
         train_data = prepare(list(train), cfg.resources, model if needs_model else None,
-                             cfg.initial)
+                             cfg.initial, level)
     plain = dataclasses.replace(cfg, policies=tuple(p for p in cfg.policies
                                                     if p not in FITTED))
     policies = build_policies(plain, model, train_data)
@@ -453,5 +525,8 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i],
                       per_target=per_target)
                 for i in range(len(data.usage))]
+    cold = cold_start_scores(data, [trace_request(e, cfg.resources) for e in test], cfg.window,
+                             {t: first_window_level(train_usage, cfg.window, t)
+                              for t in cfg.targets})
     return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model,
-                            train_data, per_target, autos, fitted)
+                            train_data, per_target, autos, fitted, cold)

@@ -312,7 +312,26 @@ def render_markdown(result: EvaluationResult, ctx: RunContext) -> str:
     if result.auto:
         parts.append(auto_lines(result))
     parts.append(savings_tables(result))
+    if result.cold_start:
+        parts.append(cold_start_table(result))
     return "\n\n".join(parts) + "\n"
+
+
+def cold_start_table(result: EvaluationResult) -> str:
+    """The first window of every held-out execution, before anything was observed: the
+    trace's request, the static peak, and the learned first-window level (admission)."""
+    W = result.config.window
+    rows = [[c.resource, c.source, str(c.executions), fmt_ratio(c.vs_oracle),
+             fmt_ratio(c.vs_request) if c.vs_request == c.vs_request else "—",
+             fmt_pct(c.fulfilment), fmt_pct(c.short_windows)] for c in result.cold_start]
+    return (f"Cold start (the first {W} samples of each held-out execution, sized before "
+            f"anything was observed: the trace's own request where it records one, the "
+            f"execution's static peak, and the learned first-window level of the train side — "
+            f"the target quantile of its executions' first-window peaks, what the admission "
+            f"webhook sets at pod creation):\n\n"
+            + markdown_table(["resource", "first window sized by", "executions",
+                              "alloc ÷ oracle", "alloc ÷ request", "fulfilment",
+                              "first windows short"], rows, right=(2, 3, 4, 5, 6)))
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -409,6 +428,7 @@ def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None 
         "auto": {target_key(t): c.as_dict() for t, c in sorted(result.auto.items())},
         "per_execution": [{"name": name, "scores": _scores_dict(sc, data.resources)}
                           for name, sc in zip(data.names, result.per_execution)],
+        "cold_start": [_plain(c) for c in result.cold_start],
     }
     if sweep is not None:
         doc["sweep"] = [{"policy": p["policy"], "k": p["k"], "margin": p["margin"],

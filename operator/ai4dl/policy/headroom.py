@@ -128,6 +128,18 @@ def _own_phase_levels(usage: np.ndarray, phases: np.ndarray | None, window: int)
     return mean + K_STD * np.sqrt(var)
 
 
+def first_window_level(usages: Sequence[np.ndarray], window: int, target: float) -> np.ndarray:
+    """The cold-start level (R,): the ``target`` quantile of the executions' first-window
+    peaks, the level that would have covered that share of their first windows (zeros when
+    there is no execution). What the head-room tables serve a new container, what the admission
+    webhook sets at pod creation, and what the evaluator's ``--initial model`` scores."""
+    peaks = [np.asarray(u, np.float64)[:window].max(0) for u in usages if len(u)]
+    if not peaks:
+        R = np.asarray(usages[0]).shape[1] if len(usages) else 0
+        return np.zeros(R)
+    return np.quantile(np.stack(peaks), target, axis=0, method="higher")
+
+
 def ewma_of_maxima(maxima: np.ndarray) -> np.ndarray:
     """(rows, R) -> (rows, R): ``ewma-max`` after each window, started at the first window's max
     (the running form is :meth:`ai4dl.policy.online.OwnHistory.add`)."""
@@ -265,8 +277,7 @@ class HeadroomPolicy:
             scored = u[window: (n_rows + 1) * window]
             samples.append(scored)
             seg_len.append(np.minimum(window, len(u) - window * np.arange(1, n_rows + 1)))
-        self.cold_start_ = (np.quantile(np.stack(first_peaks), self.target, axis=0,
-                                        method="higher") if first_peaks else np.zeros(R))
+        self.cold_start_ = first_window_level(usages, window, self.target)
         if not L:
             # nothing to learn from (every execution fits in its cold-start window): the last
             # window's max, as adaptive-max, everywhere

@@ -1,0 +1,191 @@
+"""Benchmark of the admission webhook (issue 13). Prints markdown tables; asserts nothing.
+
+    .venv/bin/python bench/bench_admission.py [--pods 200]
+
+A real kube-apiserver + etcd (e2e/controlplane), the PhaseModel CRD, the operator's RBAC
+(deploy/rbac.yaml), the chart's MutatingWebhookConfiguration reaching the webhook by URL on
+127.0.0.1, one PhaseModel (InPlace) whose model carries a learned first-window level, and the
+operator serving the webhook as a subprocess (its self-signed certificate written into the
+configuration by the operator itself). Then:
+
+1. --pods pod creations through the API server with the webhook, one at a time, each timed
+   from the client (create latency), and the same number with the configuration deleted (no
+   webhook): the difference is what admission adds to a pod creation;
+2. --pods AdmissionReview requests sent straight to the webhook over TLS (a new connection
+   each, as an API server without keep-alive would): the webhook's round trip, which is what
+   the API server waits for; target p99 < 20 ms on this machine;
+3. the operator's own histogram of the handler's time (ai4dl_admission_duration_seconds).
+Everything started here is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+
+def pct(values, q) -> float:
+    return float(np.percentile(np.asarray(values) * 1000.0, q))
+
+
+def row(label, values) -> str:
+    return (f"| {label} | {len(values)} | {pct(values, 50):.2f} | {pct(values, 90):.2f} | "
+            f"{pct(values, 99):.2f} | {max(values) * 1000:.2f} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pods", type=int, default=200, help="pod creations per series (200)")
+    args = ap.parse_args()
+
+    from kubernetes import client, config, utils
+
+    from ai4dl import synthetic
+    from ai4dl.controller.admission import A_ADMITTED
+    from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, \
+        PhaseModelSpec, crd_manifest
+    from ai4dl.model import PhaseModel
+    from ai4dl.trainer import choose_served_policy
+    from e2e.controlplane.cluster import ControlPlane, ensure_binaries
+    from e2e_fixtures_operator import Operator, free_port, wait_for
+
+    ensure_binaries(quiet=True)
+    work = Path(tempfile.mkdtemp(prefix="ai4dl-bench-admission-"))
+    cp = ControlPlane().start()
+    op = None
+    try:
+        api = config.new_client_from_config(config_file=str(cp.kubeconfig))
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        adm = client.AdmissionregistrationV1Api(api)
+        client.ApiextensionsV1Api(api).create_custom_resource_definition(crd_manifest())
+        core.create_namespace({"metadata": {"name": "ai4dl-system"}})
+        core.create_namespace({"metadata": {"name": "bench"}})
+        for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
+            utils.create_from_dict(api, doc)
+        kubeconfig = cp.service_account_kubeconfig("ai4dl-system", "ai4dl-operator",
+                                                   work / "operator.kubeconfig")
+        port = free_port()
+        docs = yaml.safe_load_all((REPO / "deploy" / "ai4dl-operator.yaml").read_text())
+        mwc = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
+        for hook in mwc["webhooks"]:
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/admission"}
+        adm.create_mutating_webhook_configuration(mwc)
+
+        # a model with a learned first-window level (the trainer's tables)
+        traces, _ = synthetic.generate(24, seed=11)
+        model = PhaseModel(random_state=3, epochs=20).fit(traces)
+        features = [{"name": f, "query": f + "{{{selector}}}"} for f in model.features_]
+        spec = {"features": features, "stepSeconds": 15, "windowSeconds": 600,
+                "selector": {"matchLabels": {"app": "train"}}, "policy": {"mode": "InPlace"}}
+        choose_served_policy(model, list(traces), PhaseModelSpec.model_validate(spec))
+        spec["model"] = json.loads(model.to_document().model_dump_json(by_alias=True))
+        wait_for(lambda: _established(client.ApiextensionsV1Api(api)), 30, what="CRD")
+        custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
+            "metadata": {"name": "pm"}, "spec": spec})
+
+        op = Operator(kubeconfig, "http://127.0.0.1:9", work / "operator.log", extra_args=(
+            "--webhook-port", str(port), "--webhook-host", "127.0.0.1",
+            "--webhook-configuration", mwc["metadata"]["name"],
+            "--orphan-check-seconds", "0")).start()
+
+        def pod(name):
+            return {"metadata": {"name": name, "namespace": "bench",
+                                 "labels": {OPT_IN_LABEL: "true", "app": "train"},
+                                 "annotations": {MODEL_ANNOTATION: "pm"}},
+                    "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause",
+                                             "resources": {"requests": {"cpu": "4",
+                                                                        "memory": "32Gi"}}}]}}
+
+        def admitted():
+            got = core.create_namespaced_pod("bench", pod(f"probe-{uuid.uuid4().hex[:6]}"),
+                                             dry_run="All")
+            return A_ADMITTED in (got.metadata.annotations or {})
+        wait_for(admitted, 60, what="the webhook admitting pods")
+
+        def series(prefix):
+            out, mutated = [], 0
+            for i in range(args.pods):
+                t = time.perf_counter()
+                got = core.create_namespaced_pod("bench", pod(f"{prefix}-{i}"))
+                out.append(time.perf_counter() - t)
+                mutated += A_ADMITTED in (got.metadata.annotations or {})
+            return out, mutated
+
+        series("warm")                                   # connections, caches
+        with_hook, mutated = series("hook")
+        ca = adm.read_mutating_webhook_configuration(mwc["metadata"]["name"]) \
+            .webhooks[0].client_config.ca_bundle
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "request": {"uid": "x", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                              "resource": {"group": "", "version": "v1", "resource": "pods"},
+                              "namespace": "bench", "operation": "CREATE",
+                              "userInfo": {"username": "bench"},
+                              "object": {**pod("direct"), "apiVersion": "v1", "kind": "Pod"},
+                              "dryRun": False}}
+        ctx = ssl.create_default_context(cadata=base64.b64decode(ca).decode())
+        body = json.dumps(review)
+        direct = []
+        for _ in range(args.pods):
+            t = time.perf_counter()
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+            conn.request("POST", "/admission", body, {"Content-Type": "application/json"})
+            answer = json.loads(conn.getresponse().read())
+            conn.close()
+            direct.append(time.perf_counter() - t)
+            assert answer["response"]["allowed"] and answer["response"].get("patch")
+        adm.delete_mutating_webhook_configuration(mwc["metadata"]["name"])
+        time.sleep(2)
+        without, _ = series("plain")
+        metrics = op.metrics()
+    finally:
+        if op is not None:
+            op.stop()
+        cp.stop()
+
+    hist = {}
+    for line in metrics.splitlines():
+        if line.startswith("ai4dl_admission_duration_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            hist[le] = float(line.rsplit(" ", 1)[1])
+    total = hist.get("+Inf", 0.0)
+    p99_bound = next((le for le, c in hist.items() if total and c >= 0.99 * total), "n/a")
+    print(f"## Admission webhook ({args.pods} pods per series; 2-core machine)\n")
+    print("| series | n | p50 ms | p90 ms | p99 ms | max ms |")
+    print("|---|---|---|---|---|---|")
+    print(row("pod creation, webhook on", with_hook))
+    print(row("pod creation, no webhook", without))
+    print(row("**webhook round trip (AdmissionReview over TLS, new connection)**", direct))
+    print(f"\npods mutated with the webhook on: {mutated} of {len(with_hook)}; added to a pod "
+          f"creation: p50 {pct(with_hook, 50) - pct(without, 50):+.2f} ms, p99 "
+          f"{pct(with_hook, 99) - pct(without, 99):+.2f} ms (median "
+          f"{statistics.median(with_hook) / statistics.median(without):.2f} ×); the handler "
+          f"itself: {int(total)} calls, 99 % within {p99_bound} s "
+          f"(ai4dl_admission_duration_seconds); target: round trip p99 < 20 ms")
+    return 0
+
+
+def _established(ext) -> bool:
+    crd = ext.read_custom_resource_definition("phasemodels.ai4dl.io")
+    return any(c.type == "Established" and c.status == "True"
+               for c in crd.status.conditions or [])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
