@@ -173,16 +173,18 @@ async def phasemodel_deleted(namespace, name, **_):
 # refuses admission handlers without a server. The PhaseModels' admission targets are kept in
 # memory by a kopf index (recomputed when a PhaseModel's generation changes, not on every status
 # write), so the mutating handler reads nothing from the API server and writes nothing.
-_TARGETS: dict[tuple[str, str], tuple[int, object]] = {}
+_TARGETS: dict[tuple[str, str], tuple[tuple, object]] = {}
 
 
 def _admission_target(namespace: str, name: str, body) -> object:
     from ai4dl.controller.admission import admission_target
 
-    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    meta = body.get("metadata") or {}
+    # a PhaseModel deleted and created again under its name starts at generation 1 again
+    version = (meta.get("uid"), int(meta.get("generation") or 0))
     cached = _TARGETS.get((namespace, name))
-    if cached is None or cached[0] != generation:
-        cached = (generation, admission_target(body))
+    if cached is None or cached[0] != version:
+        cached = (version, admission_target(body))
         _TARGETS[(namespace, name)] = cached
     return cached[1]
 
