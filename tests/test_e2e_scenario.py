@@ -112,6 +112,7 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
         run([*helm_cmd, "install", release, CHART, "--namespace", release_ns,
              "--create-namespace", "--set", f"prometheus.url={prom.url}",
              "--set", f"metrics.port={free_port()}", "--set", f"probes.port={free_port()}",
+             "--set", f"webhook.port={free_port()}",
              "--set", f"operator.settleSeconds={SETTLE}", "--set", "trainer.enabled=true",
              "--set", "trainer.since=15m", "--set-json", 'trainer.extraArgs=["--epochs=30","--phases=4"]',
              "--set-json", "trainer.phaseModels=" + json.dumps(
