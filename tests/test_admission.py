@@ -192,3 +192,43 @@ def test_the_learned_level_comes_from_the_models_tables(policy_model):
     bare.pop("policyTables"), bare.pop("policyChoice")
     t = admission_target(phasemodel({**spec, "model": bare}))
     assert "learned no first-window level" in t.reason
+
+
+# ----------------------------------------------------------------------------- certificates
+def test_self_signed_certificates_verify_and_renew(tmp_path):
+    import datetime as dt
+    import ssl
+
+    from cryptography import x509
+
+    from ai4dl.controller.webhook import SelfSignedCertificates, service_names
+
+    certs = SelfSignedCertificates(service_names("ai4dl-webhook", "ops") + ["127.0.0.1"],
+                                   tmp_path / "tls")
+    assert oct((tmp_path / "tls").stat().st_mode & 0o777) == "0o700"
+    assert oct(certs.keyfile.stat().st_mode & 0o777) == "0o600"
+    cert = x509.load_pem_x509_certificate(certs.certfile.read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "ai4dl-webhook.ops.svc" in sans.get_values_for_type(x509.DNSName)
+    assert [str(a) for a in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    # the serving certificate verifies against the bundle, for the Service's name
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certs.certfile, certs.keyfile)          # key and certificate agree
+    ca = x509.load_pem_x509_certificate(certs.ca_bundle())
+    cert.verify_directly_issued_by(ca)
+
+    now = dt.datetime.now(dt.timezone.utc)
+    assert not certs.renew(now)                                  # nothing due yet
+    # two thirds of the serving certificate's life gone: renewed under the same CA
+    first = certs.serving.cert_pem
+    assert not certs.renew(now + dt.timedelta(days=61)) and certs.serving.cert_pem != first
+    assert certs.ca_bundle(now) == certs.ca.cert_pem and certs.previous_ca is None
+    # the CA's last tenth: a new CA, both in the bundle until the old one expires
+    later = now + dt.timedelta(days=340)
+    assert certs.renew(later)
+    certs.write_serving()
+    bundle = certs.ca_bundle(later)
+    assert bundle.count(b"BEGIN CERTIFICATE") == 2
+    new_ca = x509.load_pem_x509_certificate(certs.ca.cert_pem)
+    x509.load_pem_x509_certificate(certs.certfile.read_bytes()).verify_directly_issued_by(new_ca)
+    assert certs.ca_bundle(now + dt.timedelta(days=400)).count(b"BEGIN CERTIFICATE") == 1

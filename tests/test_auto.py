@@ -50,6 +50,14 @@ def test_recent_split_holds_out_the_latest():
     assert recent_split([1.0], 0.3) == ([0], [])
 
 
+def replay_input(usages, phases) -> ReplayInput:
+    """Executions one per group, started one after the other (the last is the most recent)."""
+    n = len(usages)
+    return ReplayInput([f"e{i}" for i in range(n)], usages, phases, [u.max(0) for u in usages],
+                       15.0, ("cpu", "memory"), ("cores", "cores"), [f"g{i}" for i in range(n)],
+                       [float(i) * 1e5 for i in range(n)])
+
+
 def two_state(n_exec, seed, n=400, window=10):
     """Steady phase 0, phase 1 with one x3 spike per window (the phase tells where)."""
     rng = np.random.default_rng(seed)
@@ -61,10 +69,7 @@ def two_state(n_exec, seed, n=400, window=10):
         u[spikes, 0] *= 3.0
         usages.append(np.clip(u, 0, None))
         phases.append(ph)
-    return ReplayInput([f"e{i}" for i in range(n_exec)], usages, phases,
-                       [u.max(0) for u in usages], 15.0, ("cpu", "memory"),
-                       ("cores", "cores"), [f"g{i}" for i in range(n_exec)],
-                       [float(i) * 1e5 for i in range(n_exec)])
+    return replay_input(usages, phases)
 
 
 def spiky_phase(n_exec, seed, n=400):
@@ -82,10 +87,7 @@ def spiky_phase(n_exec, seed, n=400):
         u[(ph == 1) & (rng.random(n) < 0.3), 0] *= 3.0
         usages.append(np.clip(u, 0, None))
         phases.append(ph)
-    return ReplayInput([f"e{i}" for i in range(n_exec)], usages, phases,
-                       [u.max(0) for u in usages], 15.0, ("cpu", "memory"),
-                       ("cores", "cores"), [f"g{i}" for i in range(n_exec)],
-                       [float(i) * 1e5 for i in range(n_exec)])
+    return replay_input(usages, phases)
 
 
 # a stand-in for a fitted PhaseModel: the head-room tables only need its number of phases

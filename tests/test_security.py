@@ -266,9 +266,17 @@ def test_watch_namespaces_grant_nothing_elsewhere(kube_cluster, tmp_path, pods):
          "--show-only", "templates/admissionpolicy.yaml"],
         capture_output=True, text=True, check=True, timeout=60).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
-    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "RoleBinding", "ServiceAccount",
+    assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
+                                               "RoleBinding", "ServiceAccount",
                                                "ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicyBinding",
                                                "ValidatingAdmissionPolicyBinding"]
+    # the one cluster-wide grant: its own webhook configuration, by name
+    (crb,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    (hook_role,) = [d for d in docs if d["kind"] == "ClusterRole"
+                    and d["metadata"]["name"] == crb["roleRef"]["name"]]
+    assert [r["resourceNames"] for r in hook_role["rules"]] == [[f"{release}-ai4dl-operator"]]
     from kubernetes import utils
 
     for d in docs:

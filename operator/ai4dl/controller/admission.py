@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ai4dl.controller.pods import Container, qos_class
+from ai4dl.controller.pods import Container, pod_info, qos_class
 from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector, PhaseModelSpec
 from ai4dl.quantity import format_resource, parse_quantity
 
@@ -83,9 +83,8 @@ class Admission:
             meta["annotations"] = {**(meta.get("annotations") or {}), **self.annotations}
 
 
-def admission_target(body: Mapping, served=None) -> AdmissionTarget:
-    """From a PhaseModel object. ``served`` is its :class:`~ai4dl.policy.serving.Served` (the
-    handler builds it with the operator's model cache); None: built here."""
+def admission_target(body: Mapping) -> AdmissionTarget:
+    """From a PhaseModel object (the kopf index calls it once per generation)."""
     meta = body.get("metadata") or {}
     ns, name = meta.get("namespace", ""), meta.get("name", "")
     try:
@@ -101,17 +100,14 @@ def admission_target(body: Mapping, served=None) -> AdmissionTarget:
         return AdmissionTarget(**base, resources=())
     if spec.model is None:
         return AdmissionTarget(**base, resources=(), reason="it has no model yet")
-    try:
-        if served is None:
-            from ai4dl.model import PhaseModel
-            from ai4dl.policy.serving import served_policy
+    from ai4dl.model import PhaseModel
+    from ai4dl.policy.serving import safety_config, served_policy
 
-            served = served_policy(spec, PhaseModel.from_document(spec.validated_model()))
+    try:
+        served = served_policy(spec, PhaseModel.from_document(spec.validated_model()))
     except ValueError as err:
         return AdmissionTarget(**base, resources=(),
                                reason=f"its model cannot be served ({str(err).splitlines()[0]})")
-    from ai4dl.policy.serving import safety_config
-
     cold = served.cold_start
     if cold is None:
         return AdmissionTarget(**base, resources=served.resources,
@@ -123,25 +119,10 @@ def admission_target(body: Mapping, served=None) -> AdmissionTarget:
                            floor=tuple(safety.floor), ceiling=tuple(safety.ceiling))
 
 
-def _container(c: Mapping) -> Container:
-    res = c.get("resources") or {}
-
-    def section(key):
-        out = {}
-        for r, v in (res.get(key) or {}).items():
-            if r in ("cpu", "memory"):
-                try:
-                    out[r] = parse_quantity(v)
-                except ValueError:
-                    pass   # the API server validates quantities; nothing to decide from
-        return out
-    return Container(c.get("name", ""), section("requests"), section("limits"))
-
-
 def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
           max_value: Mapping[str, float] | None = None) -> Admission:
     """The decision for a pod being created (see the module doc). ``targets`` maps (namespace,
-    PhaseModel name) to the PhaseModels this operator serves."""
+    PhaseModel name) to the PhaseModels this operator serves (only ``.get`` is used)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -162,7 +143,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     if target.reason:
         return unchanged(f"PhaseModel {pm}: {target.reason}")
     specs = (pod.get("spec") or {}).get("containers") or []
-    containers = [_container(c) for c in specs]
+    containers = pod_info(dict(pod)).containers
     qos = qos_class(containers)
     if qos != "Burstable":
         return unchanged(f"the pod's QoS class is {qos}: setting requests would change it")

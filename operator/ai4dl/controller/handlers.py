@@ -51,9 +51,10 @@ async def stop_tasks(**_) -> None:
 
 async def _configure_webhook(settings: kopf.OperatorSettings, cfg: dict) -> None:
     """The admission server (kopf's, on our certificate; kopf manages no webhook
-    configuration: the chart owns it). Self-signed mode: make the certificate and write its CA
-    into our configuration before serving, then renew in the background."""
-    from ai4dl.controller.webhook import SelfSignedCertificates, patch_ca_bundle
+    configuration: the chart owns it). Self-signed mode: make the certificate; a background
+    task writes its CA into our configuration (until then the API server cannot call us and
+    creates pods unchanged) and renews it."""
+    from ai4dl.controller.webhook import SelfSignedCertificates
 
     if cfg["cert_dir"]:
         certfile = os.path.join(cfg["cert_dir"], "tls.crt")
@@ -194,7 +195,7 @@ def admission_targets(namespace, name, body, **_):
     return {(namespace, name): _admission_target(namespace, name, body)}
 
 
-def admit_pod(body, patch, admission_targets: kopf.Index, dryrun, **_):
+def admit_pod(body, patch, admission_targets: kopf.Index, **_):
     """Mutating admission of a pod being created: set its requests from its PhaseModel's
     learned first-window level (ai4dl.controller.admission). Never refuses a pod: on any error
     it is admitted unchanged (the configuration's failurePolicy is Ignore besides)."""
@@ -203,9 +204,7 @@ def admit_pod(body, patch, admission_targets: kopf.Index, dryrun, **_):
 
     started = time.perf_counter()
     try:
-        targets = {key: next(iter(store)) for key, store in admission_targets.items()
-                   if len(store)}
-        decision = admit(dict(body), targets, CONFIG.get("max_value"))
+        decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"))
     except Exception:   # a bug must not block pod creation: admit unchanged, say so in the log
         log.exception("admission of a pod failed: admitted unchanged")
         m.ADMISSIONS.labels("error").inc()
@@ -214,6 +213,18 @@ def admit_pod(body, patch, admission_targets: kopf.Index, dryrun, **_):
         patch.fns.append(decision.apply)
     m.ADMISSIONS.labels("set" if decision.changes else "unchanged").inc()
     m.ADMISSION_SECONDS.observe(time.perf_counter() - started)
+
+
+class _FirstOfEach:
+    """A kopf index (key -> store of values) read as key -> its one value, looked up per key
+    (a pod's admission reads one PhaseModel, not all of them)."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def get(self, key, default=None):
+        store = self.index.get(key)
+        return next(iter(store), default) if store is not None else default
 
 
 def register_admission() -> None:

@@ -138,6 +138,7 @@ class SelfSignedCertificates:
             raise ValueError("the serving certificate needs at least one host name")
         self.hosts = list(hosts)
         self.folder = Path(folder or tempfile.mkdtemp(prefix="ai4dl-webhook-"))
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.folder.chmod(0o700)
         self.ca, self._ca_key = make_ca()
         self.previous_ca: KeyPair | None = None
