@@ -12,8 +12,9 @@ the hot path reads the API server or writes an Event.
 The rules, in order:
 
 - only a pod with the opt-in label and the PhaseModel annotation is considered (the webhook's
-  objectSelector already sends no other), of a PhaseModel this operator serves, whose selector
-  it matches, in mode Initial or InPlace;
+  objectSelector already sends no other), of a PhaseModel this operator serves (a pod of
+  another one is left to the operator that serves it, untouched), whose selector it matches, in
+  mode Initial or InPlace;
 - the level is the served policy's cold start (:attr:`ai4dl.policy.serving.Served.cold_start`:
   the target quantile of the training executions' first-window peaks), per managed resource,
   clamped to the PhaseModel's floor and ceiling and the operator's physical maximum, and never
@@ -135,7 +136,9 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     def unchanged(why: str) -> Admission:
         return Admission(annotations={A_ADMISSION: f"unchanged: {why}"})
     if target is None:
-        return unchanged(f"no PhaseModel {pm} in namespace {ns} is served by this operator")
+        # not one of ours: another operator (a shard) may serve it, and its webhook decides;
+        # a PhaseModel that does not exist at all is the orphan sweep's Warning Event
+        return Admission()
     if not target.admits:
         return Admission()                      # Off / Recommend: not admission's business
     if not target.selector.matches(labels):
