@@ -11,7 +11,10 @@ its own absolute timestamps) becomes the series cAdvisor would have written for 
 
 and, for the pods given ``pod_labels``, kube-state-metrics' ``kube_pod_labels`` (value 1 with a
 ``label_<key>`` label per pod label, over the pod's runs), which the trainer reads to keep only
-the pods a PhaseModel serves.
+the pods a PhaseModel serves; for those given ``pod_owners``, ``kube_pod_owner`` (``owner_kind``,
+``owner_name``), for ReplicaSets given ``replicaset_owners``, ``kube_replicaset_owner``, and for
+the containers given ``requests``, ``kube_pod_container_resource_requests`` (cpu in cores,
+memory in bytes), all over the pod's runs — what ``ai4dl evaluate --prometheus`` reads.
 
 The samples are written as OpenMetrics text, one file per aligned 2-hour window (promtool
 re-reads its whole input once per block, so one file per block keeps it to one pass), and
@@ -40,7 +43,10 @@ CPU = "container_cpu_usage_seconds_total"
 MEMORY = "container_memory_working_set_bytes"
 START = "container_start_time_seconds"
 KSM_LABELS = "kube_pod_labels"
-FAMILIES = (CPU, MEMORY, START, KSM_LABELS)
+KSM_OWNER = "kube_pod_owner"
+KSM_RS_OWNER = "kube_replicaset_owner"
+KSM_REQUESTS = "kube_pod_container_resource_requests"
+FAMILIES = (CPU, MEMORY, START, KSM_LABELS, KSM_OWNER, KSM_RS_OWNER, KSM_REQUESTS)
 
 
 def promtool_next_to(prometheus: Path | str) -> Path:
@@ -51,10 +57,40 @@ def promtool_next_to(prometheus: Path | str) -> Path:
 
 
 def _series(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
-            pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None):
+            pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
+            pod_owners: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+            replicaset_owners: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+            requests: Mapping[tuple[str, str, str], Mapping[str, float]] | None = None):
     """(family, labels, times, values) of every series, one run at a time."""
     from ai4dl.sources.membership import ksm_label
 
+    def pod_times(ns: str, pod: str, ctr: str | None = None) -> np.ndarray:
+        # kube-state-metrics' scrapes, thinned to one a minute (it exports every pod it sees)
+        t = np.unique(np.concatenate([np.asarray(ex.times, np.float64)
+                                      for (n, p, c), execs in runs.items()
+                                      if (n, p) == (ns, pod) and ctr in (None, c)
+                                      for ex in execs] or [np.empty(0)]))
+        return t[np.r_[True, np.diff(t // 60) > 0]] if len(t) else t
+
+    for (ns, pod), (kind, name) in (pod_owners or {}).items():
+        t = pod_times(ns, pod)
+        if len(t):
+            yield (KSM_OWNER, f'namespace="{ns}",pod="{pod}",owner_kind="{kind}",'
+                   f'owner_name="{name}",owner_is_controller="true"', t, np.ones(len(t)))
+    for (ns, rs), (kind, name) in (replicaset_owners or {}).items():
+        t = np.unique(np.concatenate([pod_times(n, p) for (n, p), (k, o) in
+                                      (pod_owners or {}).items()
+                                      if n == ns and k == "ReplicaSet" and o == rs]
+                                     or [np.empty(0)]))
+        if len(t):
+            yield (KSM_RS_OWNER, f'namespace="{ns}",replicaset="{rs}",owner_kind="{kind}",'
+                   f'owner_name="{name}",owner_is_controller="true"', t, np.ones(len(t)))
+    for (ns, pod, ctr), req in (requests or {}).items():
+        t = pod_times(ns, pod, ctr)
+        for resource, unit in (("cpu", "core"), ("memory", "byte")):
+            if resource in req and len(t):
+                yield (KSM_REQUESTS, f'namespace="{ns}",pod="{pod}",container="{ctr}",'
+                       f'resource="{resource}",unit="{unit}"', t, np.full(len(t), req[resource]))
     for (ns, pod), labels in (pod_labels or {}).items():
         t = np.unique(np.concatenate([np.asarray(ex.times, np.float64)
                                       for (n, p, _), execs in runs.items() if (n, p) == (ns, pod)
@@ -79,12 +115,13 @@ def _series(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
 
 def write_openmetrics(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
                       folder: Path,
-                      pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None
-                      ) -> list[Path]:
-    """OpenMetrics files, one per aligned 2-hour window that has samples."""
+                      pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
+                      **kube_state) -> list[Path]:
+    """OpenMetrics files, one per aligned 2-hour window that has samples. ``kube_state``:
+    ``pod_owners``, ``replicaset_owners``, ``requests`` (see the module doc)."""
     folder.mkdir(parents=True, exist_ok=True)
     chunks: dict[int, dict[str, list[str]]] = {}
-    for family, labels, t, v in _series(runs, pod_labels):
+    for family, labels, t, v in _series(runs, pod_labels, **kube_state):
         block = (t // BLOCK_SECONDS).astype(np.int64)
         for b in np.unique(block):
             sel = block == b
@@ -108,14 +145,16 @@ def write_openmetrics(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
 
 def backfill(runs: Mapping[tuple[str, str, str], Sequence[Execution]], storage: Path | str,
              promtool: Path | str, workers: int = 2,
-             pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None) -> int:
+             pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
+             **kube_state) -> int:
     """Write the runs' series as TSDB blocks into ``storage``; returns the samples written.
-    ``pod_labels[(namespace, pod)]``: that pod's labels as kube-state-metrics exports them."""
+    ``pod_labels[(namespace, pod)]``: that pod's labels as kube-state-metrics exports them;
+    ``pod_owners``, ``replicaset_owners``, ``requests``: see the module doc."""
     storage = Path(storage)
     storage.mkdir(parents=True, exist_ok=True)
     n = sum(3 * len(ex) for execs in runs.values() for ex in execs)
     with tempfile.TemporaryDirectory(prefix="ai4dl-backfill-") as tmp:
-        files = write_openmetrics(runs, Path(tmp), pod_labels)
+        files = write_openmetrics(runs, Path(tmp), pod_labels, **kube_state)
 
         def run(path: Path) -> None:
             r = subprocess.run([str(promtool), "tsdb", "create-blocks-from", "openmetrics",

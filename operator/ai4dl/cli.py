@@ -324,6 +324,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from ai4dl.evaluate import PHASE_POLICIES
 
+    if args.prometheus:
+        from ai4dl.cli_replay import evaluate_prometheus
+
+        return evaluate_prometheus(args)
+    from ai4dl.cli_replay import check_replay_flags
+
+    check_replay_flags(args)
+    if args.traces is None:
+        raise Ai4dlError("give TRACES, or --prometheus URL --selector MATCHERS")
     kw, model_params = _evaluation_flags(args)
     phase_policies = [p for p in kw["policies"] if p in PHASE_POLICIES]
     model = None
@@ -400,7 +409,10 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     from ai4dl.evaluate import POLICIES, EvaluationConfig
     from ai4dl.policy.policies import PHASE_READERS, STATISTICS
 
-    add_trace_args(p)
+    from ai4dl.cli_replay import add_replay_args
+
+    add_trace_args(p, optional=True)
+    add_replay_args(p)
     g = p.add_argument_group("evaluation")
     g.add_argument("--window", type=int, default=40, help="samples per re-scheduling window "
                    "(default 40 = 10 min at 15 s)")
@@ -418,8 +430,10 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
                         "trace's own request, or the learned first-window level of the train "
                         "side at the highest target (what the admission webhook sets; score it "
                         "with --include-cold-start)")
-    g.add_argument("--safety", choices=("none", "operator"), default="none", help="safety layer "
-                   "on every policy but the oracle: none (default) or the operator's defaults")
+    g.add_argument("--safety", choices=("none", "operator"), default=None, help="safety layer "
+                   "on every policy but the oracle: none or the operator's defaults (default: "
+                   "none for TRACES; operator with --prometheus, and the PhaseModel's own with "
+                   "--phasemodel: what the operator would have done)")
     g = p.add_argument_group("policy parameters")
     g.add_argument("--statistic", choices=STATISTICS, default="mean+kstd",
                    help="phase level statistic (default mean+kstd)")

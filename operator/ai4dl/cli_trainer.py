@@ -149,15 +149,15 @@ def _check_flags(args: argparse.Namespace) -> None:
                          f"{args.max_samples}")
 
 
-def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
-    from ai4dl.sources import membership as mb
-    from ai4dl.sources.prometheus import FeatureQuery, PrometheusSource
+def read_history(args, features, units, step: float, start: float, end: float, log: RunLog,
+                 select_for=None, max_samples: int | None = None):
+    """``--prometheus URL --selector MATCHERS``: the history pull of [start, end] (with a
+    progress bar on a terminal). ``select_for(source)`` gives the pull's ``select`` (which
+    containers to keep). Returns (HistoryResult, the normalised selector, the PodRefs found)."""
+    from ai4dl.sources.prometheus import PrometheusSource
     from ai4dl.sources.prometheus_history import PrometheusHistory, normalise_selector
-    from ai4dl.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS
+    from ai4dl.traces import DEFAULT_MAX_GAP_STEPS
 
-    step = float(args.step or spec.step_seconds)
-    units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
-             for f in spec.features]
     try:
         selector = normalise_selector(args.selector)
         src = PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
@@ -166,8 +166,8 @@ def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
         raise Ai4dlError(str(err)) from None
     with src:
         hist = PrometheusHistory(
-            src, [FeatureQuery(f.name, f.query) for f in spec.features], selector, step,
-            units=units, max_gap_steps=args.max_gap_steps or DEFAULT_MAX_GAP_STEPS,
+            src, list(features), selector, step, units=units,
+            max_gap_steps=args.max_gap_steps or DEFAULT_MAX_GAP_STEPS,
             concurrency=args.prometheus_concurrency)
         bar = log.progress(0, "history", "query")
 
@@ -176,6 +176,25 @@ def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
                 bar.total = total
                 bar.update(1)
 
+        try:
+            result = hist.executions(start, end, on_query=on_query, max_samples=max_samples,
+                                     select=select_for(src) if select_for else None)
+        finally:
+            if bar is not None:
+                bar.close()
+    return result, selector, hist
+
+
+def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
+    from ai4dl.sources import membership as mb
+    from ai4dl.sources.prometheus import FeatureQuery
+    from ai4dl.traces import CANONICAL_UNITS
+
+    step = float(args.step or spec.step_seconds)
+    units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
+             for f in spec.features]
+
+    def select_for(src):
         def served(refs, start, end):
             """Only the pods this PhaseModel serves: opted in and matching spec.selector."""
             namespaces = sorted({r.namespace for r in refs})
@@ -187,13 +206,11 @@ def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
                 verdict = mb.from_api_server(core_api, spec.selector, namespaces)
             kept, no, unknown = verdict.split(refs)
             return kept, no, unknown, verdict.source
+        return served
 
-        try:
-            result = hist.executions(now - since_s, now, on_query=on_query,
-                                     max_samples=args.max_samples or None, select=served)
-        finally:
-            if bar is not None:
-                bar.close()
+    result, selector, hist = read_history(
+        args, [FeatureQuery(f.name, f.query) for f in spec.features], units, step,
+        now - since_s, now, log, select_for, args.max_samples or None)
     for w in dict.fromkeys(result.warnings):
         log.warning("prometheus-warning", w)
     members = None

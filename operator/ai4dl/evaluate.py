@@ -343,6 +343,8 @@ class EvaluationResult:
     auto: dict = field(default_factory=dict)         # target -> AutoChoice
     fitted: dict = field(default_factory=dict)       # FITTED name -> target -> policy
     cold_start: list = field(default_factory=list)   # ColdStartScore rows (cold_start_scores)
+    #: cross-fitting (:func:`run_cross_fitted`): per fold, auto's choice per target
+    folds: list = field(default_factory=list)
 
 
 @dataclass
@@ -375,7 +377,8 @@ def cold_start_scores(data: ReplayInput, requests: Sequence[np.ndarray], window:
     req = np.stack([np.asarray(r, np.float64) for r, u in zip(requests, data.usage) if len(u)])
     has_request = np.isfinite(req)
     sources = [("request", req), ("static peak", static)]
-    sources += [(f"model @ {100 * t:g} %", np.repeat(np.asarray(lv)[None], len(first), 0))
+    # a level per resource (R,), or per execution (N, R) when folds learned different ones
+    sources += [(f"model @ {100 * t:g} %", _per_execution(lv, data.usage))
                 for t, lv in sorted(levels.items())]
     out = []
     for j, res in enumerate(data.resources):
@@ -397,6 +400,15 @@ def cold_start_scores(data: ReplayInput, requests: Sequence[np.ndarray], window:
                 vs_req, covered / total if total else float("nan"),
                 float(np.mean(peaks[keep, j] > a[keep]))))
     return out
+
+
+def _per_execution(level: np.ndarray, usage: Sequence[np.ndarray]) -> np.ndarray:
+    """(executions with samples, R): ``level`` as given per execution, or repeated."""
+    lv = np.asarray(level, np.float64)
+    keep = [i for i, u in enumerate(usage) if len(u)]
+    if lv.ndim == 2:
+        return lv[keep]
+    return np.repeat(lv[None], len(keep), 0)
 
 
 def vpa_scale(resource: str, unit: str, usage: np.ndarray) -> tuple[float, bool]:
@@ -464,16 +476,19 @@ def primary(targets: Sequence[float]) -> float:
 
 
 def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict | None = None,
-                   on_stage=None) -> EvaluationResult:
+                   on_stage=None, split: tuple | None = None) -> EvaluationResult:
     """Split by execution group (seeded), fit the phase model on the train side only (unless
     one is given), fit the head-room tables and let ``auto`` choose on the train side only
-    (once per scored target), replay the test side through every policy and score it."""
+    (once per scored target), replay the test side through every policy and score it.
+    ``split``: (train, test) given instead (the folds of :func:`run_cross_fitted`)."""
     from ai4dl.model import PhaseModel
     from ai4dl.policy.auto import choose_policy
 
     say = on_stage or (lambda msg: None)
     needs_model = any(p in PHASE_POLICIES for p in cfg.policies)
-    if cfg.test_fraction > 0:
+    if split is not None:
+        train, test = split
+    elif cfg.test_fraction > 0:
         train, test = traces.split_by_group(cfg.test_fraction, cfg.seed)
     else:
         train, test = traces, traces
@@ -530,3 +545,105 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
                               for t in cfg.targets})
     return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model,
                             train_data, per_target, autos, fitted, cold)
+
+
+# ----------------------------------------------------------------------------- cross-fitting
+def fold_splits(traces, folds: int, seed: int = 0) -> list[tuple]:
+    """``folds`` (train, test) splits by execution group (seeded): every group is on the test
+    side of exactly one fold, and never on both sides of one."""
+    from ai4dl.traces import TraceError, TraceSet
+
+    groups = np.array(traces.groups(), dtype=object)
+    if folds < 2:
+        raise ValueError(f"cross-fitting needs at least 2 folds, got {folds}")
+    if len(groups) < folds:
+        raise TraceError(f"cannot cross-fit {len(groups)} execution group(s) in {folds} folds",
+                         path=traces.source or None)
+    rng = np.random.default_rng(seed)
+    rng.shuffle(groups)
+    out = []
+    for k in range(folds):
+        held = set(groups[k::folds])
+        train = [e for e in traces if e.group not in held]
+        test = [e for e in traces if e.group in held]
+        out.append((TraceSet(train, source=traces.source), TraceSet(test, source=traces.source)))
+    return out
+
+
+def _concat_inputs(parts: Sequence[ReplayInput]) -> ReplayInput:
+    first = parts[0]
+    return ReplayInput([n for p in parts for n in p.names], [u for p in parts for u in p.usage],
+                       [x for p in parts for x in p.phases],
+                       [x for p in parts for x in p.initial], first.step, first.resources,
+                       first.units, [g for p in parts for g in p.groups],
+                       [t for p in parts for t in p.starts])
+
+
+def merge_results(parts: Sequence[EvaluationResult], levels: dict | None = None,
+                  requests: Sequence[np.ndarray] | None = None) -> EvaluationResult:
+    """One result from the folds of a cross-fitting: every fold's held-out executions
+    (each replayed by what its own fold fitted), scored together. ``levels`` (target ->
+    (executions, R) learned first-window levels) and ``requests`` give the cold-start table."""
+    cfg = parts[0].config
+    data = _concat_inputs([p.data for p in parts])
+    replays = {name: Replay(name, [a for p in parts for a in p.replays[name].allocations])
+               for name in parts[0].replays}
+    per_target = {name: {t: Replay(name, [a for p in parts for a in p.per_target[name][t]
+                                          .allocations]) for t in by_t}
+                  for name, by_t in parts[0].per_target.items()}
+    scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets,
+                   per_target=per_target)
+    cold = (cold_start_scores(data, requests, cfg.window, levels)
+            if levels is not None and requests is not None else [])
+    return EvaluationResult(cfg, data, replays, scores,
+                            [x for p in parts for x in p.per_execution],
+                            int(round(np.mean([p.n_train for p in parts]))), parts[0].model,
+                            None, per_target, {}, {}, cold, [p.auto for p in parts])
+
+
+def run_cross_fitted(traces, cfg: EvaluationConfig, folds: int = 2,
+                     model_params: dict | None = None, on_stage=None) -> EvaluationResult:
+    """Every execution replayed by a model, head-room tables and ``auto`` choice fitted on the
+    other folds only (``folds`` splits by group): a replay of *all* the workloads that never
+    scores a policy on what it was fitted on (what ``ai4dl evaluate --prometheus`` reports
+    per workload)."""
+    say = on_stage or (lambda msg: None)
+    parts, levels, requests = [], {t: [] for t in cfg.targets}, []
+    for k, (train, test) in enumerate(fold_splits(traces, folds, cfg.seed)):
+        say(f"fold {k + 1} of {folds}: fit on {len(train)} executions, replay {len(test)}")
+        parts.append(run_evaluation(traces, cfg, model_params=model_params, on_stage=say,
+                                    split=(train, test)))
+        usage = [e.select(cfg.resources).values.astype(np.float64) for e in train]
+        for t in cfg.targets:
+            lv = first_window_level(usage, cfg.window, t)
+            levels[t].extend(lv for _ in test)
+        requests.extend(trace_request(e, cfg.resources) for e in test)
+    return merge_results(parts, {t: np.array(v) for t, v in levels.items()}, requests)
+
+
+def run_served(traces, cfg: EvaluationConfig, policy: Policy, name: str, model=None,
+               level: np.ndarray | None = None, on_stage=None) -> EvaluationResult:
+    """Every execution replayed, without any fit, through ``policy`` (a PhaseModel's served
+    policy, reported as ``name``) and the policies of ``cfg`` that need no fitting (the
+    reactive ones, VPA, static, the oracle). What ``ai4dl evaluate --phasemodel`` reports:
+    that PhaseModel's model, tables and choice as the operator would serve them. ``level``: the
+    first-window level of ``initial`` ``model`` (the served policy's cold start)."""
+    say = on_stage or (lambda msg: None)
+    plain = tuple(p for p in cfg.policies if p not in FITTED and p not in PHASE_POLICIES)
+    cfg = dataclasses.replace(cfg, policies=(*plain, name), test_fraction=0.0)
+    needs = bool(getattr(policy, "needs_phases", False))
+    data = prepare(list(traces), cfg.resources, model if needs else None, cfg.initial, level)
+    policies = build_policies(dataclasses.replace(cfg, policies=plain), None, data)
+    if "oracle" not in plain:
+        from ai4dl.policy.policies import Oracle
+        policies.append(Oracle())
+    replays = {}
+    for p in (*policies, policy):
+        label = name if p is policy else p.name
+        say(f"policy {label}")
+        rep = replay(data, p, cfg.window, cfg.safety, cfg.vpa_prewarm)
+        replays[label] = Replay(label, rep.allocations)
+    scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets)
+    per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i])
+                for i in range(len(data.usage))]
+    return EvaluationResult(cfg, data, replays, scores, per_exec, 0, model)

@@ -24,6 +24,7 @@ DPI = 110
 _COLOURS = {"static": "tab:brown", "adaptive-max": "tab:orange", "adaptive-stat": "tab:green",
             "phase": "tab:blue", "phase-proactive": "tab:purple", "vpa": "tab:red",
             "phase-headroom": "tab:cyan", "burst-headroom": "tab:olive", "auto": "tab:pink",
+            "phasemodel": "tab:pink",
             "oracle": "0.35"}
 _MARGIN_MARKERS = ("o", "s", "^", "D", "v", "P")
 _DISPLAY = {"bytes": (1024.0 ** 3, "GiB"), "percent": (1.0, "%")}
@@ -220,6 +221,42 @@ def matched_bars_figure(result: EvaluationResult, target: float | None = None):
                  "policy), ÷ oracle — lower is better", fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(axis="y", alpha=0.25, lw=0.5)
+    fig.tight_layout()
+    return fig
+
+
+def workloads_figure(rows, policy: str, resources: Sequence[str], units: Sequence[str],
+                     top: int = 20):
+    """Per workload (the ``top`` largest), per resource: the mean request, usage and
+    ``policy``'s mean allocation (the report of ``ai4dl evaluate --prometheus``)."""
+    shown = list(rows[:top])
+    R = len(resources)
+    fig, axes = plt.subplots(1, R, figsize=(5.5 * R, 0.9 + 0.38 * max(1, len(shown))),
+                             squeeze=False)
+    y = np.arange(len(shown))
+    h = 0.27
+    for j, (res, unit) in enumerate(zip(resources, units)):
+        ax = axes[0, j]
+        # levels are resource-hours ÷ hours: cores, GiB (workload_report.level_unit)
+        label = "GiB" if unit == "bytes" else unit
+        req = np.array([w.request_level(res) for w in shown])
+        used = np.array([w.level(w.usage[res]) for w in shown])
+        alloc = np.array([w.level(w.policies[policy][res].allocation) if policy in w.policies
+                          else np.nan for w in shown])
+        ax.barh(y - h, np.nan_to_num(req), h, color="#999999", label="current request")
+        ax.barh(y, alloc, h, color=policy_colour(policy), label=policy)
+        ax.barh(y + h, used, h, color="#333333", label="mean usage")
+        for i, r in enumerate(req):
+            if not np.isfinite(r):
+                ax.text(0, y[i] - h, " request unknown", va="center", fontsize=7)
+        ax.set_yticks(y)
+        ax.set_yticklabels([f"{w.kind}/{w.name}" for w in shown] if j == 0 else [], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{res} [{label}] (mean over the replay)")
+        ax.grid(axis="x", alpha=0.3)
+        if j == 0:
+            ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"Per workload: current requests, {policy}, usage", fontsize=10)
     fig.tight_layout()
     return fig
 

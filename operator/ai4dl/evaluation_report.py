@@ -39,6 +39,7 @@ class RunContext:
     split: bool                      # False: no split, everything is both fitted and scored
     model_source: str | None = None  # model file, "fitted on the train executions", or None
     n_phases: int | None = None
+    folds: int = 0                   # cross-fitted in this many folds (every execution scored)
 
 
 def make_context(traces, result: EvaluationResult, source: str,
@@ -145,7 +146,11 @@ def header_line(result: EvaluationResult, ctx: RunContext) -> str:
     cfg = result.config
     step = result.data.step
     minutes = cfg.window * step / 60.0
-    if ctx.split:
+    if ctx.folds:
+        split = (f"all {ctx.n_test} executions ({ctx.test_groups} groups) scored, "
+                 f"cross-fitted in {ctx.folds} folds by group (seed {cfg.seed}): each replayed "
+                 f"by what was fitted on the other folds (~{ctx.n_train} executions)")
+    elif ctx.split:
         split = (f"{ctx.n_test} test executions ({ctx.test_groups} groups) held out from "
                  f"{ctx.n_train} train executions ({ctx.train_groups} groups) "
                  f"[split by group, test fraction {cfg.test_fraction:g}, seed {cfg.seed}]")
@@ -250,14 +255,17 @@ def _scored_windows(result: EvaluationResult) -> int:
 
 def auto_lines(result: EvaluationResult) -> str:
     """What auto chose at each target (fitted and chosen on the train side only)."""
-    if not result.auto:
+    folds = result.folds or ([result.auto] if result.auto else [])
+    if not any(folds):
         return ""
     out = ["auto (chosen on the train side only: candidates fitted on the older train "
            "executions, scored on the most recent ones):", ""]
-    for t, c in sorted(result.auto.items()):
-        w = ", ".join(f"{r} → {p}" for r, p in zip(c.resources, c.winners))
-        out.append(f"- at {target_label(t)}: {w} ({c.n_validation} held-out of "
-                   f"{c.n_fit + c.n_validation} train executions)")
+    for k, autos in enumerate(folds):
+        fold = f"fold {k + 1}, " if len(folds) > 1 else ""
+        for t, c in sorted(autos.items()):
+            w = ", ".join(f"{r} → {p}" for r, p in zip(c.resources, c.winners))
+            out.append(f"- {fold}at {target_label(t)}: {w} ({c.n_validation} held-out of "
+                       f"{c.n_fit + c.n_validation} train executions)")
     return "\n".join(out)
 
 
@@ -309,7 +317,7 @@ def render_markdown(result: EvaluationResult, ctx: RunContext) -> str:
     matched target (windows short, OOM risk, worst shortfall, the wins rule), auto's choice,
     the savings matrices."""
     parts = [header_line(result, ctx), score_table(result), matched_tables(result)]
-    if result.auto:
+    if result.auto or any(result.folds):
         parts.append(auto_lines(result))
     parts.append(savings_tables(result))
     if result.cold_start:
@@ -426,6 +434,8 @@ def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None 
                  for p in policy_order(list(result.scores)) if p not in ("adaptive-max",
                                                                          "oracle")},
         "auto": {target_key(t): c.as_dict() for t, c in sorted(result.auto.items())},
+        **({"auto_per_fold": [{target_key(t): c.as_dict() for t, c in sorted(a.items())}
+                              for a in result.folds]} if result.folds else {}),
         "per_execution": [{"name": name, "scores": _scores_dict(sc, data.resources)}
                           for name, sc in zip(data.names, result.per_execution)],
         "cold_start": [_plain(c) for c in result.cold_start],

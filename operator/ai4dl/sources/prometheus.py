@@ -602,6 +602,22 @@ class PrometheusSource:
             raise PrometheusUnavailable(self.url, "unexpected answer to a series query")
         return [d for d in data if isinstance(d, dict)]
 
+    def instant(self, query: str, at) -> list[tuple[dict[str, str], float]]:
+        """(labels, value) of each series an instant query returns at time ``at``
+        (``/api/v1/query``, POSTed); raises like :meth:`fetch`."""
+        payload = self._post("/api/v1/query", {"query": query,
+                                                "time": f"{_seconds(at, 'time'):.3f}"})
+        data = payload.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "vector":
+            raise PrometheusUnavailable(self.url, "unexpected answer to an instant query")
+        out = []
+        for r in data.get("result") or []:
+            try:
+                out.append((dict(r.get("metric") or {}), float(r["value"][1])))
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+        return out
+
     def version(self) -> str:
         """The server's version (``/api/v1/status/buildinfo``); raises like :meth:`fetch`."""
         payload = self._send("GET", "/api/v1/status/buildinfo", None, count=False)

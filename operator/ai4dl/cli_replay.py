@@ -1,0 +1,289 @@
+"""``ai4dl evaluate --prometheus URL --selector MATCHERS --since 7d``: what the policies would
+have done on the pods a Prometheus has seen — per workload and in total, against the requests
+the pods had.
+
+The history pull is the batch trainer's (:func:`ai4dl.cli_trainer.read_history`: the same
+chunking, caps, restart and gap cuts). Then either
+
+- a phase model is fitted and every pod is replayed by what was fitted on the *other* pods
+  (cross-fitting in ``--folds`` folds by pod: no policy is scored on what it was fitted on),
+  or
+- ``--phasemodel NS/NAME``: that PhaseModel's features, step, window, model, policy and safety
+  layer, no fit; every pod is replayed as the operator would serve it.
+
+Owners and requests come from kube-state-metrics when Prometheus has it
+(:mod:`ai4dl.sources.workloads`). Output: the evaluator's report, a per-workload table and
+the totals against the current requests, on the terminal and as ``--markdown``, ``--json`` and
+``--plots``; nothing is written unless the whole run succeeded (a Prometheus that dies mid-pull
+exits 3 with no file written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+from ai4dl.cli_trainer import RunLog, read_history
+from ai4dl.errors import Ai4dlError
+
+DEFAULT_FOLDS = 2
+
+
+def add_replay_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("replay from Prometheus (instead of TRACES)")
+    g.add_argument("--prometheus", metavar="URL", help="read the pods' history from this "
+                   "Prometheus (or Prometheus-API store) instead of TRACES")
+    g.add_argument("--selector", metavar="MATCHERS", help="PromQL label matchers of the "
+                   "containers to replay, e.g. 'namespace=\"ml\"'")
+    g.add_argument("--since", default="7d", help="history to replay, e.g. 7d, 36h (default 7d)")
+    g.add_argument("--phasemodel", metavar="NAMESPACE/NAME", help="use this PhaseModel's "
+                   "features, step, window, model, policy and safety layer (no fit)")
+    g.add_argument("--kubeconfig", help="kubeconfig for --phasemodel (default: in-cluster, "
+                   "else $KUBECONFIG or ~/.kube/config)")
+    g.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help="cross-fitting folds by "
+                   f"pod when fitting (default {DEFAULT_FOLDS}): each pod is replayed by a model "
+                   "fitted on the other folds")
+    g.add_argument("--top", type=int, default=20, help="workloads shown on the terminal, the "
+                   "largest (default 20; all in --markdown and --json)")
+    g.add_argument("--max-samples", type=int, default=0, metavar="N",
+                   help="keep at most N samples, the newest (default 0: no cap)")
+    g.add_argument("--prometheus-timeout", type=float, default=60.0,
+                   help="seconds per query (default 60)")
+    g.add_argument("--prometheus-retries", type=int, default=3,
+                   help="retries per query before giving up with exit code 3 (default 3)")
+    g.add_argument("--prometheus-concurrency", type=int, default=2, metavar="N",
+                   help="range queries in flight during the pull (default 2)")
+
+
+def check_replay_flags(args: argparse.Namespace) -> None:
+    """Flag errors before any I/O (exit 2)."""
+    if args.prometheus is None:
+        for flag in ("selector", "phasemodel"):
+            if getattr(args, flag):
+                raise Ai4dlError(f"--{flag} needs --prometheus URL")
+        return
+    if args.traces is not None:
+        raise Ai4dlError("give either TRACES or --prometheus, not both")
+    if not args.selector:
+        raise Ai4dlError("--prometheus needs --selector (PromQL label matchers of the pods)")
+    if args.model:
+        raise Ai4dlError("--model with --prometheus: give --phasemodel NS/NAME to replay a "
+                         "stored model")
+    if args.sweep:
+        raise Ai4dlError("--sweep is not available with --prometheus")
+    if args.folds < 2:
+        raise Ai4dlError(f"--folds must be at least 2, got {args.folds}")
+    if args.top < 1:
+        raise Ai4dlError(f"--top must be at least 1, got {args.top}")
+    if args.prometheus_concurrency < 1:
+        raise Ai4dlError(f"--prometheus-concurrency must be at least 1, got "
+                         f"{args.prometheus_concurrency}")
+    if args.max_samples < 0:
+        raise Ai4dlError(f"--max-samples must not be negative, got {args.max_samples}")
+
+
+def _phasemodel(args):
+    """(spec, model or None, Served) of --phasemodel."""
+    from pydantic import ValidationError
+
+    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
+    from ai4dl.model import PhaseModel, validation_message
+    from ai4dl.policy.serving import served_policy
+
+    ns, name = parse_ref(args.phasemodel)
+    resource = PhaseModels(api_client(args.kubeconfig)).get(ns, name)
+    if resource is None:
+        raise Ai4dlError(f"PhaseModel {ns}/{name} not found")
+    try:
+        spec = PhaseModelSpec.model_validate(resource.get("spec") or {})
+        model = (PhaseModel.from_document(spec.validated_model()) if spec.model is not None
+                 else None)
+    except ValidationError as err:
+        raise Ai4dlError(f"PhaseModel {ns}/{name}: "
+                         f"{validation_message(err).replace('invalid phase model: ', '')}") \
+            from None
+    except ValueError as err:
+        raise Ai4dlError(f"PhaseModel {ns}/{name}: {str(err).splitlines()[0]}") from None
+    try:
+        served = served_policy(spec, model)
+    except ValueError as err:
+        raise Ai4dlError(f"PhaseModel {ns}/{name} cannot be served: {err}") from None
+    return spec, model, served
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def evaluate_prometheus(args: argparse.Namespace) -> int:
+    from ai4dl import evaluation_report as report
+    from ai4dl import workload_report as wr
+    from ai4dl.cli import _evaluation_flags, _say
+    from ai4dl.crd import parse_duration
+    from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, run_served, trace_request
+    from ai4dl.policy.safety import SafetyConfig
+    from ai4dl.sources import workloads as owners_src
+    from ai4dl.sources.prometheus import FeatureQuery, PodRef, PrometheusSource, \
+        default_feature_queries
+    from ai4dl.traces import CANONICAL_UNITS, TraceSet
+
+    check_replay_flags(args)
+    kw, model_params = _evaluation_flags(args)
+    try:
+        since_s = parse_duration(args.since)
+    except ValueError as err:
+        raise Ai4dlError(f"--since: {err}") from None
+    log = RunLog("text", args.quiet)
+    spec = served = model = None
+    if args.phasemodel:
+        from ai4dl.policy.serving import safety_config, window_samples
+
+        spec, model, served = _phasemodel(args)
+        features = [FeatureQuery(f.name, f.query) for f in spec.features]
+        units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
+                 for f in spec.features]
+        step = float(spec.step_seconds)
+        kw["window"] = window_samples(spec)
+        resources = served.resources
+        safety = safety_config(spec, resources) if args.safety != "none" else None
+        _say(args, f"PhaseModel {args.phasemodel}: {served.reason}; window {kw['window']} "
+             f"samples of {step:g} s")
+    else:
+        features = default_feature_queries(("cpu", "memory"))
+        units = [CANONICAL_UNITS[f.name] for f in features]
+        step = float(args.step or 15.0)
+        resources = tuple(args.resources.split(",")) if args.resources else ("cpu", "memory")
+        unknown = [r for r in resources if r not in ("cpu", "memory")]
+        if unknown:
+            raise Ai4dlError(f"--resources: the Prometheus replay reads cpu and memory, not "
+                             f"{unknown[0]!r}")
+        safety = (SafetyConfig.operator_defaults(
+            len(resources), resources.index("memory") if "memory" in resources else None)
+            if args.safety in (None, "operator") else None)
+    now = time.time()
+    start = now - since_s
+    result, selector, hist = read_history(args, features, units, step, start, now, log,
+                                          max_samples=args.max_samples or None)
+    for w in dict.fromkeys(result.warnings):
+        log.warning("prometheus-warning", w)
+    if not result.executions:
+        why = (f"{result.pods} containers matched but none has {hist.min_samples} samples of "
+               "every feature" if result.pods else "no series matched")
+        raise Ai4dlError(f"nothing to replay for selector {{{selector}}} in the last "
+                         f"{args.since} at {args.prometheus}: {why}")
+    _say(args, f"read {result.pods} containers from {args.prometheus} in {result.queries} "
+         f"queries, {result.seconds:.1f} s: {len(result.executions)} executions, "
+         f"{result.samples:,} samples")
+    refs = list(dict.fromkeys(PodRef(e.meta["namespace"], e.meta["pod"], e.meta["container"])
+                              for e in result.executions))
+    with PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
+                          retries=max(0, args.prometheus_retries)) as src:
+        owner_of, from_ksm = owners_src.owners(src, refs, start, now)
+        requested = owners_src.requests(src, refs, start, now)
+    for e in result.executions:
+        ref = PodRef(e.meta["namespace"], e.meta["pod"], e.meta["container"])
+        req = requested.get(ref, {})
+        if "cpu" in req:
+            e.meta["cpu_limit_cores"] = req["cpu"]
+        if "memory" in req:
+            e.meta["memory_limit_bytes"] = req["memory"]
+    _say(args, f"owners: {from_ksm} of {len(owner_of)} pods from kube_pod_owner, the rest from "
+         f"their names; requests known for {len(requested)} of {len(refs)} containers")
+    traces = TraceSet(result.executions,
+                      source=f"prometheus {args.prometheus} {{{selector}}} last {args.since}")
+    cfg = EvaluationConfig(resources=tuple(resources), safety=safety,
+                           **{**kw, "test_fraction": 0.0})
+    say = (lambda msg: _say(args, msg))
+    if served is not None:
+        level = served.cold_start
+        if cfg.initial == "model" and level is None:
+            raise Ai4dlError("--initial model: the PhaseModel's model learned no first-window "
+                             "level (no head-room tables)")
+        res = run_served(traces, cfg, served.policy, "phasemodel", model, level, on_stage=say)
+        ctx = report.RunContext(traces.source, 0, 0, len(traces), len(traces.groups()), False,
+                                f"PhaseModel {args.phasemodel} ({served.summary()})",
+                                getattr(model, "n_phases_", None))
+        shown = "phasemodel"
+    else:
+        try:
+            res = run_cross_fitted(traces, cfg, args.folds, model_params or None, on_stage=say)
+        except ValueError as err:
+            raise Ai4dlError(str(err).splitlines()[0]) from None
+        ctx = report.RunContext(traces.source, res.n_train, 0, len(traces),
+                                len(traces.groups()), False,
+                                f"fitted per fold on the other {args.folds - 1} fold(s)",
+                                getattr(res.model, "n_phases_", None), folds=args.folds)
+        shown = "auto" if "auto" in res.scores else next(
+            p for p in report.policy_order(list(res.scores)) if p != "oracle")
+    # in the order the result holds the executions (cross-fitting concatenates its folds)
+    by_name = {e.name: e for e in traces}
+    replayed = [by_name[n] for n in res.data.names]
+    owners = [owner_of[(e.meta["namespace"], e.meta["pod"])] for e in replayed]
+    reqs = [trace_request(e, res.data.resources) for e in replayed]
+    rows, total = wr.workload_rows(res, owners, reqs)
+    names = [p for p in report.policy_order(list(res.scores))]
+    data = res.data
+    top = max(res.config.targets)
+    intro = (f"{len(rows)} workloads, {len(refs)} containers, {total.hours:,.0f} container-hours "
+             f"scored. Per workload: the mean request, usage and allocation of **{shown}** "
+             f"(fitted policies at {100 * top:g} %), its own fulfilment and windows short "
+             f"(cpu / memory), and the saving against the requests.")
+    workload_md = wr.workload_table(rows, total, shown, data.resources, data.units)
+    totals_md = ("Every policy in total, at its own allocation (the matched-fulfilment tables "
+                 "above compare them at equal fulfilment):\n\n"
+                 + wr.totals_table(total, data.resources, data.units, names))
+    base = report.render_markdown(res, ctx)
+    terminal = "\n\n".join([base.rstrip(), intro,
+                            wr.workload_table(rows, total, shown, data.resources, data.units,
+                                              args.top), totals_md]) + "\n"
+    full = "\n\n".join([base.rstrip(), intro, workload_md, totals_md]) + "\n"
+    doc = None
+    if args.json:
+        doc = report.to_json(res, ctx, None, model_params)
+        doc["workloads"] = {"shown_policy": shown, "fitted_target": top,
+                            "owners_from_kube_state_metrics": from_ksm,
+                            "containers_with_requests": len(requested),
+                            "rows": [wr.row_dict(r) for r in rows],
+                            "total": wr.row_dict(total)}
+        doc["history"] = {"prometheus": args.prometheus, "selector": selector,
+                          "since": args.since, "containers": result.pods,
+                          "queries": result.queries, "seconds": round(result.seconds, 3),
+                          "samples": result.samples}
+    # Everything is computed: now write (each file whole or not at all).
+    written: list[Path] = []
+    if args.markdown:
+        _write_atomic(Path(args.markdown), full)
+        written.append(Path(args.markdown))
+    if doc is not None:
+        _write_atomic(Path(args.json),
+                      json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n")
+        written.append(Path(args.json))
+    if args.plots:
+        from ai4dl.evaluation_plots import workloads_figure, write_evaluation_plots
+        import matplotlib.pyplot as plt
+
+        written += write_evaluation_plots(res, args.plots, args.plot_executions)
+        fig = workloads_figure(rows, shown, data.resources, data.units, args.top)
+        path = Path(args.plots) / "workloads.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    sys.stdout.write(terminal)
+    if written:
+        _say(args, "wrote " + ", ".join(str(p) for p in written))
+    return 0
