@@ -37,8 +37,10 @@ def test_schema_is_structural():
                     f"{path}/{name} has no type"
     version = crd_manifest()["spec"]["versions"][0]
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Phases", "Pods", "Mode", "Policy", "Ready", "Age"]
-    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == [0, 0, 0, 1, 0, 0]
+    assert names == ["Phases", "Pods", "Mode", "Policy", "Score", "Saved", "Ready", "Age"]
+    # -o wide only: the served policy, the last training score, the savings so far
+    assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == \
+        [0, 0, 0, 1, 1, 1, 0, 0]
     assert crd_manifest()["spec"]["names"]["shortNames"] == ["pm"]
     assert yaml.safe_load(CRD_FILE.read_text())["metadata"]["name"] == "phasemodels.ai4dl.io"
 

@@ -558,7 +558,9 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
             assert out[0].split() == ["NAME", "PHASES", "PODS", "MODE", "READY", "AGE"]
             assert out[1].split()[:4] == ["untrained", "0", "Recommend", "True"]
             wide = kubectl("get", "pm", "-n", k8s_namespace, "-o", "wide").stdout.splitlines()
-            assert wide[0].split()[:5] == ["NAME", "PHASES", "PODS", "MODE", "POLICY"]
+            assert wide[0].split()[:7] == ["NAME", "PHASES", "PODS", "MODE", "POLICY", "SCORE",
+                                           "SAVED"]
+            assert wide[1].split()[4] == "adaptive-max"        # status.policy, short
             # a kind that needs a model, without one: Degraded, with the reason
             custom.patch_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
                                                   "untrained", {"spec": {"policy": {

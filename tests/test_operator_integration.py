@@ -181,6 +181,19 @@ def test_inplace_resizes_within_two_windows(kube_cluster, k8s_namespace, fake_ku
     assert sum(pm["status"]["podsPerPhase"].values()) == 3
     m = operator.metrics()
     assert "ai4dl_resizes_total" in m and f'namespace="{ns}"' in m
+    # savings so far: the pods' original requests against what they held, once resized
+    pm = wait_for(lambda: (lambda o: o if ((o.get("status") or {}).get("savings") or {})
+                           .get("resources", {}).get("cpu", {}).get("allocated", 1e18)
+                           < o["status"]["savings"]["resources"]["cpu"]["original"]
+                           else None)(read_pm(kube_cluster, ns, "pm")), 2 * WINDOW + 5,
+                  what="status.savings below the original requests")
+    sv = pm["status"]["savings"]
+    assert sv["windows"] >= 1 and sv["summary"].startswith("cpu ")
+    assert pm["status"]["policy"]
+    m = operator.metrics()
+    for series in ("ai4dl_request_seconds_total", "ai4dl_pod_request{",
+                   "ai4dl_pod_original_request{"):
+        assert series in m, series
 
 
 def test_recommend_mode_never_resizes(kube_cluster, k8s_namespace, fake_kubelet, stack, jobs,

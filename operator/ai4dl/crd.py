@@ -308,6 +308,25 @@ class NoveltyStatus(_Base):
     share: float = Field(0.0, ge=0, le=1, description="novel ÷ total over the recent windows")
 
 
+class SavingsAmount(_Base):
+    original: float = Field(0.0, ge=0, description="the authors' requests × time "
+                            "(core-seconds, byte-seconds)")
+    allocated: float = Field(0.0, ge=0, description="what the pods held (Recommend: what the "
+                             "operator recommended) × time")
+
+
+class SavingsStatus(_Base):
+    """What the operator's pods held against what their authors requested, summed over the
+    windows processed (ai4dl.controller.savings)."""
+    since: str | None = Field(None, description="RFC 3339, UTC: the first window counted")
+    last_window: float | None = Field(None, alias="lastWindow",
+                                      description="start (unix s) of the last window counted")
+    windows: int = Field(0, ge=0)
+    resources: dict[str, SavingsAmount] = Field(default_factory=dict)
+    summary: str = Field("", description="share of the original requests saved, e.g. "
+                         "'cpu 42%, memory 17%'")
+
+
 class PhaseModelStatus(_Base):
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(None, alias="observedGeneration")
@@ -321,6 +340,9 @@ class PhaseModelStatus(_Base):
     novelty: NoveltyStatus | None = None
     served_policy: str | None = Field(None, alias="servedPolicy",
                                       description="what the operator serves, and why")
+    policy: str | None = Field(None, description="the policy served, per resource where they "
+                               "differ (e.g. 'cpu phase-headroom, memory adaptive-max')")
+    savings: SavingsStatus | None = None
 
 
 class PhaseModelResource(_Base):
@@ -417,8 +439,15 @@ def crd_manifest() -> dict:
                     {"name": "Phases", "type": "string", "jsonPath": ".status.phaseSummary"},
                     {"name": "Pods", "type": "integer", "jsonPath": ".status.podsTracked"},
                     {"name": "Mode", "type": "string", "jsonPath": ".spec.policy.mode"},
-                    {"name": "Policy", "type": "string", "jsonPath": ".status.servedPolicy",
+                    {"name": "Policy", "type": "string", "jsonPath": ".status.policy",
                      "priority": 1},
+                    {"name": "Score", "type": "number", "priority": 1,
+                     "description": "last training run: the candidate's allocation ÷ oracle at "
+                                    "the fulfilment target (lower is better)",
+                     "jsonPath": ".status.training.candidateScore"},
+                    {"name": "Saved", "type": "string", "priority": 1,
+                     "description": "share of the authors' requests not allocated so far",
+                     "jsonPath": ".status.savings.summary"},
                     {"name": "Ready", "type": "string",
                      "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

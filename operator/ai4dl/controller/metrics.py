@@ -35,6 +35,20 @@ ORPHAN_PODS = Gauge("ai4dl_orphan_pods",
                     ["namespace", "reason"], registry=REGISTRY)
 NOVEL_SHARE = Gauge("ai4dl_novel_share", "Share of containers whose last window was novel",
                     ["namespace", "phasemodel"], registry=REGISTRY)
+POD_REQUEST = Gauge("ai4dl_pod_request",
+                    "Request of a managed container at the window's end (cores, bytes)",
+                    ["namespace", "pod", "container", "resource", "phasemodel"],
+                    registry=REGISTRY)
+POD_ORIGINAL_REQUEST = Gauge("ai4dl_pod_original_request",
+                             "The request its author wrote for a managed container (cores, "
+                             "bytes): what admission recorded, else the request first seen",
+                             ["namespace", "pod", "container", "resource", "phasemodel"],
+                             registry=REGISTRY)
+REQUEST_SECONDS = Counter("ai4dl_request_seconds_total",
+                          "Requests × time over the windows processed (core-seconds, "
+                          "byte-seconds): kind=original (the authors' requests), kind=allocated "
+                          "(what the pods held; in Recommend mode, what was recommended)",
+                          ["namespace", "phasemodel", "resource", "kind"], registry=REGISTRY)
 ADMISSIONS = Counter("ai4dl_admissions_total",
                      "Opted-in pods seen at creation by the admission webhook, by outcome "
                      "(set: requests set; unchanged: left as they came, reason annotated; "
@@ -58,7 +72,8 @@ def forget_pod(namespace: str, pod: str, container: str, phasemodel: str,
         except KeyError:
             pass
     for r in resources:
-        try:
-            RECOMMENDATION.remove(namespace, pod, container, r, phasemodel)
-        except KeyError:
-            pass
+        for gauge in (RECOMMENDATION, POD_REQUEST, POD_ORIGINAL_REQUEST):
+            try:
+                gauge.remove(namespace, pod, container, r, phasemodel)
+            except KeyError:
+                pass

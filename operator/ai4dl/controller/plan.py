@@ -458,6 +458,11 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         separators=(",", ":"), sort_keys=True)
     state = pod.state()
     state["window"] = window_start
+    if "orig" not in state:
+        # the requests before the operator's first write: the baseline of the savings
+        # (ai4dl.controller.savings; admission's own record, when there is one, comes first)
+        state["orig"] = {c.name: {r: c.requests[r] for r in resources if r in c.requests}
+                         for c in pod.containers}
     # the running statistics, kept with the pod whenever it is written anyway (an operator
     # restart then resumes from them; between writes the runtime keeps them in memory)
     own = {c.name: c.own.to_json() for c in plan.containers if c.own is not None}

@@ -21,6 +21,7 @@ from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
 from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window
+from ai4dl.controller.savings import add_window, original_requests, window_amounts
 from ai4dl.policy.serving import served_policy, window_samples
 from ai4dl.kube.raw import api_message, drain, paged_items, read_json, write_event
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
@@ -206,6 +207,14 @@ class WindowRunner:
         novelty = (update_novelty((body.get("status") or {}).get("novelty"), model_key, start,
                                   report.novel, report.classified, spec.refit)
                    if model is not None else None)
+        amounts = window_amounts(plan.pods, plan.resources, spec.policy.mode,
+                                 spec.window_seconds)
+        savings = add_window((body.get("status") or {}).get("savings"), amounts, start,
+                             now_iso(start))
+        if savings is not None:
+            for r, (orig, held) in amounts.items():
+                m.REQUEST_SECONDS.labels(*labels, r, "original").inc(orig)
+                m.REQUEST_SECONDS.labels(*labels, r, "allocated").inc(held)
         self._status(body, report, ready=True,
                      reason="BaselineNoModel" if served.baseline and model is None
                      else "WindowProcessed",
@@ -213,7 +222,8 @@ class WindowRunner:
                              f"{served.summary()}" + (" (no model yet)" if model is None
                                                       else ""),
                      per_phase=plan.pods_per_phase(), novelty=novelty,
-                     extra=self._plan_conditions(body, plan), served=served.reason)
+                     extra=self._plan_conditions(body, plan), served=served.reason,
+                     policy=served.summary(), savings=savings)
         return report
 
     def _keep_histories(self, plan: WindowPlan, model_key: str) -> None:
@@ -278,6 +288,16 @@ class WindowRunner:
                     for r, v in c.target.items():
                         m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
                                                 self.name).set(v)
+            originals = original_requests(p.pod) if p.containers else {}
+            for c in p.containers:
+                for r, v in c.current.items():
+                    if v == v:                  # NaN: no request for this resource
+                        m.POD_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
+                                             self.name).set(v)
+                    o = originals.get(c.name, {}).get(r)
+                    if o is not None:
+                        m.POD_ORIGINAL_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
+                                                      self.name).set(o)
         m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
         report.novel, report.classified = novel, total
         # Pods that are gone (or no longer opted in) lose their series: /metrics must not grow
@@ -299,8 +319,7 @@ class WindowRunner:
                     p.events.append(("Warning", reason, msg))
                     report.noticed += 1
                     m.NOTICES.labels(self.namespace, reason).inc()
-        self._in_metrics |= {(*p.pod.key, c.name) for p in plan.pods for c in p.containers
-                             if c.phase is not None}
+        self._in_metrics |= {(*p.pod.key, c.name) for p in plan.pods for c in p.containers}
         work = [p for p in plan.pods if p.resize is not None or p.annotations or p.events]
         if not work:
             return
@@ -417,7 +436,8 @@ class WindowRunner:
     def _status(self, body: dict, report: WindowReport, ready: bool, reason: str, message: str,
                 per_phase: dict[str, int] | None = None,
                 novelty: NoveltyVerdict | None = None,
-                extra: list[tuple[str, str, str, str]] = (), served: str | None = None) -> None:
+                extra: list[tuple[str, str, str, str]] = (), served: str | None = None,
+                policy: str | None = None, savings: dict | None = None) -> None:
         from kubernetes.client.exceptions import ApiException
 
         old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -461,6 +481,10 @@ class WindowRunner:
             status["novelty"] = novelty.status
         if served is not None:
             status["servedPolicy"] = served[:300]
+        if policy is not None:
+            status["policy"] = policy[:100]
+        if savings is not None:
+            status["savings"] = savings
         try:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": status})

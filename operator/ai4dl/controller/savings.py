@@ -1,0 +1,102 @@
+"""Savings so far: the requests the operator's pods held, against those their authors wrote.
+
+Each window the runtime adds, per managed resource, over the containers it planned:
+
+- *original*: the author's request × the window's length. The author's request is what
+  admission recorded (``ai4dl.io/admitted``), else what the pod asked for when the operator
+  first wrote it (``orig`` in the pod's state annotation, kept from then on), else — a pod the
+  operator never changed — its current request;
+- *allocated*: what the pod held: its current request (modes Initial and InPlace), or, in
+  Recommend mode, what the operator recommends (what it *would* have held; the current request
+  where it recommends nothing).
+
+``status.savings`` keeps the running sums (so a restarted operator goes on counting), the
+window last counted (a window is never counted twice) and a one-line summary for
+``kubectl get pm -o wide``; the metrics ``ai4dl_request_seconds_total{kind=original|allocated}``
+carry the same sums for dashboards, one series per PhaseModel, resource and kind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Mapping, Sequence
+
+from ai4dl.controller.admission import A_ADMITTED
+from ai4dl.quantity import parse_quantity
+
+
+def original_requests(pod) -> dict[str, dict[str, float]]:
+    """Per container, the author's requests (see the module doc); a resource the author gave
+    no request is absent (nothing to save against)."""
+    try:
+        admitted = json.loads(pod.annotations.get(A_ADMITTED, "{}"))
+    except json.JSONDecodeError:
+        admitted = {}
+    stored = pod.state().get("orig") or {}
+    out: dict[str, dict[str, float]] = {}
+    for c in pod.containers:
+        o = dict(c.requests)
+        for r, v in (stored.get(c.name) or {}).items() if isinstance(stored, dict) else ():
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                o[r] = float(v)
+        for r, q in ((admitted.get(c.name) or {}).items() if isinstance(admitted, dict)
+                     else ()):
+            if q is None:
+                o.pop(r, None)          # admission set a request where the author had none
+            else:
+                try:
+                    o[r] = parse_quantity(str(q))
+                except ValueError:
+                    pass
+        out[c.name] = o
+    return out
+
+
+def window_amounts(plans: Sequence, resources: Sequence[str], mode: str,
+                   window_seconds: float) -> dict[str, tuple[float, float]]:
+    """resource -> (original, allocated) resource-seconds of this window, over the planned
+    containers whose author's request is known."""
+    sums = {r: [0.0, 0.0] for r in resources}
+    for p in plans:
+        if not p.containers:
+            continue
+        originals = original_requests(p.pod)
+        for cp in p.containers:
+            orig = originals.get(cp.name, {})
+            for r in resources:
+                o, cur = orig.get(r), cp.current.get(r)
+                held = cp.target.get(r, cur) if mode == "Recommend" else cur
+                if o is None or held is None or not (math.isfinite(o) and math.isfinite(held)):
+                    continue
+                sums[r][0] += o * window_seconds
+                sums[r][1] += held * window_seconds
+    return {r: (a, b) for r, (a, b) in sums.items()}
+
+
+def summary(resources: Mapping[str, Mapping[str, float]]) -> str:
+    """'cpu 42%, memory 17%': the share of the original requests not allocated."""
+    parts = []
+    for r, v in resources.items():
+        o, a = float(v.get("original", 0.0)), float(v.get("allocated", 0.0))
+        if o > 0:
+            parts.append(f"{r} {100.0 * (1.0 - a / o):.0f}%")
+    return ", ".join(parts)
+
+
+def add_window(previous: Mapping | None, amounts: Mapping[str, tuple[float, float]],
+               window_start: float, since_iso: str) -> dict | None:
+    """The new ``status.savings`` from the stored one and this window's amounts; None when the
+    window was counted already (a restart, or a second operator replica's late write)."""
+    prev = dict(previous or {})
+    last = prev.get("lastWindow")
+    if last is not None and window_start <= float(last):
+        return None
+    res = {r: dict(v) for r, v in (prev.get("resources") or {}).items()}
+    for r, (o, a) in amounts.items():
+        cur = res.setdefault(r, {"original": 0.0, "allocated": 0.0})
+        cur["original"] = float(cur.get("original", 0.0)) + o
+        cur["allocated"] = float(cur.get("allocated", 0.0)) + a
+    return {"since": prev.get("since") or since_iso, "lastWindow": window_start,
+            "windows": int(prev.get("windows", 0)) + 1, "resources": res,
+            "summary": summary(res)}
