@@ -14,6 +14,8 @@ cannot be built the tests skip, unless ``CI`` is set (then they fail).
 
 from __future__ import annotations
 
+import json
+
 import filecmp
 import os
 import subprocess
@@ -712,3 +714,30 @@ def test_pods_pass_the_restricted_pod_security_standard(kube_cluster, helm, helm
         except ApiException:
             pass
 
+
+
+def test_grafana_dashboard_configmap(helm, helm_env):
+    """Off by default; on, one ConfigMap with the sidecar's label and the dashboard JSON as
+    dashboards/generate.py writes it (the file in the chart must not drift from it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "dashboard_generate", CHART / "dashboards" / "generate.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    shipped = json.loads((CHART / "dashboards" / "ai4dl-operator.json").read_text())
+    assert shipped == json.loads(json.dumps(gen.dashboard())), \
+        "dashboards/ai4dl-operator.json is stale: run make generate"
+    assert not by_kind(template(helm, helm_env, "--set", f"prometheus.url={URL}"), "ConfigMap")
+    docs = template(helm, helm_env, "--set", f"prometheus.url={URL}",
+                    "--set", "grafanaDashboard.enabled=true",
+                    "--set", "grafanaDashboard.namespace=monitoring",
+                    "--set", "grafanaDashboard.annotations.grafana_folder=ML")
+    (cm,) = by_kind(docs, "ConfigMap")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "ML"}
+    assert json.loads(cm["data"]["ai4dl-operator.json"]) == shipped
+    # every panel has a query, and the generator itself is not packaged
+    assert all(p["targets"] and all(t["expr"] for t in p["targets"]) for p in shipped["panels"])
+    assert "dashboards/*.py" in (CHART / ".helmignore").read_text()

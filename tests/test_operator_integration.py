@@ -398,3 +398,62 @@ def test_the_head_room_table_and_auto_are_served(kube_cluster, k8s_namespace, fa
     except AssertionError:
         print(operator.tail())
         raise
+
+
+def dashboard_queries(ns: str, pods: list[str]) -> list[tuple[str, str]]:
+    """(where, PromQL) of every panel target and variable of the chart's Grafana dashboard,
+    with its variables as Grafana substitutes them for this namespace, PhaseModel and pods."""
+    doc = json.loads((REPO / "charts" / "ai4dl-operator" / "dashboards"
+                      / "ai4dl-operator.json").read_text())
+    subs = {"$namespace": ns, "$phasemodel": "pm", "$pod": "|".join(pods),
+            "$__rate_interval": "30s"}
+
+    def fill(expr: str) -> str:
+        for k, v in subs.items():
+            expr = expr.replace(k, v)
+        assert "$" not in expr, expr
+        return expr
+    out = [(f"panel {p['title']!r} {t['refId']}", fill(t["expr"]))
+           for p in doc["panels"] for t in p["targets"]]
+    for v in doc["templating"]["list"]:
+        if v["type"] == "query":
+            # label_values(SELECTOR, LABEL): the series of SELECTOR that carry LABEL
+            sel, label = v["query"]["query"][len("label_values("):-1].rsplit(",", 1)
+            out.append((f"variable {v['name']}", f"count by ({label.strip()}) ({fill(sel)})"))
+    return out
+
+
+def test_grafana_dashboard_queries_all_return_data(kube_cluster, k8s_namespace, fake_kubelet,
+                                                   stack, jobs, model_doc, operator):
+    """Every PromQL expression of the chart's dashboard, against the test Prometheus scraping
+    the running operator and the pods' cAdvisor metrics: none errors, none comes back empty.
+    A pod without metrics makes windows skip (the skipped-windows panel has data)."""
+    exporter, prom = stack
+    ns = k8s_namespace
+    start_pods(fake_kubelet, exporter, jobs, ns, ["d1", "d2"])
+    fake_kubelet.create_pod("quiet", namespace=ns, requests={"cpu": "8", "memory": "32Gi"},
+                            labels={OPT_IN_LABEL: "true", "app": "train"},
+                            annotations={MODEL_ANNOTATION: "pm"})
+    make_phasemodel(kube_cluster, ns, "pm", model_doc)
+    prom.set_targets([exporter.url, f"127.0.0.1:{operator.metrics_port}"])
+    try:
+        before = requests_of(kube_cluster, ns, "d1")
+        wait_for(lambda: requests_of(kube_cluster, ns, "d1") != before, 2 * WINDOW + 12,
+                 what="d1 resized")
+        # scraped a few times since the resize (increase() needs two samples in its range)
+        for metric in ("ai4dl_resizes_total", "ai4dl_recommendation",
+                       "ai4dl_skipped_windows_total", "ai4dl_request_seconds_total"):
+            prom.wait_for_samples(metric, 3, 2 * WINDOW + 10, f'namespace="{ns}"')
+        failed = []
+        queries = dashboard_queries(ns, ["d1", "d2", "quiet"])
+        for where, expr in queries:
+            try:
+                if not prom.query(expr):
+                    failed.append(f"{where}: no data: {expr}")
+            except Exception as err:       # noqa: BLE001 (an HTTP 400: the query is wrong)
+                failed.append(f"{where}: {type(err).__name__} {err}: {expr}")
+        assert not failed, "\n".join(failed) + "\n" + "\n".join(
+            x for x in operator.metrics().splitlines() if ns in x) + operator.tail(30)
+        assert len(queries) >= 20
+    finally:
+        prom.set_targets([exporter.url])

@@ -285,9 +285,10 @@ class WindowRunner:
                     total += 1
                     novel += c.novel
                     m.POD_PHASE.labels(p.pod.namespace, p.pod.name, c.name, self.name).set(c.phase)
-                    for r, v in c.target.items():
-                        m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
-                                                self.name).set(v)
+                # a recommendation without a phase too (the reactive baseline, a cold start)
+                for r, v in c.target.items():
+                    m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
+                                            self.name).set(v)
             originals = original_requests(p.pod) if p.containers else {}
             for c in p.containers:
                 for r, v in c.current.items():
