@@ -24,6 +24,7 @@ demo: $(STAMP)
 # helm (v3, from the Go module proxy as well; same Go caches) for the chart tests.
 e2e-deps:
 	bash e2e/prometheus/install.sh
+	bash e2e/victoriametrics/install.sh
 	bash e2e/controlplane/build.sh
 	bash e2e/helm/build.sh
 

@@ -2,7 +2,7 @@
 nothing.
 
     .venv/bin/python bench/bench_trainer.py [--pods 1000] [--hours 24] [--epochs 60]
-                                            [--max-samples N] [--concurrency 2]
+                                            [--max-samples N] [--concurrency 2] [--replay]
 
 --pods containers of synthetic DL jobs (ai4dl.synthetic.generate_fixed_length, cpu cores and
 memory bytes; 200 distinct jobs shared round-robin) with --hours of 15 s samples each (6 h
@@ -14,6 +14,11 @@ apply: the chunked pull (PrometheusHistory, newest chunks first, capped at --max
 the trainer's default), the held-out split, the fit (PhaseModel defaults, CPU unless
 --device), and the score on the held-out pods with the default policy; it reports its times
 and its peak RSS.
+
+``--replay``: the same history, but the child does what ``ai4dl evaluate --prometheus`` does:
+the pull (no cap), the owners and requests lookup, the cross-fitted replay of every pod (two
+folds: two fits, auto's choice and the head-room tables on each train side, every policy
+replayed) and the per-workload table.
 
 Peak RSS is the child's ``VmHWM`` (/proc/self/status), not ``getrusage``'s ``ru_maxrss``:
 Linux carries the parent's peak RSS over fork + exec into the child's ``ru_maxrss``, so that
@@ -35,6 +40,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 RUN_HOURS = 6   # one container run per 6 h (synthetic jobs are shorter than a day)
 sys.path.insert(0, str(REPO))
+
+
+def pod_name(i: int) -> str:
+    """Pods of 100 Jobs of 10 pods each, named as the Job controller names them
+    (``<job>-<5 letters>``), so the replay groups them into 100 workloads."""
+    safe = "bcdfghjklmnpqrstvwxz2456789"
+    suffix = "".join(safe[(i * 7 + k * 13) % len(safe)] for k in range(5))
+    return f"train{i // 10:03d}-{suffix}"
 
 
 def peak_rss_mib() -> float:
@@ -87,6 +100,54 @@ def measure(url: str, hours: float, device: str, epochs: int, max_samples: int |
     return out
 
 
+def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dict:
+    """What ``ai4dl evaluate --prometheus URL --selector namespace="bench"`` does, timed."""
+    from ai4dl import workload_report as wr
+    from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, trace_request
+    from ai4dl.sources import workloads
+    from ai4dl.sources.prometheus import PodRef, PrometheusSource, default_feature_queries
+    from ai4dl.sources.prometheus_history import PrometheusHistory
+    from ai4dl.traces import TraceSet
+
+    out: dict = {}
+    now = time.time()
+    start = now - (hours + 1) * 3600
+    t = time.perf_counter()
+    with PrometheusSource(url, timeout=300) as src:
+        hist = PrometheusHistory(src, default_feature_queries(("cpu", "memory")),
+                                 'namespace="bench"', 15.0, concurrency=concurrency)
+        res = hist.executions(start, now)
+        out["pull_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        refs = list(dict.fromkeys(PodRef(e.meta["namespace"], e.meta["pod"],
+                                         e.meta["container"]) for e in res.executions))
+        owner_of, _ = workloads.owners(src, refs, start, now)
+        requested = workloads.requests(src, refs, start, now)
+        out["owners_s"] = time.perf_counter() - t
+    out.update(containers=res.pods, queries=res.queries, executions=len(res.executions),
+               samples=res.samples, with_requests=len(requested))
+    out["rss_after_pull_mib"] = peak_rss_mib()
+    stages: list[tuple[float, str]] = []
+    t = time.perf_counter()
+    result = run_cross_fitted(TraceSet(res.executions), EvaluationConfig(), 2,
+                              {"epochs": epochs},
+                              on_stage=lambda msg: stages.append((time.perf_counter(), msg)))
+    out["replay_total_s"] = time.perf_counter() - t
+    # the fits: from "fitting the phase model" to the next stage, in each fold
+    out["fit_s"] = sum(stages[i + 1][0] - s for i, (s, msg) in enumerate(stages[:-1])
+                       if msg.startswith("fitting the phase model"))
+    t = time.perf_counter()
+    by_name = {e.name: e for e in res.executions}
+    replayed = [by_name[n] for n in result.data.names]
+    rows, total = wr.workload_rows(result, [owner_of[(e.meta["namespace"], e.meta["pod"])]
+                                            for e in replayed],
+                                   [trace_request(e, result.data.resources) for e in replayed])
+    out["table_s"] = time.perf_counter() - t
+    out["workloads"] = len(rows)
+    out["peak_rss_mib"] = peak_rss_mib()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pods", type=int, default=1000)
@@ -97,12 +158,18 @@ def main() -> None:
                     help="samples kept (default: the trainer's, ai4dl.trainer.MAX_SAMPLES; "
                     "0: no cap)")
     ap.add_argument("--concurrency", type=int, default=2, help="range queries in flight")
+    ap.add_argument("--replay", action="store_true", help="time ai4dl evaluate --prometheus "
+                    "(pull, cross-fitted fits and replay, per-workload table) instead")
     ap.add_argument("--measure", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.max_samples is None:
         from ai4dl.trainer import MAX_SAMPLES
 
         args.max_samples = MAX_SAMPLES
+    if args.measure and args.replay:
+        print(json.dumps(measure_replay(args.measure, args.hours, args.epochs,
+                                        args.concurrency)))
+        return
     if args.measure:
         print(json.dumps(measure(args.measure, args.hours, args.device, args.epochs,
                                  args.max_samples or None, args.concurrency)))
@@ -131,7 +198,7 @@ def main() -> None:
         steps = 15.0 * np.arange(part)
         runs = {}
         for i in range(args.pods):
-            runs[("bench", f"job-{i:05d}", "main")] = [
+            runs[("bench", pod_name(i), "main")] = [
                 Execution(j.name, t0 + 15.0 * part * r + steps, j.values, j.features, j.units,
                           step=15.0)
                 for r, j in enumerate(jobs[(runs_per_pod * i + r) % len(jobs)]
@@ -147,13 +214,36 @@ def main() -> None:
             r = subprocess.run([sys.executable, __file__, "--measure", srv.url, "--hours",
                                 str(args.hours), "--device", args.device, "--epochs",
                                 str(args.epochs), "--max-samples", str(args.max_samples),
-                                "--concurrency", str(args.concurrency)],
+                                "--concurrency", str(args.concurrency)]
+                               + (["--replay"] if args.replay else []),
                                capture_output=True, text=True)
             if r.returncode != 0:
                 sys.exit(r.stderr[-3000:])
             m = json.loads(r.stdout.strip().splitlines()[-1])
         finally:
             srv.cleanup()
+    if args.replay:
+        print(f"\n## ai4dl evaluate --prometheus: {args.pods} pods × {args.hours:g} h of 15 s "
+              f"samples (Prometheus {srv.version}, {os.cpu_count()} cores, load before "
+              f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f})\n")
+        rows = [
+            ("setup: backfill (OpenMetrics + promtool)", f"{backfill_s:.1f} s, {samples:,} "
+                                                         "samples"),
+            ("history pull", f"{m['pull_s']:.1f} s: {m['containers']} containers, "
+                             f"{m['queries']} range queries, {m['samples']:,} samples"),
+            ("owners and requests", f"{m['owners_s']:.1f} s"),
+            ("fits (2 folds)", f"{m['fit_s']:.1f} s"),
+            ("auto, head-room tables, replay of every policy",
+             f"{m['replay_total_s'] - m['fit_s']:.1f} s"),
+            ("per-workload table", f"{m['table_s']:.1f} s, {m['workloads']} workloads"),
+            ("end to end", f"{m['pull_s'] + m['owners_s'] + m['replay_total_s'] + m['table_s']:.1f} s"),
+            ("peak RSS after pull (VmHWM)", f"{m['rss_after_pull_mib']:.0f} MiB"),
+            ("peak RSS (VmHWM)", f"{m['peak_rss_mib']:.0f} MiB"),
+        ]
+        print("| step | result |\n|---|---|")
+        for k, v in rows:
+            print(f"| {k} | {v} |")
+        return
     print(f"\n## Batch trainer: {args.pods} pods × {args.hours:g} h of 15 s samples "
           f"(Prometheus {srv.version}, {os.cpu_count()} cores, load before "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f})\n")

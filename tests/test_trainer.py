@@ -291,11 +291,14 @@ class _GridSource:
     def _fetch_lean(self, queries, batch, c0, c1, step, compress=False):
         from ai4dl.sources.prometheus import PodSamples
 
-        assert [q.name for q in queries] == ["cpu", "memory", "__start", "__resets"]
+        assert [q.name for q in queries] == ["cpu", "memory", "__start", "__resets", "__stale"]
         k0, k1 = round((c0 - self.t0) / step), round((c1 - self.t0) / step)
         self.asked.append((c0, c1))
         rows = [self.pods.index(p) for p in batch]
         vals = self.grid[rows, k0:k1 + 1].astype(np.float64)
+        times = self.t0 + step * np.arange(k0, k1 + 1)
+        vals[:, :, 2] = times - vals[:, :, 2]      # __start is the container's age
+        vals = np.concatenate([vals, np.full(vals.shape[:2] + (1,), np.nan)], axis=2)  # __stale
         return PodSamples(tuple(q.name for q in queries), self.t0 + step * np.arange(k0, k1 + 1),
                           c0, c1, step, tuple(batch), vals, 1, [])
 
@@ -307,8 +310,8 @@ def _grid(n_pods=5, n=1200, seed=1):
         first = 40 * i                                     # pods start one after another
         g[i, first:, 0] = rng.uniform(0.5, 2, n - first)
         g[i, first:, 1] = rng.uniform(1e9, 2e9, n - first)
-        g[i, first:, 2] = 1000.0
-        g[i, first + 300 * (i + 1) % (n - first):, 2] = 2000.0   # a restart per pod
+        g[i, first:, 2] = 1_800_000_000.0 - 1000.0          # container start times
+        g[i, first + 300 * (i + 1) % (n - first):, 2] = 1_800_000_000.0 + 2000.0  # a restart
         g[i, 500 + 20 * i:520 + 20 * i, :2] = np.nan      # a long gap
         g[i, :, 3] = np.nan                               # '> 0': absent unless a reset
     g[3, 900, 3] = 1.0                                    # a counter reset
@@ -321,7 +324,7 @@ def _history(src, **kw):
     from ai4dl.sources.prometheus_history import PrometheusHistory
 
     return PrometheusHistory(src, [FeatureQuery(f.name, f.query) for f in default_features()],
-                             'namespace="ml"', 15.0, max_answer_points=2 * 4 * 100, **kw)
+                             'namespace="ml"', 15.0, max_answer_points=2 * 5 * 100, **kw)
 
 
 @pytest.mark.parametrize("concurrency", [1, 2, 3])
@@ -334,7 +337,8 @@ def test_history_in_chunks_equals_one_pull_of_the_whole_grid(concurrency):
     times = t0 + 15.0 * np.arange(g.shape[1])
     for i, pod in enumerate(src.pods):
         want += container_executions(pod, times, g[i, :, :2], ("cpu", "memory"),
-                                     ("cores", "bytes"), 15.0, g[i, :, 2], g[i, :, 3])
+                                     ("cores", "bytes"), 15.0, g[i, :, 2], g[i, :, 3],
+                                     warmup=60.0)
     assert [e.name for e in res.executions] == [e.name for e in want]
     assert "ml/p3/main~3" in {e.name for e in want}       # the reset cut
     for a, b in zip(res.executions, want):
@@ -407,3 +411,28 @@ def test_max_samples_flag_and_source_note():
     assert len(text) == 300 and text.endswith("history before 2026-01-01T00:00:00Z")
     assert "left out 3,456 samples (12 executions)" in text
     assert _source("traces a.csv", None) == "traces a.csv"
+
+
+def test_run_edges_that_are_not_measurements_are_dropped():
+    """The first rate window of a run (a rate() over samples the container never had) and the
+    trailing lookback repeats after it stopped (flagged by __stale) are left out."""
+    n = 40
+    t = 15.0 * np.arange(n)
+    v = np.column_stack([np.full(n, 1.0), np.full(n, 5.0)])
+    v[:2] = np.nan                               # the first rate at point 2
+    stale = np.full(n, np.nan)
+    stale[36:] = 1.0                             # the last 4 points repeat an old sample
+    stale[10] = 1.0                              # inside the run: a late scrape, kept
+    pod = PodRef("ml", "p", "main")
+    (ex,) = container_executions(pod, t, v, ("cpu", "memory"), ("cores", "bytes"), 15.0,
+                                 warmup=60.0, stale=stale)
+    # first point 30 s; kept from 30 + 60 - 15 = 75 s (its window [15, 75] has only own samples)
+    assert ex.times[0] == 75.0 and ex.times[-1] == 15.0 * 35 and len(ex) == 31
+    # with the container's start time: from start + 60 s + a step
+    (ex,) = container_executions(pod, t, v, ("cpu", "memory"), ("cores", "bytes"), 15.0,
+                                 np.full(n, 20.0), warmup=60.0)
+    assert ex.times[0] == 105.0
+    # running before the pull began (data at its first point, no start time): all kept
+    (ex,) = container_executions(pod, t, np.nan_to_num(v, nan=1.0), ("cpu", "memory"),
+                                 ("cores", "bytes"), 15.0, warmup=60.0)
+    assert ex.times[0] == 0.0

@@ -181,3 +181,15 @@ def history_server(retention: str = "30d", **kw):
                     else f"--storage.tsdb.retention.time={retention}" for a in super().command()]
 
     return _HistoryServer(**kw)
+
+
+def text_lines(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
+               pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
+               **kube_state):
+    """The same series as :func:`backfill` writes, as Prometheus text lines with millisecond
+    timestamps (``name{labels} value ts_ms``): what VictoriaMetrics imports at
+    ``/api/v1/import/prometheus`` (:meth:`e2e.victoriametrics.server.VictoriaMetricsServer.
+    import_series`)."""
+    for family, labels, t, v in _series(runs, pod_labels, **kube_state):
+        for ts, y in zip(np.round(t * 1000).astype(np.int64).tolist(), v.tolist()):
+            yield f"{family}{{{labels}}} {y:.9g} {ts}"

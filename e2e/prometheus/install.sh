@@ -42,57 +42,11 @@ if cached_ok; then
     exit 0
 fi
 
-mkdir -p "$CACHE"
-WORK="$(mktemp -d "$CACHE/.prometheus-install.XXXXXX")"
+DEB_FILE="${AI4DL_PROMETHEUS_DEB:-}" bash "$(dirname "$0")/../debpkg.sh" prometheus \
+    prometheus promtool || die "could not unpack the Debian package 'prometheus'"
+VERSION="$(cat "$DEST/VERSION")"
+WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-
-if [ -n "${AI4DL_PROMETHEUS_DEB:-}" ]; then
-    [ -f "$AI4DL_PROMETHEUS_DEB" ] || die "AI4DL_PROMETHEUS_DEB=$AI4DL_PROMETHEUS_DEB: no such file"
-    cp "$AI4DL_PROMETHEUS_DEB" "$WORK/"
-else
-    command -v apt-get >/dev/null 2>&1 \
-        || die "apt-get not found: this script needs a Debian/Ubuntu machine (or set AI4DL_PROMETHEUS_DEB to a downloaded prometheus .deb, or put prometheus and promtool on PATH)"
-    if ! apt-cache show prometheus >/dev/null 2>&1; then
-        log "apt knows no 'prometheus' package; running apt-get update"
-        if [ "$(id -u)" = 0 ]; then
-            apt-get update -qq >&2 || die "apt-get update failed"
-        elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-            sudo -n apt-get update -qq >&2 || die "sudo apt-get update failed"
-        else
-            die "apt has no package lists and this user cannot run 'apt-get update' (run it as root once)"
-        fi
-        apt-cache show prometheus >/dev/null 2>&1 || die "no 'prometheus' package in the apt sources"
-    fi
-    log "downloading the Debian package 'prometheus' ($(apt-cache policy prometheus | awk '/Candidate:/ {print $2}'))"
-    # As root, apt drops privileges to _apt for downloads, which cannot write to our folder.
-    sandbox=()
-    [ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root)
-    (cd "$WORK" && apt-get download -qq "${sandbox[@]}" prometheus >&2) \
-        || die "apt-get download prometheus failed"
-fi
-
-DEB="$(ls "$WORK"/prometheus_*.deb 2>/dev/null | head -1)"
-[ -n "$DEB" ] || die "no prometheus_*.deb was downloaded"
-VERSION="$(dpkg-deb -f "$DEB" Version)"
-dpkg-deb -x "$DEB" "$WORK/pkg" || die "dpkg-deb -x failed on $DEB"
-for b in prometheus promtool; do
-    [ -x "$WORK/pkg/usr/bin/$b" ] || die "the package has no usr/bin/$b"
-done
-"$WORK/pkg/usr/bin/prometheus" --version >/dev/null 2>&1 \
-    || die "the unpacked prometheus does not run: $("$WORK/pkg/usr/bin/prometheus" --version 2>&1 | head -1)"
-
-# Swap the new tree in (another install running at the same time loses the race harmlessly).
-NEW="$DEST.new.$$"
-rm -rf "$NEW"
-mkdir -p "$NEW/bin"
-mv "$WORK/pkg" "$NEW/pkg"
-ln -s ../pkg/usr/bin/prometheus "$NEW/bin/prometheus"
-ln -s ../pkg/usr/bin/promtool "$NEW/bin/promtool"
-echo "$VERSION" > "$NEW/VERSION"
-rm -rf "$DEST.old.$$"
-[ -e "$DEST" ] && mv "$DEST" "$DEST.old.$$"
-mv "$NEW" "$DEST"
-rm -rf "$DEST.old.$$"
 
 # Smoke test: promtool parses a config.
 cat > "$WORK/smoke.yml" <<'YML'

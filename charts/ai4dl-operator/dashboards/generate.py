@@ -36,6 +36,28 @@ def saved(resource: str) -> str:
             f' / sum(ai4dl_request_seconds_total{{{PM},resource="{resource}",kind="original"}})')
 
 
+def requests_panel(pid: int, resource: str, title: str, grid, unit: str) -> dict:
+    """The PhaseModel's requests now against as their authors wrote them (sum over its pods)."""
+    sel = f'{PM},resource="{resource}"'
+    return panel(pid, f"{title} requests: now vs as written", "timeseries",
+                 [target(f"sum by (phasemodel) (ai4dl_pod_request{{{sel}}})",
+                         "{{phasemodel}} now", "A"),
+                  target(f"sum by (phasemodel) (ai4dl_pod_original_request{{{sel}}})",
+                         "{{phasemodel}} as written", "B")],
+                 grid, unit, "Sum over the PhaseModel's pods")
+
+
+def per_pod_panel(pid: int, resource: str, title: str, usage: str, usage_name: str, grid,
+                  unit: str) -> dict:
+    """Per pod: cAdvisor's usage, the request it holds, the operator's recommendation."""
+    sel = f'{POD},resource="{resource}"'
+    return panel(pid, title, "timeseries",
+                 [target(usage, "{{pod}} " + usage_name, "A"),
+                  target(f"sum by (pod) (ai4dl_pod_request{{{sel}}})", "{{pod}} request", "B"),
+                  target(f"sum by (pod) (ai4dl_recommendation{{{sel}}})",
+                         "{{pod}} recommendation", "C")], grid, unit)
+
+
 def dashboard() -> dict:
     panels = [
         panel(1, "Pods tracked", "stat",
@@ -56,34 +78,14 @@ def dashboard() -> dict:
                       f"ai4dl_window_duration_seconds_bucket{{{PM}}}[$__rate_interval])))",
                       "p90", "A")], (16, 0, 8, 4), "s",
               "Time to process one window of one PhaseModel (query, encode, plan, write)"),
-        panel(6, "CPU requests: now vs as written", "timeseries",
-              [target(f'sum by (phasemodel) (ai4dl_pod_request{{{PM},resource="cpu"}})',
-                      "{{phasemodel}} now", "A"),
-               target(f'sum by (phasemodel) (ai4dl_pod_original_request{{{PM},'
-                      'resource="cpu"})', "{{phasemodel}} as written", "B")],
-              (0, 4, 12, 8), "short", "Sum over the PhaseModel's pods (cores)"),
-        panel(7, "Memory requests: now vs as written", "timeseries",
-              [target(f'sum by (phasemodel) (ai4dl_pod_request{{{PM},resource="memory"}})',
-                      "{{phasemodel}} now", "A"),
-               target(f'sum by (phasemodel) (ai4dl_pod_original_request{{{PM},'
-                      'resource="memory"})', "{{phasemodel}} as written", "B")],
-              (12, 4, 12, 8), "bytes", "Sum over the PhaseModel's pods"),
-        panel(8, "CPU per pod: usage, request, recommendation", "timeseries",
-              [target(f"sum by (pod) (rate(container_cpu_usage_seconds_total{{{CADVISOR}}}"
-                      "[$__rate_interval]))", "{{pod}} usage", "A"),
-               target(f'sum by (pod) (ai4dl_pod_request{{{POD},resource="cpu"}})',
-                      "{{pod}} request", "B"),
-               target(f'sum by (pod) (ai4dl_recommendation{{{POD},resource="cpu"}})',
-                      "{{pod}} recommendation", "C")],
-              (0, 12, 12, 9), "short", "cores"),
-        panel(9, "Memory per pod: working set, request, recommendation", "timeseries",
-              [target(f"sum by (pod) (container_memory_working_set_bytes{{{CADVISOR}}})",
-                      "{{pod}} working set", "A"),
-               target(f'sum by (pod) (ai4dl_pod_request{{{POD},resource="memory"}})',
-                      "{{pod}} request", "B"),
-               target(f'sum by (pod) (ai4dl_recommendation{{{POD},resource="memory"}})',
-                      "{{pod}} recommendation", "C")],
-              (12, 12, 12, 9), "bytes"),
+        requests_panel(6, "cpu", "CPU", (0, 4, 12, 8), "short"),
+        requests_panel(7, "memory", "Memory", (12, 4, 12, 8), "bytes"),
+        per_pod_panel(8, "cpu", "CPU per pod: usage, request, recommendation",
+                      f"sum by (pod) (rate(container_cpu_usage_seconds_total{{{CADVISOR}}}"
+                      "[$__rate_interval]))", "usage", (0, 12, 12, 9), "short"),
+        per_pod_panel(9, "memory", "Memory per pod: working set, request, recommendation",
+                      f"sum by (pod) (container_memory_working_set_bytes{{{CADVISOR}}})",
+                      "working set", (12, 12, 12, 9), "bytes"),
         panel(10, "Phase per pod", "state-timeline",
               [target(f"max by (pod) (ai4dl_pod_phase{{{POD}}})", "{{pod}}", "A")],
               (0, 21, 24, 7), "short", "The phase the model reads in each pod's last window",

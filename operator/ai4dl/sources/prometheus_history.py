@@ -27,7 +27,18 @@ matchers.
 ``container_start_time_seconds`` changes (a new container id) or the CPU counter resets — and
 at gaps longer than ``max_gap_steps`` steps (rows where a feature is missing count as gaps;
 shorter gaps are interpolated, as :func:`ai4dl.traces.regularise` does for trace files).
-Pieces shorter than ``min_samples`` are dropped. Executions are named
+Pieces shorter than ``min_samples`` are dropped. Two edges of a container run are not
+measurements and are dropped too, so that every Prometheus-API store reads the same samples
+(README, "Past one Prometheus"):
+
+* the first rate window of a run (``warmup``: the longest ``[range]`` of the templates): a
+  ``rate()`` whose window starts before the container's first sample is extrapolated by
+  Prometheus and computed from a partial window by VictoriaMetrics, and the two disagree;
+* trailing points where the memory gauge has no sample in the last step (the ``__stale``
+  marker): a lookback repeat after the container stopped, where no staleness marker ended the
+  series (backfilled history, a store without staleness markers).
+
+Executions are named
 ``namespace/pod/container`` (``#2``... after a gap, ``~2``... after a restart) and grouped by
 ``namespace/pod``.
 """
@@ -43,13 +54,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.sources.prometheus import FeatureQuery, PodRef, PrometheusSource
+from ai4dl.sources.prometheus import (DEFAULT_RATE_WINDOW, FeatureQuery, PodRef,
+                                     PrometheusSource)
 from ai4dl.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, Execution, regularise
 
 MAX_ANSWER_POINTS = 500_000
 MAX_QUERY_SAMPLES = 20_000_000     # well under Prometheus's default query.max-samples (50M)
 SAMPLES_PER_POINT = 5              # raw samples a 1m rate() window reads at a 15 s scrape
 MIN_SAMPLES = 8
+_RANGE = re.compile(r"\[([0-9]+[smhdw])\]")
 # Time chunks of at most a day: a pull capped by max_samples stops at a chunk's end, so a
 # shorter chunk reads less past the cap (the answers' size is bounded by the pod batches).
 MAX_CHUNK_SECONDS = 86400.0
@@ -58,13 +71,45 @@ MAX_CHUNK_SECONDS = 86400.0
 CONCURRENCY = 2
 
 # Restart markers, fetched with the features (cAdvisor names; absent series are harmless).
+# As the container's age at each grid point (time() - start), not its start time: the grid is
+# held in float32, which rounds a unix time to 128 s but an age of days to a few ms.
 START_MARKER = FeatureQuery(
-    "__start", "max by (namespace, pod, container) (container_start_time_seconds{{{selector}}})")
+    "__start", "max by (namespace, pod, container) "
+               "(time() - container_start_time_seconds{{{selector}}})")
 # Only the points with a reset come back (``> 0``): a missing point counts as no reset, so the
 # cuts are the same and a quarter of the answer's points are not encoded, sent and parsed.
 RESET_MARKER = FeatureQuery(
     "__resets", "sum by (namespace, pod, container) "
                 "(resets(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}])) > 0")
+
+
+
+def stale_marker(step: float) -> FeatureQuery:
+    """Grid points where the memory gauge is only a lookback repeat: present, but no sample of
+    it in the last step (only those come back). ``timestamp()`` would say the same, at ten times
+    the cost in Prometheus 2.42. The window is a step less a millisecond: Prometheus 2's range
+    includes its left end (a sample exactly a step old would count as fresh), VictoriaMetrics'
+    does not."""
+    w = f"{max(1, int(round(step * 1000)) - 1)}ms"
+    return FeatureQuery(
+        "__stale", "max by (namespace, pod, container) "
+                   "(container_memory_working_set_bytes{{{selector}}}) unless "
+                   "max by (namespace, pod, container) "
+                   "(count_over_time(container_memory_working_set_bytes{{{selector}}}"
+                   f"[{w}]))")
+
+
+def warmup_seconds(features: Sequence[FeatureQuery], rate_window: str) -> float:
+    """The longest range selector of the templates (``[1m]``, or ``{rate_window}``), in seconds:
+    how long a rate() needs before it reads a whole window of the container's own samples."""
+    from ai4dl.crd import parse_duration
+
+    out = 0.0
+    for f in features:
+        for d in _RANGE.findall(f.promql.replace("{rate_window}", rate_window)):
+            out = max(out, parse_duration(d))
+    return out
+
 
 _METRIC_BEFORE_SELECTOR = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{\{\{selector\}\}\}")
 
@@ -164,15 +209,41 @@ def container_executions(pod: PodRef, times: np.ndarray, values: np.ndarray,
                          start_marker: np.ndarray | None = None,
                          resets: np.ndarray | None = None,
                          max_gap_steps: float = DEFAULT_MAX_GAP_STEPS,
-                         min_samples: int = MIN_SAMPLES) -> list[Execution]:
+                         min_samples: int = MIN_SAMPLES, warmup: float = 0.0,
+                         stale: np.ndarray | None = None) -> list[Execution]:
     """One container's grid (NaN = no sample) as executions: cut at restarts, then at long
-    gaps; short pieces dropped."""
+    gaps; short pieces dropped. ``warmup``: the first seconds of each run whose rate() window
+    reaches back before the container started (from the start marker, else from the run's
+    first point when the run begins inside the pull) are dropped; ``stale``: grid points
+    flagged as lookback repeats, dropped where they end a run."""
     name = f"{pod.namespace}/{pod.pod}/{pod.container}"
     group = f"{pod.namespace}/{pod.pod}"
     out: list[Execution] = []
+    flagged = (np.nan_to_num(stale, nan=0.0) > 0) if stale is not None else None
     for k, run in enumerate(split_runs(times, values, start_marker, resets)):
         t, v = times[run], values[run]
         ok = np.isfinite(v).all(axis=1)
+        if ok.any() and (warmup > 0 or flagged is not None):
+            have = np.flatnonzero(ok)
+            keep = ok.copy()
+            if warmup > 0:
+                mark = (start_marker[run][have[0]] if start_marker is not None
+                        else float("nan"))
+                if np.isfinite(mark):
+                    # the container's start: a rate window is its own from start + warmup
+                    # (+ a step: its first sample may come up to a scrape later)
+                    keep &= t >= mark + warmup + step
+                elif run.start + have[0] > 0:
+                    # it began inside the pull: its first rate read two samples
+                    keep &= t >= t[have[0]] + warmup - step
+                # else it was running when the pull began: its first rate is a whole window
+            if flagged is not None:
+                f = flagged[run]
+                last = have[-1]
+                while last >= 0 and (f[last] or not ok[last]):
+                    keep[last] = False
+                    last -= 1
+            ok = keep
         if ok.sum() < min_samples:
             continue
         run_name = name if k == 0 else f"{name}~{k + 1}"
@@ -274,7 +345,10 @@ class PrometheusHistory:
         self.min_samples = min_samples
         self.max_answer_points = max_answer_points
         self.max_query_samples = max_query_samples
-        self.markers = [START_MARKER, RESET_MARKER] if restart_markers else []
+        self.markers = ([START_MARKER, RESET_MARKER, stale_marker(self.step)]
+                        if restart_markers else [])
+        self.warmup = warmup_seconds(self.features,
+                                     getattr(source, "rate_window", DEFAULT_RATE_WINDOW))
         self.compress = compress
         if int(concurrency) < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -403,10 +477,12 @@ class PrometheusHistory:
             for i, pod in enumerate(batch):
                 v = values[i].astype(np.float64)
                 marks = {m.name: v[:, n_feat + j] for j, m in enumerate(self.markers)}
+                if "__start" in marks:
+                    marks["__start"] = times - marks["__start"]     # age -> start time
                 result.executions.extend(container_executions(
                     pod, times, v[:, :n_feat], names, self.units, self.step,
                     marks.get("__start"), marks.get("__resets"), self.max_gap_steps,
-                    self.min_samples))
+                    self.min_samples, self.warmup, marks.get("__stale")))
             del values
         if max_samples is not None:
             (result.executions, result.dropped_executions, result.dropped_samples,

@@ -1,0 +1,179 @@
+"""Past one Prometheus: the trainer's history pull, ``ai4dl evaluate --prometheus`` and the
+operator against VictoriaMetrics (single node, the Debian package ``victoria-metrics``), with the
+same real trace history as the Prometheus tests: the same executions and figures within
+rounding.
+
+History: the AI4DL sample trace ``sample-vr.csv`` (a real DL training container) cut into six
+pods of two Jobs, with kube-state-metrics' owners and requests, written into a real Prometheus
+(promtool blocks) and into VictoriaMetrics (its Prometheus-text import) from the same series.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ai4dl.cli import main as cli_main
+from ai4dl.traces import Execution
+from e2e_fixtures_operator import crd, operator_kubeconfig  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent
+STEP = 15.0
+NS = "vm"
+PODS = {"train-x7k2p": "train", "train-b4mzq": "train", "train-q9wtd": "train",
+        "tune-x7k2p": "tune", "tune-b4mzq": "tune", "tune-q9wtd": "tune"}
+
+
+@pytest.fixture(scope="module")
+def victoria_metrics_binary():
+    if str(REPO) not in sys.path:
+        sys.path.append(str(REPO))
+    from e2e.victoriametrics.server import find_victoria_metrics
+
+    try:
+        return find_victoria_metrics()
+    except (RuntimeError, FileNotFoundError) as err:
+        if __import__("os").environ.get("CI"):
+            raise
+        pytest.skip(f"VictoriaMetrics not available: {err}")
+
+
+@pytest.fixture(scope="module")
+def both(shared_data, prometheus_binary, victoria_metrics_binary, tmp_path_factory):
+    """(Prometheus URL, VictoriaMetrics URL, runs): one history in both stores."""
+    from ai4dl.io import load_traces
+    from e2e.prometheus.backfill import backfill, history_server, promtool_next_to, text_lines
+    from e2e.victoriametrics.server import VictoriaMetricsServer
+
+    trace = load_traces(shared_data / "ai4dl_samples" / "sample-vr.csv")[0]
+    end = time.time() // STEP * STEP - 3600
+    runs = {}
+    for i, pod in enumerate(PODS):
+        piece = trace.slice(i * 300, i * 300 + 360)
+        runs[(NS, pod, "main")] = [Execution(pod, end - 20 * 3600 + i * 3 * 3600
+                                             + STEP * np.arange(len(piece)), piece.values,
+                                             piece.features, piece.units, group=pod, step=STEP)]
+    kube_state = dict(pod_owners={(NS, p): ("Job", j) for p, j in PODS.items()},
+                      requests={(NS, p, "main"): {"cpu": 16.0, "memory": 19327352832.0}
+                                for p in PODS})
+    prom = history_server(workdir=tmp_path_factory.mktemp("prom-vm"), targets=[],
+                          scrape_interval="15s", binary=prometheus_binary)
+    backfill(runs, prom.storage_path, promtool_next_to(prometheus_binary), **kube_state)
+    prom.start()
+    vm = VictoriaMetricsServer([], workdir=tmp_path_factory.mktemp("vm"),
+                               scrape_interval="15s").start()
+    vm.import_series(text_lines(runs, **kube_state))
+    yield prom.url, vm.url, runs
+    prom.stop()
+    vm.stop()
+
+
+def pull(url):
+    from ai4dl.sources.prometheus import PrometheusSource, default_feature_queries
+    from ai4dl.sources.prometheus_history import PrometheusHistory
+
+    with PrometheusSource(url) as src:
+        hist = PrometheusHistory(src, default_feature_queries(("cpu", "memory")),
+                                 f'namespace="{NS}"', STEP)
+        now = time.time()
+        return hist.executions(now - 2 * 86400, now)
+
+
+def test_history_pull_gives_the_same_executions(both):
+    prom, vm, runs = both
+    a, b = pull(prom), pull(vm)
+    assert {e.name for e in a.executions} == {e.name for e in b.executions} == \
+        {f"{NS}/{p}/main" for p in PODS}
+    by_name = {e.name: e for e in b.executions}
+    for ea in a.executions:
+        eb = by_name[ea.name]
+        # the same grid points (the runs' edges where the stores' rate() and lookback differ
+        # are not measurements and are left out by the pull) and the same values
+        np.testing.assert_array_equal(ea.times, eb.times)
+        np.testing.assert_allclose(ea.values, eb.values, rtol=1e-5, atol=1e-9)
+
+
+def test_replay_figures_match_within_rounding(both, tmp_path):
+    prom, vm, _ = both
+    docs = []
+    for url in (prom, vm):
+        out = tmp_path / f"{len(docs)}.json"
+        assert cli_main(["-q", "evaluate", "--prometheus", url, "--selector",
+                         f'namespace="{NS}"', "--since", "2d", "--epochs", "10",
+                         "--prometheus-retries", "0", "--json", str(out)]) == 0
+        docs.append(json.loads(out.read_text()))
+    a, b = docs
+    rows_a = {r["workload"]: r for r in a["workloads"]["rows"]}
+    rows_b = {r["workload"]: r for r in b["workloads"]["rows"]}
+    assert set(rows_a) == set(rows_b) == {f"{NS}/Job/train", f"{NS}/Job/tune"}
+    assert a["workloads"]["containers_with_requests"] == \
+        b["workloads"]["containers_with_requests"] == len(PODS)
+    for k in rows_a:
+        ra, rb = rows_a[k], rows_b[k]
+        assert ra["requested"]["cpu"] == pytest.approx(rb["requested"]["cpu"], rel=1e-6)
+        for r in ("cpu", "memory"):
+            assert ra["usage"][r] == pytest.approx(rb["usage"][r], rel=1e-5)
+            for p in ra["policies"]:
+                assert ra["policies"][p][r]["allocation"] == \
+                    pytest.approx(rb["policies"][p][r]["allocation"], rel=1e-4), (k, p, r)
+    # Every policy's figures at matched fulfilment, auto's fitted choice included.
+    print("\n[the same history: Prometheus vs VictoriaMetrics, allocation ÷ oracle at matched 97 %]")
+    print("| policy | resource | Prometheus | VictoriaMetrics | difference |\n|---|---|---|---|---|")
+    for p in a["policies"]:
+        for r in ("cpu", "memory"):
+            va = a["scores"][p][r]["vs_oracle_at"]["0.97"]
+            vb = b["scores"][p][r]["vs_oracle_at"]["0.97"]
+            print(f"| {p} | {r} | {va:.3f} | {vb:.3f} | {100 * (vb / va - 1):+.2f} % |")
+            assert va == pytest.approx(vb, rel=1e-3), (p, r)
+
+
+def test_operator_resizes_from_victoria_metrics(kube_cluster, k8s_namespace, fake_kubelet,
+                                                trace_exporter, victoria_metrics_binary,
+                                                operator_kubeconfig, crd, tmp_path):  # noqa: F811
+    """The operator's live windows from VictoriaMetrics scraping the pods' cAdvisor metrics
+    (the exporter, as in tests/test_operator_integration.py): pods resized within two windows,
+    the PhaseModel Ready."""
+    from e2e.victoriametrics.server import VictoriaMetricsServer
+    from e2e_fixtures_operator import Operator, wait_for
+    from test_operator_integration import (SPEED, WINDOW, condition, make_phasemodel, read_pm,
+                                           requests_of, start_pods)
+
+    from ai4dl import synthetic
+    from ai4dl.model import PhaseModel
+
+    cfg = synthetic.SyntheticConfig(n_features=2)
+    traces, _ = synthetic.generate(30, seed=21, config=cfg)
+    doc = json.loads(PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
+                     .to_document().model_dump_json(by_alias=True, exclude_none=True))
+    jobs = synthetic.generate(6, seed=33, config=synthetic.SyntheticConfig(
+        n_features=2, epochs=(10, 12)))
+    jobs = (list(jobs[0]), jobs[1])
+    exporter = trace_exporter({}, speed=SPEED, loop=True)
+    vm = VictoriaMetricsServer([exporter.url], workdir=tmp_path / "vm",
+                               scrape_interval="1s").start()
+    op = Operator(operator_kubeconfig, vm.url, tmp_path / "operator.log").start()
+    ns = k8s_namespace
+    try:
+        start_pods(fake_kubelet, exporter, jobs, ns, ["v1", "v2"])
+        make_phasemodel(kube_cluster, ns, "pm", doc)
+        before = requests_of(kube_cluster, ns, "v1")
+        try:
+            wait_for(lambda: all(requests_of(kube_cluster, ns, p) != before
+                                 for p in ("v1", "v2")), 2 * WINDOW + 15, what="v1, v2 resized")
+        except AssertionError:
+            print(op.tail())
+            raise
+        pm = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("podsTracked") == 2
+                               else None)(read_pm(kube_cluster, ns, "pm")), WINDOW + 5,
+                      what="status podsTracked 2")
+        assert condition(pm, "Ready")["status"] == "True"
+    finally:
+        op.stop()
+        vm.stop()
