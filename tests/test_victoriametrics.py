@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from ai4dl.cli import main as cli_main
+from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION
 from ai4dl.traces import Execution
 from e2e_fixtures_operator import crd, operator_kubeconfig  # noqa: F401 (fixtures)
 
@@ -62,14 +63,20 @@ def both(shared_data, prometheus_binary, victoria_metrics_binary, tmp_path_facto
                                              piece.features, piece.units, group=pod, step=STEP)]
     kube_state = dict(pod_owners={(NS, p): ("Job", j) for p, j in PODS.items()},
                       requests={(NS, p, "main"): {"cpu": 16.0, "memory": 19327352832.0}
-                                for p in PODS})
+                                for p in PODS},
+                      # the trainer keeps the pods a PhaseModel serves (kube_pod_labels)
+                      # (one pod not opted in)
+                      pod_labels={(NS, p): {OPT_IN_LABEL: str(p != "tune-q9wtd").lower(),
+                                            "app": j} for p, j in PODS.items()})
     prom = history_server(workdir=tmp_path_factory.mktemp("prom-vm"), targets=[],
                           scrape_interval="15s", binary=prometheus_binary)
-    backfill(runs, prom.storage_path, promtool_next_to(prometheus_binary), **kube_state)
+    labels = kube_state.pop("pod_labels")
+    backfill(runs, prom.storage_path, promtool_next_to(prometheus_binary), pod_labels=labels,
+             **kube_state)
     prom.start()
     vm = VictoriaMetricsServer([], workdir=tmp_path_factory.mktemp("vm"),
                                scrape_interval="15s").start()
-    vm.import_series(text_lines(runs, **kube_state))
+    vm.import_series(text_lines(runs, labels, **kube_state))
     yield prom.url, vm.url, runs
     prom.stop()
     vm.stop()
@@ -177,3 +184,33 @@ def test_operator_resizes_from_victoria_metrics(kube_cluster, k8s_namespace, fak
     finally:
         op.stop()
         vm.stop()
+
+
+def test_trainer_refits_the_same_from_either_store(both, kube_cluster, k8s_namespace,
+                                                    crd):  # noqa: F811
+    """``ai4dl train --prometheus ... --phasemodel NS/NAME`` from each store: the same pods kept
+    (kube_pod_labels: the opted-in ones), the same samples, the same score."""
+    from kubernetes import client
+
+    prom, vm, _ = both
+    api = client.CustomObjectsApi(kube_cluster.api_client)
+    got = {}
+    for store, url in (("prom", prom), ("vm", vm)):
+        name = f"pm-{store}"
+        api.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
+            "metadata": {"name": name},
+            "spec": {"stepSeconds": int(STEP), "windowSeconds": 600}})
+        assert cli_main(["train", "--prometheus", url, "--selector", f'namespace="{NS}"',
+                         "--since", "2d", "--phasemodel", f"{k8s_namespace}/{name}",
+                         "--kubeconfig", str(kube_cluster.kubeconfig), "--epochs", "10",
+                         "--prometheus-retries", "0",
+                         "--log-format", "json"]) == 0
+        got[store] = api.get_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
+                                                      name)["status"]["training"]
+    a, b = got["prom"], got["vm"]
+    assert a["decision"] == b["decision"] == "applied"
+    assert "5 of 6 containers served" in a["source"] and "5 of 6 containers served" in b["source"]
+    assert (a["executions"], a["samples"], a["heldOutExecutions"]) == \
+        (b["executions"], b["samples"], b["heldOutExecutions"])
+    assert a["candidateScore"] == pytest.approx(b["candidateScore"], rel=1e-3)
