@@ -33,7 +33,8 @@ import pytest
 
 from ai4dl.controller.pods import A_PHASE
 from ai4dl.quantity import parse_quantity
-from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from ai4dl.crd import (GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION,
+                       default_features)
 from e2e.workloads.runner import WorkloadRunner, read_phase_log, workload_command
 from test_helm import (CHART, crd_established, free_port, helm, helm_env,  # noqa: F401
                        kubectl, run, start_installed_operator, wait_for)
@@ -46,6 +47,11 @@ ORIGINAL = {"cpu": "2", "memory": "2Gi"}
 HISTORY = [("h-cnn-1", "cnn"), ("h-tf-1", "transformer"), ("h-cnn-2", "cnn"),
            ("h-tf-2", "transformer")]
 MANAGED = [("m-cnn", "cnn"), ("m-tf", "transformer")]
+# The default features with the rate() window scaled to the clock: 4 s at 1 s steps, as 1 min
+# is four 15 s steps in production (a 1 min rate would smooth over a whole phase of these
+# one-minute workloads, and the trainer leaves out each run's first rate window).
+FEATURES = [{"name": f.name, "unit": f.unit, "query": f.query.replace("[1m]", "[4s]")}
+            for f in default_features()]
 
 
 class PodRecorder(threading.Thread):
@@ -122,7 +128,7 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
             "metadata": {"name": "workloads"},
             "spec": {"selector": {"matchLabels": {"app": "dl"}}, "stepSeconds": STEP,
-                     "windowSeconds": WINDOW,
+                     "windowSeconds": WINDOW, "features": FEATURES,
                      "policy": {"mode": "InPlace", "minChange": 0.05, "cooldownWindows": 0,
                                 "resources": {"cpu": {"floor": "100m"},
                                               "memory": {"floor": "64Mi"}}}}})

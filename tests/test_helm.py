@@ -562,7 +562,10 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
             wide = kubectl("get", "pm", "-n", k8s_namespace, "-o", "wide").stdout.splitlines()
             assert wide[0].split()[:7] == ["NAME", "PHASES", "PODS", "MODE", "POLICY", "SCORE",
                                            "SAVED"]
-            assert wide[1].split()[4] == "adaptive-max"        # status.policy, short
+            # by the header's column offsets (empty cells leave no word to split on)
+            at = {h: wide[0].index(h) for h in wide[0].split()}
+            assert wide[1][at["POLICY"]:at["SCORE"]].strip() == "adaptive-max"   # status.policy
+            assert wide[1][at["SCORE"]:at["READY"]].strip() == ""    # no training, no savings
             # a kind that needs a model, without one: Degraded, with the reason
             custom.patch_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PLURAL,
                                                   "untrained", {"spec": {"policy": {
