@@ -103,9 +103,9 @@ def measure(url: str, hours: float, device: str, epochs: int, max_samples: int |
 def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dict:
     """What ``ai4dl evaluate --prometheus URL --selector namespace="bench"`` does, timed."""
     from ai4dl import workload_report as wr
-    from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, trace_request
+    from ai4dl.evaluate import EvaluationConfig, run_cross_fitted
     from ai4dl.sources import workloads
-    from ai4dl.sources.prometheus import PodRef, PrometheusSource, default_feature_queries
+    from ai4dl.sources.prometheus import PrometheusSource, default_feature_queries
     from ai4dl.sources.prometheus_history import PrometheusHistory
     from ai4dl.traces import TraceSet
 
@@ -119,8 +119,7 @@ def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dic
         res = hist.executions(start, now)
         out["pull_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        refs = list(dict.fromkeys(PodRef(e.meta["namespace"], e.meta["pod"],
-                                         e.meta["container"]) for e in res.executions))
+        refs = workloads.containers_of(res.executions)
         owner_of, _ = workloads.owners(src, refs, start, now)
         requested = workloads.requests(src, refs, start, now)
         out["owners_s"] = time.perf_counter() - t
@@ -137,11 +136,7 @@ def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dic
     out["fit_s"] = sum(stages[i + 1][0] - s for i, (s, msg) in enumerate(stages[:-1])
                        if msg.startswith("fitting the phase model"))
     t = time.perf_counter()
-    by_name = {e.name: e for e in res.executions}
-    replayed = [by_name[n] for n in result.data.names]
-    rows, total = wr.workload_rows(result, [owner_of[(e.meta["namespace"], e.meta["pod"])]
-                                            for e in replayed],
-                                   [trace_request(e, result.data.resources) for e in replayed])
+    rows, total = wr.rows_for(result, res.executions, owner_of)
     out["table_s"] = time.perf_counter() - t
     out["workloads"] = len(rows)
     out["peak_rss_mib"] = peak_rss_mib()

@@ -28,7 +28,7 @@ from ai4dl.evaluate import (
     score,
     wins_over,
 )
-from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, Oracle, PhasePolicy, Static
+from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, Oracle, Static
 from ai4dl.policy.safety import SafetyConfig
 from ai4dl.traces import Execution, TraceSet
 

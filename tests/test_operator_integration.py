@@ -277,7 +277,7 @@ def test_deleted_pod_mid_window_is_no_error(kube_cluster, k8s_namespace, fake_ku
     assert not errors, errors
     assert (condition(read_pm(kube_cluster, ns, "pm"), "Ready") or {}).get("status") == "True"
     # the vanished pod's series are gone from /metrics, the live one's are still there
-    assert f'pod="d2"' in m and f'pod="d1"' not in m
+    assert 'pod="d2"' in m and 'pod="d1"' not in m
 
 
 def test_malformed_phasemodels_are_refused_or_degraded(kube_cluster, k8s_namespace,

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 
-from ai4dl.cli_trainer import RunLog, read_history
+from ai4dl.cli_trainer import (RunLog, add_prometheus_client_args, check_pull_flags,
+                               read_history)
 from ai4dl.errors import Ai4dlError
 
 DEFAULT_FOLDS = 2
@@ -53,12 +52,7 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
                    "largest (default 20; all in --markdown and --json)")
     g.add_argument("--max-samples", type=int, default=0, metavar="N",
                    help="keep at most N samples, the newest (default 0: no cap)")
-    g.add_argument("--prometheus-timeout", type=float, default=60.0,
-                   help="seconds per query (default 60)")
-    g.add_argument("--prometheus-retries", type=int, default=3,
-                   help="retries per query before giving up with exit code 3 (default 3)")
-    g.add_argument("--prometheus-concurrency", type=int, default=2, metavar="N",
-                   help="range queries in flight during the pull (default 2)")
+    add_prometheus_client_args(g)
 
 
 def check_replay_flags(args: argparse.Namespace) -> None:
@@ -81,11 +75,7 @@ def check_replay_flags(args: argparse.Namespace) -> None:
         raise Ai4dlError(f"--folds must be at least 2, got {args.folds}")
     if args.top < 1:
         raise Ai4dlError(f"--top must be at least 1, got {args.top}")
-    if args.prometheus_concurrency < 1:
-        raise Ai4dlError(f"--prometheus-concurrency must be at least 1, got "
-                         f"{args.prometheus_concurrency}")
-    if args.max_samples < 0:
-        raise Ai4dlError(f"--max-samples must not be negative, got {args.max_samples}")
+    check_pull_flags(args)
 
 
 def _phasemodel(args):
@@ -118,24 +108,13 @@ def _phasemodel(args):
     return spec, model, served
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def evaluate_prometheus(args: argparse.Namespace) -> int:
     from ai4dl import evaluation_report as report
     from ai4dl import workload_report as wr
     from ai4dl.cli import _evaluation_flags, _say
     from ai4dl.crd import parse_duration
-    from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, run_served, trace_request
+    from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, run_served
+    from ai4dl.io.writers import write_text_atomic
     from ai4dl.policy.safety import SafetyConfig
     from ai4dl.sources import workloads as owners_src
     from ai4dl.sources.prometheus import FeatureQuery, PodRef, PrometheusSource, \
@@ -189,8 +168,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     _say(args, f"read {result.pods} containers from {args.prometheus} in {result.queries} "
          f"queries, {result.seconds:.1f} s: {len(result.executions)} executions, "
          f"{result.samples:,} samples")
-    refs = list(dict.fromkeys(PodRef(e.meta["namespace"], e.meta["pod"], e.meta["container"])
-                              for e in result.executions))
+    refs = owners_src.containers_of(result.executions)
     with PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
                           retries=max(0, args.prometheus_retries)) as src:
         owner_of, from_ksm = owners_src.owners(src, refs, start, now)
@@ -230,12 +208,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
                                 getattr(res.model, "n_phases_", None), folds=args.folds)
         shown = "auto" if "auto" in res.scores else next(
             p for p in report.policy_order(list(res.scores)) if p != "oracle")
-    # in the order the result holds the executions (cross-fitting concatenates its folds)
-    by_name = {e.name: e for e in traces}
-    replayed = [by_name[n] for n in res.data.names]
-    owners = [owner_of[(e.meta["namespace"], e.meta["pod"])] for e in replayed]
-    reqs = [trace_request(e, res.data.resources) for e in replayed]
-    rows, total = wr.workload_rows(res, owners, reqs)
+    rows, total = wr.rows_for(res, traces, owner_of)
     names = [p for p in report.policy_order(list(res.scores))]
     data = res.data
     top = max(res.config.targets)
@@ -267,10 +240,10 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     # Everything is computed: now write (each file whole or not at all).
     written: list[Path] = []
     if args.markdown:
-        _write_atomic(Path(args.markdown), full)
+        write_text_atomic(Path(args.markdown), full)
         written.append(Path(args.markdown))
     if doc is not None:
-        _write_atomic(Path(args.json),
+        write_text_atomic(Path(args.json),
                       json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n")
         written.append(Path(args.json))
     if args.plots:

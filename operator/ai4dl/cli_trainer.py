@@ -57,14 +57,28 @@ def add_trainer_args(p: argparse.ArgumentParser) -> None:
                    "is rejected (default: exit 0, the current model stays)")
     g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster when "
                    "KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config)")
+    add_prometheus_client_args(g)
+    g.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
+                   help="auto (default): text on a terminal, JSON lines otherwise")
+
+
+def add_prometheus_client_args(g) -> None:
+    """How the history pull talks to Prometheus (the trainer's and the replay's)."""
     g.add_argument("--prometheus-timeout", type=float, default=60.0, help="seconds per query "
                    "(default 60)")
     g.add_argument("--prometheus-retries", type=int, default=3,
                    help="retries per query before giving up with exit code 3 (default 3)")
     g.add_argument("--prometheus-concurrency", type=int, default=2, metavar="N",
                    help="range queries in flight during the history pull (default 2)")
-    g.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
-                   help="auto (default): text on a terminal, JSON lines otherwise")
+
+
+def check_pull_flags(args: argparse.Namespace) -> None:
+    if args.prometheus_concurrency < 1:
+        raise Ai4dlError(f"--prometheus-concurrency must be at least 1, got "
+                         f"{args.prometheus_concurrency}")
+    if args.max_samples < 0:
+        raise Ai4dlError(f"--max-samples must not be negative (0: no cap), got "
+                         f"{args.max_samples}")
 
 
 # ----------------------------------------------------------------------------- logging
@@ -141,12 +155,7 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise Ai4dlError(f"--holdout must be in (0, 1), got {args.holdout}")
     if args.step is not None and not args.step > 0:
         raise Ai4dlError(f"--step must be positive, got {args.step}")
-    if args.prometheus_concurrency < 1:
-        raise Ai4dlError(f"--prometheus-concurrency must be at least 1, got "
-                         f"{args.prometheus_concurrency}")
-    if args.max_samples < 0:
-        raise Ai4dlError(f"--max-samples must not be negative (0: no cap), got "
-                         f"{args.max_samples}")
+    check_pull_flags(args)
 
 
 def read_history(args, features, units, step: float, start: float, end: float, log: RunLog,

@@ -345,6 +345,8 @@ class EvaluationResult:
     cold_start: list = field(default_factory=list)   # ColdStartScore rows (cold_start_scores)
     #: cross-fitting (:func:`run_cross_fitted`): per fold, auto's choice per target
     folds: list = field(default_factory=list)
+    #: target -> the train side's learned first-window level (per resource)
+    first_window_levels: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -497,7 +499,9 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
         model = PhaseModel(random_state=cfg.seed, **(model_params or {})).fit(train)
     say(f"replaying {len(test)} held-out executions")
     train_usage = [e.select(cfg.resources).values.astype(np.float64) for e in train]
-    level = first_window_level(train_usage, cfg.window, max(cfg.targets))
+    # the learned first-window level at each target (the cold start; admission's level)
+    levels = {t: first_window_level(train_usage, cfg.window, t) for t in cfg.targets}
+    level = levels[max(cfg.targets)]
     data = prepare(list(test), cfg.resources, model if needs_model else None, cfg.initial,
                    level)
     fitted_names = [p for p in cfg.policies if p in FITTED]
@@ -541,10 +545,10 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
                       per_target=per_target)
                 for i in range(len(data.usage))]
     cold = cold_start_scores(data, [trace_request(e, cfg.resources) for e in test], cfg.window,
-                             {t: first_window_level(train_usage, cfg.window, t)
-                              for t in cfg.targets})
+                             levels)
     return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model,
-                            train_data, per_target, autos, fitted, cold)
+                            train_data, per_target, autos, fitted, cold,
+                            first_window_levels=levels)
 
 
 # ----------------------------------------------------------------------------- cross-fitting
@@ -611,12 +615,11 @@ def run_cross_fitted(traces, cfg: EvaluationConfig, folds: int = 2,
     parts, levels, requests = [], {t: [] for t in cfg.targets}, []
     for k, (train, test) in enumerate(fold_splits(traces, folds, cfg.seed)):
         say(f"fold {k + 1} of {folds}: fit on {len(train)} executions, replay {len(test)}")
-        parts.append(run_evaluation(traces, cfg, model_params=model_params, on_stage=say,
-                                    split=(train, test)))
-        usage = [e.select(cfg.resources).values.astype(np.float64) for e in train]
-        for t in cfg.targets:
-            lv = first_window_level(usage, cfg.window, t)
-            levels[t].extend(lv for _ in test)
+        part = run_evaluation(traces, cfg, model_params=model_params, on_stage=say,
+                              split=(train, test))
+        parts.append(part)
+        for t in cfg.targets:     # each held-out execution with its own fold's level
+            levels[t].extend(part.first_window_levels[t] for _ in test)
         requests.extend(trace_request(e, cfg.resources) for e in test)
     return merge_results(parts, {t: np.array(v) for t, v in levels.items()}, requests)
 

@@ -19,6 +19,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from ai4dl.evaluate import EvaluationResult  # noqa: E402
 from ai4dl.evaluation_report import (pareto_front, policy_order, primary_target,  # noqa: E402
                                      target_label)
+from ai4dl.workload_report import level_unit  # noqa: E402
 
 DPI = 110
 _COLOURS = {"static": "tab:brown", "adaptive-max": "tab:orange", "adaptive-stat": "tab:green",
@@ -237,8 +238,7 @@ def workloads_figure(rows, policy: str, resources: Sequence[str], units: Sequenc
     h = 0.27
     for j, (res, unit) in enumerate(zip(resources, units)):
         ax = axes[0, j]
-        # levels are resource-hours ÷ hours: cores, GiB (workload_report.level_unit)
-        label = "GiB" if unit == "bytes" else unit
+        label = level_unit(unit)        # levels are resource-hours ÷ hours
         req = np.array([w.request_level(res) for w in shown])
         used = np.array([w.level(w.usage[res]) for w in shown])
         alloc = np.array([w.level(w.policies[policy][res].allocation) if policy in w.policies

@@ -155,59 +155,58 @@ def workload_rows(result: EvaluationResult, owners: Sequence[Owner],
     unknown) belong to execution ``i`` of ``result.data``."""
     data, cfg = result.data, result.config
     W = cfg.window
-    R = len(data.resources)
-    hours = data.step / 3600.0
-    scales = [resource_unit_scale(u)[0] for u in data.units]
-    replays = {k: v for k, v in shown_replays(result).items()}
+    N, R = len(data.usage), len(data.resources)
+    to_amount = data.step / 3600.0 / np.array([resource_unit_scale(u)[0] for u in data.units])
+    replays = shown_replays(result)
     first = 0 if cfg.include_cold_start else 1
 
-    # per execution: scored samples, usage, window maxima, requested, per-policy allocation
-    per_exec = []
+    # Per execution, once: scored samples, usage, scored windows, and per policy its
+    # allocation, samples covered and windows short (a workload, and the total, sums them).
+    n = np.zeros(N)
+    usage = np.zeros((N, R))
+    windows = np.zeros(N)
+    alloc = {name: np.zeros((N, R)) for name in replays}
+    covered = {name: np.zeros((N, R)) for name in replays}
+    short = {name: np.zeros((N, R)) for name in replays}
     for i, u in enumerate(data.usage):
         m = _scored_mask(len(u), W, cfg.include_cold_start)
         us = u[m]
         wmax = np.maximum.reduceat(u, np.arange(0, len(u), W), axis=0)[first:] if len(u) \
             else np.empty((0, R))
-        req = np.asarray(requests[i], np.float64)
-        alloc = {}
+        n[i], usage[i], windows[i] = len(us), us.sum(0), len(wmax)
         for name, rep in replays.items():
             a = rep.allocations[i]
-            alloc[name] = (_per_sample(a, len(u), W)[m], a[first: first + len(wmax)])
-        per_exec.append((us, wmax, req, alloc))
+            per_sample = _per_sample(a, len(u), W)[m]
+            alloc[name][i] = per_sample.sum(0)
+            covered[name][i] = (us <= per_sample).sum(0)
+            short[name][i] = (wmax > a[first: first + len(wmax)]).sum(0)
+    req = np.array([np.asarray(r, np.float64) for r in requests]).reshape(N, R)
+    known = np.isfinite(req)            # the requests kube-state-metrics knew: savings only there
+    requested = np.where(known, req, 0.0) * n[:, None]
 
     def row(key: str, owner: Owner | None, idx: list[int], pods: int) -> WorkloadRow:
-        n = sum(len(per_exec[i][0]) for i in idx)
-        usage = {r: sum(float(per_exec[i][0][:, j].sum()) for i in idx) * hours / scales[j]
-                 for j, r in enumerate(data.resources)}
-        # the requests where kube-state-metrics knew them (savings only over those samples)
-        known = {r: [i for i in idx if np.isfinite(per_exec[i][2][j])]
-                 for j, r in enumerate(data.resources)}
-        requested = {r: sum(float(per_exec[i][2][j]) * len(per_exec[i][0]) for i in known[r])
-                     * hours / scales[j] for j, r in enumerate(data.resources)}
-        known_hours = {r: sum(len(per_exec[i][0]) for i in known[r]) * hours
-                       for r in data.resources}
+        k = known[idx]
+        n_idx = float(n[idx].sum())
+        req_amount = requested[idx].sum(0) * to_amount
         out = WorkloadRow(key, owner.namespace if owner else "", owner.kind if owner else "",
                           owner.name if owner else "total", owner.source if owner else "",
-                          pods, len(idx), n * hours, usage, requested, known_hours)
+                          pods, len(idx), n_idx * data.step / 3600.0,
+                          dict(zip(data.resources, (usage[idx].sum(0) * to_amount).tolist())),
+                          dict(zip(data.resources, req_amount.tolist())),
+                          dict(zip(data.resources,
+                                   ((n[idx][:, None] * k).sum(0) * data.step / 3600.0)
+                                   .tolist())))
         for name in replays:
-            figs = {}
-            for j, r in enumerate(data.resources):
-                def alloc_sum(which: list[int]) -> float:
-                    return sum(float(per_exec[i][3][name][0][:, j].sum()) for i in which) \
-                        * hours / scales[j]
-
-                covered = sum(int(np.count_nonzero(per_exec[i][0][:, j]
-                                                   <= per_exec[i][3][name][0][:, j]))
-                              for i in idx)
-                short = sum(int(np.count_nonzero(per_exec[i][1][:, j]
-                                                 > per_exec[i][3][name][1][:, j]))
-                            for i in idx)
-                windows = sum(len(per_exec[i][1]) for i in idx)
-                req = requested[r]
-                figs[r] = PolicyFigures(alloc_sum(idx), covered / n if n else math.nan, short,
-                                        windows, 1.0 - alloc_sum(known[r]) / req if req > 0
-                                        else math.nan)
-            out.policies[name] = figs
+            total = alloc[name][idx].sum(0) * to_amount
+            over_known = (alloc[name][idx] * k).sum(0) * to_amount
+            out.policies[name] = {
+                r: PolicyFigures(float(total[j]),
+                                 float(covered[name][idx, j].sum() / n_idx) if n_idx
+                                 else math.nan,
+                                 int(short[name][idx, j].sum()), int(windows[idx].sum()),
+                                 1.0 - over_known[j] / req_amount[j] if req_amount[j] > 0
+                                 else math.nan)
+                for j, r in enumerate(data.resources)}
         return out
 
     groups: dict[str, list[int]] = {}
@@ -229,8 +228,22 @@ def workload_rows(result: EvaluationResult, owners: Sequence[Owner],
     return rows, total
 
 
+def rows_for(result: EvaluationResult, executions, owner_of: Mapping[tuple[str, str], Owner]
+             ) -> tuple[list[WorkloadRow], WorkloadRow]:
+    """:func:`workload_rows` for executions pulled from Prometheus (``meta`` namespace and pod;
+    requests in ``meta`` as :func:`ai4dl.evaluate.trace_request` reads them), in the order the
+    result holds them (cross-fitting concatenates its folds)."""
+    from ai4dl.evaluate import trace_request
+
+    by_name = {e.name: e for e in executions}
+    replayed = [by_name[name] for name in result.data.names]
+    return workload_rows(result, [owner_of[(e.meta["namespace"], e.meta["pod"])]
+                                  for e in replayed],
+                         [trace_request(e, result.data.resources) for e in replayed])
+
+
 # ----------------------------------------------------------------------------- rendering
-def _level(x: float, unit: str) -> str:
+def _level(x: float) -> str:
     if not np.isfinite(x):
         return "—"
     return f"{x:.3g}"
@@ -264,9 +277,9 @@ def workload_table(rows: Sequence[WorkloadRow], total: WorkloadRow, policy: str,
     def line(w: WorkloadRow, label: str) -> list[str]:
         cells = [label, str(w.pods), f"{w.hours:.1f}"]
         figs = w.policies.get(policy, {})
-        for r, u in zip(resources, units):
-            cells += [_level(w.request_level(r), u), _level(w.level(w.usage[r]), u),
-                      _level(w.level(figs[r].allocation), u) if r in figs else "—"]
+        for r in resources:
+            cells += [_level(w.request_level(r)), _level(w.level(w.usage[r])),
+                      _level(w.level(figs[r].allocation)) if r in figs else "—"]
         cells.append(" / ".join(_pct(figs[r].fulfilment) for r in resources if r in figs))
         cells.append(" / ".join(f"{figs[r].short_windows}/{figs[r].windows}"
                                 for r in resources if r in figs))

@@ -201,14 +201,16 @@ class WindowRunner:
             return self._degraded(body, report, "InvalidModel", str(err))
         report.plan = plan
         self._keep_histories(plan, model_key)
-        self._apply(plan, spec, report)
+        # the authors' requests, read once per pod: for the metrics and the savings
+        originals = [original_requests(p.pod) if p.containers else {} for p in plan.pods]
+        self._apply(plan, spec, report, originals)
         report.seconds = time.perf_counter() - started
         m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)
         novelty = (update_novelty((body.get("status") or {}).get("novelty"), model_key, start,
                                   report.novel, report.classified, spec.refit)
                    if model is not None else None)
         amounts = window_amounts(plan.pods, plan.resources, spec.policy.mode,
-                                 spec.window_seconds)
+                                 spec.window_seconds, originals)
         savings = add_window((body.get("status") or {}).get("savings"), amounts, start,
                              now_iso(start))
         if savings is not None:
@@ -271,12 +273,13 @@ class WindowRunner:
         return out
 
     # ------------------------------------------------------------------ writes
-    def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport) -> None:
+    def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
+               originals: list[dict]) -> None:
         """Write the plans: pods in parallel (the API calls are latency-bound), each pod's own
         writes in order (resize, then annotations, then Events)."""
         labels = (self.namespace, self.name)
         novel = total = 0
-        for p in plan.pods:
+        for k, p in enumerate(plan.pods):
             if p.skipped:
                 report.skipped[p.skipped] = report.skipped.get(p.skipped, 0) + 1
                 m.SKIPPED_WINDOWS.labels(*labels, p.skipped).inc()
@@ -289,13 +292,11 @@ class WindowRunner:
                 for r, v in c.target.items():
                     m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
                                             self.name).set(v)
-            originals = original_requests(p.pod) if p.containers else {}
-            for c in p.containers:
                 for r, v in c.current.items():
                     if v == v:                  # NaN: no request for this resource
                         m.POD_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
                                              self.name).set(v)
-                    o = originals.get(c.name, {}).get(r)
+                    o = originals[k].get(c.name, {}).get(r)
                     if o is not None:
                         m.POD_ORIGINAL_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
                                                       self.name).set(o)

@@ -54,16 +54,18 @@ def original_requests(pod) -> dict[str, dict[str, float]]:
 
 
 def window_amounts(plans: Sequence, resources: Sequence[str], mode: str,
-                   window_seconds: float) -> dict[str, tuple[float, float]]:
+                   window_seconds: float,
+                   originals: Sequence[Mapping] | None = None) -> dict[str, tuple[float, float]]:
     """resource -> (original, allocated) resource-seconds of this window, over the planned
-    containers whose author's request is known."""
+    containers whose author's request is known. ``originals[i]``: :func:`original_requests`
+    of ``plans[i]``'s pod, when the caller has them already."""
     sums = {r: [0.0, 0.0] for r in resources}
-    for p in plans:
+    for i, p in enumerate(plans):
         if not p.containers:
             continue
-        originals = original_requests(p.pod)
+        by_container = originals[i] if originals is not None else original_requests(p.pod)
         for cp in p.containers:
-            orig = originals.get(cp.name, {})
+            orig = by_container.get(cp.name, {})
             for r in resources:
                 o, cur = orig.get(r), cp.current.get(r)
                 held = cp.target.get(r, cur) if mode == "Recommend" else cur

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from ai4dl.document import PhaseModelDocument
 from ai4dl.errors import ModelError
+from ai4dl.io.writers import write_text_atomic
 from ai4dl.model import PhaseModel, validation_message
 
 
 def save_model(model: PhaseModel | PhaseModelDocument, path: str | os.PathLike) -> Path:
     """Write atomically (temp file + rename), so an interrupted write never leaves half a model."""
     doc = model.to_document() if isinstance(model, PhaseModel) else model
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = doc.model_dump_json(by_alias=True, exclude_none=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, doc.model_dump_json(by_alias=True, exclude_none=True))
 
 
 def read_document(path: str | os.PathLike) -> PhaseModelDocument:

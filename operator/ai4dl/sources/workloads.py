@@ -27,6 +27,12 @@ REQUESTS = "kube_pod_container_resource_requests"
 REQUEST_RESOURCES = {"cpu": "cpu", "memory": "memory"}
 
 
+def containers_of(executions) -> list[PodRef]:
+    """The containers of pulled executions (``meta`` namespace, pod, container), in order."""
+    return list(dict.fromkeys(PodRef(e.meta["namespace"], e.meta["pod"], e.meta["container"])
+                              for e in executions))
+
+
 def _owners_of(source: PrometheusSource, metric: str, name_label: str, namespaces: str,
                start: float, end: float) -> dict[tuple[str, str], tuple[str, str]]:
     rows = source.series([f"{metric}{{namespace=~{namespaces}}}"], start, end)
