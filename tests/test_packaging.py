@@ -107,3 +107,14 @@ def test_operator_entrypoint_refuses_a_missing_prometheus_url(operator_venv):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "ai4dl-operator: error: --prometheus-url (or AI4DL_PROMETHEUS_URL) is required"]
+
+
+def test_installed_package_carries_the_dl_corpus(operator_venv):
+    """`ai4dl evaluate dl-corpus` works from an installed package, not only from a checkout."""
+    r = subprocess.run([str(operator_venv / "bin" / "python"), "-c",
+                        "from ai4dl.io.loaders import DL_CORPUS as d; "
+                        "print(d, sorted(p.name for p in d.iterdir()))"],
+                       capture_output=True, text=True, timeout=60, cwd=operator_venv)
+    assert r.returncode == 0, r.stderr
+    assert str(operator_venv) in r.stdout
+    assert "['manifest.json', 'phases.csv.gz', 'traces.csv.gz']" in r.stdout, r.stdout

@@ -39,6 +39,13 @@ $A -q evaluate out/synthetic-dl.csv --window 40 --markdown $R/synthetic.md \
 $A -q evaluate out/synthetic-dl.csv --window 40 --phase-scope execution --policies $P \
    --markdown $R/synthetic-execution-scope.md
 $A -q evaluate out/synthetic-dl.csv --window 40 --safety operator --markdown $R/synthetic-operator-safety.md
+# The recorded corpus of real PyTorch training runs (operator/ai4dl/data/dlcorpus: 1 s samples;
+# 40-sample windows, as in production at 15 s: the runs are production jobs at 15x speed)
+$A -q evaluate dl-corpus --window 40 --markdown $R/dl-corpus.md --json $V/dlcorpus-s0.json
+$A -q evaluate dl-corpus --window 40 --split-by family --markdown $R/dl-corpus-unseen-families.md \
+   --json $V/dlcorpus-families-s0.json
+# ... and its two-rank DDP jobs: do workers share phases, does sizing them as one unit pay?
+.venv/bin/python docs/results/job_units.py > $R/dl-corpus-job-units.md
 # How the current phase is read from the last window: last sample (default), majority, most demanding
 for RD in majority max; do
   $A -q evaluate out/synthetic-dl.csv --window 40 --reader $RD --policies adaptive-max,phase,oracle \
@@ -54,5 +61,8 @@ for S in 1 2 3 4; do
   $A -q evaluate $D/alibaba_genai2026_pods --resources memory --window 10 --seed $S --policies $VP \
      --json $V/alibaba-s$S.json >/dev/null
   $A -q evaluate out/synthetic-dl.csv --window 40 --seed $S --policies $VP --json $V/synthetic-s$S.json >/dev/null
+  $A -q evaluate dl-corpus --window 40 --seed $S --policies $VP --json $V/dlcorpus-s$S.json >/dev/null
+  $A -q evaluate dl-corpus --window 40 --split-by family --seed $S --policies $VP \
+     --json $V/dlcorpus-families-s$S.json >/dev/null
 done
 .venv/bin/python docs/results/verdict.py $V/*.json > $R/verdict.md

@@ -15,7 +15,8 @@ from ai4dl.evaluation_report import verdict_rows, verdict_table
 
 LABELS = {"gcd-1h": "GCD_VMs, 1 h windows", "gcd-15min": "GCD_VMs, 15 min windows",
           "alibaba": "Alibaba GenAI pods (memory)", "synthetic": "Synthetic DL jobs",
-          "dlaas": "AI4DL DLaaS samples"}
+          "dlaas": "AI4DL DLaaS samples", "dlcorpus": "DL corpus: held-out jobs",
+          "dlcorpus-families": "DL corpus: unseen families"}
 
 
 def main(paths: list[str]) -> int:

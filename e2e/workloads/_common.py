@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 START = time.time()
 
-PHASES = ("startup", "datagen", "train", "validate", "checkpoint", "evaluate", "done")
+PHASES = ("startup", "datagen", "preprocess", "restore", "train", "validate", "checkpoint",
+          "evaluate", "done")
 
 
 class PhaseReporter:
@@ -84,12 +85,33 @@ class Plan:
     evaluate: float
 
     @classmethod
-    def for_run(cls, duration: float, epochs: int) -> "Plan":
-        # ``duration``: what is left of the run once start-up (imports, model) is done
+    def for_run(cls, duration: float, epochs: int, eval_every: int = 1,
+                checkpoint_every: int = 1, n_validations: int | None = None,
+                n_checkpoints: int | None = None) -> "Plan":
+        # ``duration``: what is left of the run once start-up (imports, model) is done. The
+        # epochs that skip validation or the checkpoint train for the time those would take.
+        # ``n_validations``/``n_checkpoints``: how many the run will do, when not one per
+        # ``eval_every``/``checkpoint_every`` epochs from 1 (a resumed or preempted run).
         body = max(6.0, duration)
         per_epoch = 0.72 * body / epochs
-        return cls(datagen=max(4.0, 0.15 * body), train=0.62 * per_epoch, validate=0.22 * per_epoch,
-                   checkpoint=0.16 * per_epoch, evaluate=0.13 * body)
+        validate, checkpoint = 0.22 * per_epoch, 0.16 * per_epoch
+        if n_validations is None:
+            n_validations = validations(epochs, eval_every)
+        if n_checkpoints is None:
+            n_checkpoints = validations(epochs, checkpoint_every)
+        skipped = (validate * (epochs - n_validations) + checkpoint * (epochs - n_checkpoints))
+        return cls(datagen=max(4.0, 0.15 * body), train=0.62 * per_epoch + skipped / epochs,
+                   validate=validate, checkpoint=checkpoint, evaluate=0.13 * body)
+
+
+def due(epoch: int, epochs: int, every: int) -> bool:
+    """Validate / checkpoint after this epoch? Every ``every`` epochs, and always after the
+    last (a job keeps its final state)."""
+    return epoch == epochs or (every > 0 and epoch % every == 0)
+
+
+def validations(epochs: int, every: int) -> int:
+    return sum(due(e, epochs, every) for e in range(1, epochs + 1))
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -104,6 +126,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--duty", type=float, default=0.7, help="share of a core the training loop "
                    "may use (default 0.7); validation uses a third of it")
+    p.add_argument("--batch-size", type=int, help="training batch size (default: the "
+                   "program's own)")
+    p.add_argument("--eval-every", type=int, default=1, help="validate every N epochs (and "
+                   "after the last; default 1)")
+    p.add_argument("--checkpoint-every", type=int, default=1, help="checkpoint every N epochs "
+                   "(and after the last; default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--phase-log", help="write 'timestamp,phase' rows (unix seconds) here")
     p.add_argument("--checkpoint-dir", help="where checkpoints go (default: a temporary "

@@ -46,7 +46,8 @@ def main(argv=None) -> int:
         nn.Flatten(), nn.Linear(64 * 8 * 8, 1024), nn.ReLU(), nn.Linear(1024, CLASSES))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
-    plan = _common.Plan.for_run(args.duration - (time.time() - _common.START), args.epochs)
+    plan = _common.Plan.for_run(args.duration - (time.time() - _common.START), args.epochs,
+                                args.eval_every, args.checkpoint_every)
 
     # ------------------------------------------------------------------ datagen
     phases.enter("datagen")
@@ -95,7 +96,8 @@ def main(argv=None) -> int:
             shift = int(torch.randint(-2, 3, (1,)).item())
             return img.roll(shift, -2), self.y[i]
 
-    train_loader = DataLoader(Augmented(train_x, train_y), batch_size=64, shuffle=True,
+    train_loader = DataLoader(Augmented(train_x, train_y), batch_size=args.batch_size or 64,
+                              shuffle=True,
                               num_workers=args.workers, persistent_workers=args.workers > 0,
                               worker_init_fn=_common.worker_init, generator=g)
 
@@ -124,13 +126,15 @@ def main(argv=None) -> int:
                 opt.step()
                 losses.append(loss.item())
                 pacer.step()
-            phases.enter("validate", epoch=epoch)
-            acc = score(val_x, val_y, plan.validate, args.duty / 3)
-            print(f"[{NAME}] epoch {epoch}: {len(losses)} batches, loss "
-                  f"{sum(losses) / max(1, len(losses)):.3f}, val acc {acc:.3f}", file=sys.stderr,
-                  flush=True)
-            phases.enter("checkpoint", epoch=epoch)
-            ckpt.save(model, opt, epoch, plan.checkpoint)
+            if _common.due(epoch, args.epochs, args.eval_every):
+                phases.enter("validate", epoch=epoch)
+                acc = score(val_x, val_y, plan.validate, args.duty / 3)
+                print(f"[{NAME}] epoch {epoch}: {len(losses)} batches, loss "
+                      f"{sum(losses) / max(1, len(losses)):.3f}, val acc {acc:.3f}", file=sys.stderr,
+                      flush=True)
+            if _common.due(epoch, args.epochs, args.checkpoint_every):
+                phases.enter("checkpoint", epoch=epoch)
+                ckpt.save(model, opt, epoch, plan.checkpoint)
 
         # ------------------------------------------------------------------ evaluate
         phases.enter("evaluate")

@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     model = LM()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    plan = _common.Plan.for_run(args.duration - (time.time() - _common.START), args.epochs)
+    plan = _common.Plan.for_run(args.duration - (time.time() - _common.START), args.epochs,
+                                args.eval_every, args.checkpoint_every)
 
     # ------------------------------------------------------------------ datagen
     phases.enter("datagen")
@@ -100,7 +101,8 @@ def main(argv=None) -> int:
             s = self.seq[i]
             return s[:-1].clone(), s[1:].clone()
 
-    train_loader = DataLoader(Windows(train_seq), batch_size=16, shuffle=True,
+    train_loader = DataLoader(Windows(train_seq), batch_size=args.batch_size or 16,
+                              shuffle=True,
                               num_workers=args.workers, persistent_workers=args.workers > 0,
                               worker_init_fn=_common.worker_init, generator=g)
     ckpt = _common.Checkpointer(args.checkpoint_dir)
@@ -129,13 +131,15 @@ def main(argv=None) -> int:
                 opt.step()
                 losses.append(loss.item())
                 pacer.step()
-            phases.enter("validate", epoch=epoch)
-            ppl = perplexity(val_seq, plan.validate, args.duty / 3)
-            print(f"[{NAME}] epoch {epoch}: {len(losses)} batches, loss "
-                  f"{sum(losses) / max(1, len(losses)):.3f}, val ppl {ppl:.1f}", file=sys.stderr,
-                  flush=True)
-            phases.enter("checkpoint", epoch=epoch)
-            ckpt.save(model, opt, epoch, plan.checkpoint)
+            if _common.due(epoch, args.epochs, args.eval_every):
+                phases.enter("validate", epoch=epoch)
+                ppl = perplexity(val_seq, plan.validate, args.duty / 3)
+                print(f"[{NAME}] epoch {epoch}: {len(losses)} batches, loss "
+                      f"{sum(losses) / max(1, len(losses)):.3f}, val ppl {ppl:.1f}", file=sys.stderr,
+                      flush=True)
+            if _common.due(epoch, args.epochs, args.checkpoint_every):
+                phases.enter("checkpoint", epoch=epoch)
+                ckpt.save(model, opt, epoch, plan.checkpoint)
 
         phases.enter("evaluate")
         del train_loader, train_seq  # the job is done with its training data

@@ -206,6 +206,57 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
+def corpus_truth(test, phase_logs: dict) -> tuple[list[np.ndarray], list[str]]:
+    """Each corpus execution's own phase per sample (codes into the returned names): the phase
+    its program logged at the middle of the sample's interval."""
+    names: list[str] = []
+    codes = []
+    for e in test:
+        log = phase_logs.get(e.name.split("#", 1)[0], [])
+        starts = np.array([t for t, _ in log])
+        idx = np.searchsorted(starts, e.times - (e.step or 1.0) / 2, side="right") - 1
+        labels = [log[i][1] if i >= 0 else "startup" for i in idx]
+        for lab in labels:
+            if lab not in names:
+                names.append(lab)
+        codes.append(np.array([names.index(lab) for lab in labels]))
+    return codes, names
+
+
+def _demo_corpus(args: argparse.Namespace, out: Path, start: float) -> int:
+    """The demo on the recorded corpus of real PyTorch runs: fit on some jobs, detect the phases
+    of the others, and score them against the programs' own phase logs."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from ai4dl.io.loaders import DL_CORPUS, load_corpus_phases, load_dl_corpus
+    from ai4dl.io.modelfile import save_model
+    from ai4dl.model import PhaseModel
+    from ai4dl.report import describe
+
+    traces = load_dl_corpus(DL_CORPUS)
+    train, test = traces.split_by_group(0.3, args.seed)
+    _say(args, f"embedded data: the recorded corpus of real PyTorch training runs "
+         f"({DL_CORPUS}), sampled every {traces.step:g} s; seed {args.seed}")
+    _say(args, f"train: {train.summary()}")
+    model = fit_with_progress(PhaseModel(random_state=args.seed), train, args.quiet)
+    save_model(model, out / "model.json")
+    pred = model.predict(test)
+    truth, names = corpus_truth(test, load_corpus_phases(DL_CORPUS))
+    ari = adjusted_rand_score(np.concatenate(truth), np.concatenate(pred))
+    families = sorted({e.meta["family"] for e in test})
+    text = describe(model)
+    text += (f"\n## Held-out check\n\n{len(test)} executions of {len(test.groups())} jobs not "
+             f"fitted on ({', '.join(families)}): adjusted Rand index against the phases the "
+             f"programs logged themselves = {ari:.3f} (logged phases: {', '.join(names)})\n")
+    (out / "describe.md").write_text(text)
+    print(text)
+    written = write_plots(model, test, out, max_executions=2,
+                          title="ai4dl demo: phases of recorded PyTorch training runs")
+    _say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
+         + ", ".join(str(p) for p in written) + f" in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from sklearn.metrics import adjusted_rand_score
 
@@ -216,6 +267,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     out = Path(args.output)
+    if args.data == "dl-corpus":
+        return _demo_corpus(args, out, start)
     train, _ = synthetic.generate(args.executions, seed=args.seed)
     test, truth = synthetic.generate(10, seed=args.seed + 1)
     _say(args, f"embedded data: synthetic DL training jobs (download, preprocessing, epochs with "
@@ -272,8 +325,9 @@ def _evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
     if args.plot_executions < 0:
         raise Ai4dlError(f"--plot-executions must be 0 or more, got {args.plot_executions}")
     kw = dict(window=args.window, test_fraction=args.test_fraction, seed=args.seed,
-              policies=_policies_arg(args.policies), statistic=args.statistic, k=args.k,
-              margin=args.margin, reader=args.reader, proactive_mode=args.proactive_mode,
+              split_by=args.split_by, policies=_policies_arg(args.policies),
+              statistic=args.statistic, k=args.k, margin=args.margin, reader=args.reader,
+              proactive_mode=args.proactive_mode,
               proactive_threshold=args.proactive_threshold, vpa_prewarm=not args.no_vpa_prewarm,
               include_cold_start=args.include_cold_start, initial=args.initial)
     if getattr(args, "phase_scope", None) is not None:
@@ -422,6 +476,9 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
                    f"{','.join(POLICIES)})")
     g.add_argument("--test-fraction", type=float, default=0.3, help="share of execution groups "
                    "held out for scoring (default 0.3; 0 = no split, fit and score on all)")
+    g.add_argument("--split-by", default="group", metavar="KEY", help="what is held out "
+                   "whole: execution groups (default), or an attribute the format gives each "
+                   "execution, e.g. 'family' for the DL corpus (unseen families)")
     g.add_argument("--seed", type=int, default=0, help="split and model seed (default 0)")
     g.add_argument("--include-cold-start", action="store_true", help="score each execution's "
                    "first window too (default: excluded)")
@@ -540,9 +597,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="executions drawn per figure (default 3)")
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("demo", help="train, detect, describe and plot on embedded synthetic data")
+    p = sub.add_parser("demo", help="train, detect, describe and plot on embedded data")
     p.add_argument("-o", "--output", default="ai4dl-demo", help="output folder (default "
                    "ai4dl-demo)")
+    p.add_argument("--data", choices=("synthetic", "dl-corpus"), default="synthetic",
+                   help="synthetic DL jobs (default), or the recorded corpus of real PyTorch "
+                        "training runs")
     p.add_argument("--executions", type=int, default=40,
                    help="synthetic DL jobs to generate (default 40)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

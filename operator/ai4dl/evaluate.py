@@ -313,6 +313,7 @@ class EvaluationConfig:
     window: int = 40                       # samples: 10 min at 15 s
     test_fraction: float = 0.3
     seed: int = 0
+    split_by: str = "group"                # what is held out whole: a group, or a meta key
     policies: tuple[str, ...] = POLICIES
     statistic: str = "mean+kstd"
     k: float = 2.0
@@ -491,7 +492,7 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     if split is not None:
         train, test = split
     elif cfg.test_fraction > 0:
-        train, test = traces.split_by_group(cfg.test_fraction, cfg.seed)
+        train, test = traces.split_by_group(cfg.test_fraction, cfg.seed, cfg.split_by)
     else:
         train, test = traces, traces
     if needs_model and model is None:

@@ -47,7 +47,7 @@ def make_context(traces, result: EvaluationResult, source: str,
     """Counts of the split run_evaluation made (the same seeded split, redone)."""
     cfg = result.config
     if cfg.test_fraction > 0:
-        train, test = traces.split_by_group(cfg.test_fraction, cfg.seed)
+        train, test = traces.split_by_group(cfg.test_fraction, cfg.seed, cfg.split_by)
     else:
         train = test = traces
     uses_phases = any(p in PHASE_POLICIES for p in cfg.policies)
@@ -153,14 +153,16 @@ def header_line(result: EvaluationResult, ctx: RunContext) -> str:
     elif ctx.split:
         split = (f"{ctx.n_test} test executions ({ctx.test_groups} groups) held out from "
                  f"{ctx.n_train} train executions ({ctx.train_groups} groups) "
-                 f"[split by group, test fraction {cfg.test_fraction:g}, seed {cfg.seed}]")
+                 f"[split by {cfg.split_by}, test fraction {cfg.test_fraction:g}, "
+                 f"seed {cfg.seed}]")
     else:
         split = (f"no train/test split: all {ctx.n_test} executions ({ctx.test_groups} groups) "
                  f"scored")
     cold = ("cold start (first window of each execution) included" if cfg.include_cold_start
             else "cold start (first window of each execution) excluded")
     parts = [f"Data: {ctx.source}", split,
-             f"window {cfg.window} samples = {minutes:g} min at {step:g} s", cold,
+             f"window {cfg.window} samples = " + (f"{minutes:g} min" if minutes >= 1 else
+                                                 f"{minutes * 60:g} s") + f" at {step:g} s", cold,
              f"initial request: {cfg.initial}",
              "safety: " + ("none" if cfg.safety is None else "operator defaults")]
     if ctx.model_source:

@@ -156,18 +156,32 @@ class TraceSet(Sequence[Execution]):
     def select(self, features: Sequence[str]) -> "TraceSet":
         return TraceSet([e.select(features) for e in self.executions], source=self.source)
 
-    def split_by_group(self, test_fraction: float, seed: int = 0) -> tuple["TraceSet", "TraceSet"]:
-        """Train/test split by execution group (e.g. job id): a group never lands on both sides."""
-        groups = np.array(self.groups(), dtype=object)
+    def split_by_group(self, test_fraction: float, seed: int = 0, key: str = "group"
+                       ) -> tuple["TraceSet", "TraceSet"]:
+        """Train/test split by execution group (e.g. job id): a group never lands on both sides.
+
+        ``key``: what a group is: ``group`` (the default), or an entry of the executions'
+        ``meta`` (e.g. ``family`` in the DL corpus: whole families held out)."""
+        def unit(e: Execution) -> str:
+            if key == "group":
+                return e.group
+            if key not in e.meta:
+                raise TraceError(f"cannot split by {key!r}: execution {e.name!r} has no such "
+                                 f"attribute (it has: {', '.join(['group', *sorted(e.meta)])})",
+                                 path=self.source or None)
+            return str(e.meta[key])
+
+        units = [unit(e) for e in self.executions]
+        groups = np.array(sorted(set(units)), dtype=object)
         if len(groups) < 2:
-            raise TraceError(f"cannot split {len(groups)} execution group(s) into train and test",
-                             path=self.source or None)
+            raise TraceError(f"cannot split {len(groups)} execution {key}(s) into train and "
+                             "test", path=self.source or None)
         rng = np.random.default_rng(seed)
         rng.shuffle(groups)
         n_test = min(len(groups) - 1, max(1, int(round(test_fraction * len(groups)))))
         test_groups = set(groups[:n_test])
-        train = [e for e in self.executions if e.group not in test_groups]
-        test = [e for e in self.executions if e.group in test_groups]
+        train = [e for e, u in zip(self.executions, units) if u not in test_groups]
+        test = [e for e, u in zip(self.executions, units) if u in test_groups]
         return TraceSet(train, source=self.source), TraceSet(test, source=self.source)
 
     def summary(self) -> str:

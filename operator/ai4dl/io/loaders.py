@@ -4,7 +4,8 @@ Every loader ends the same way: rows of (execution, time, feature values) are sc
 values, grouped per execution and put on a fixed step with :func:`~ai4dl.traces.regularise`
 (a gap longer than ``max_gap_steps`` steps splits an execution into ``name``, ``name#2``...).
 Formats: the AI4DL tabular CSV, a generic long CSV or Parquet table, the Google cluster
-``GCD_VMs`` tar and the Alibaba GenAI 2026 pod tarballs (see each loader).
+``GCD_VMs`` tar, the Alibaba GenAI 2026 pod tarballs and our recorded corpus of PyTorch training
+runs (a folder with ``manifest.json``; see each loader).
 
 Errors. Anything wrong with the input raises :class:`~ai4dl.errors.TraceError`, one line naming
 the file, the row (the 1-based line number, header = line 1; for Parquet the 1-based record
@@ -48,13 +49,18 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ai4dl.errors import TraceError
-from ai4dl.traces import (CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS,
+from ai4dl.traces import (CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS, Execution,
                           TraceSet, regularise)
 
 __all__ = ["FORMATS", "load_traces", "load_ai4dl_csv", "load_long_csv", "load_parquet",
-           "load_gcd_tar", "load_alibaba"]
+           "load_gcd_tar", "load_alibaba", "load_dl_corpus", "load_corpus_phases", "DL_CORPUS"]
 
-FORMATS = ("auto", "ai4dl", "long", "parquet", "gcd", "alibaba")
+FORMATS = ("auto", "ai4dl", "long", "parquet", "gcd", "alibaba", "corpus")
+#: The recorded corpus of real PyTorch training runs shipped with the package
+#: (``e2e/workloads/corpus.py`` re-records it); ``dl-corpus`` names it on the command line.
+DL_CORPUS = Path(__file__).resolve().parent.parent / "data" / "dlcorpus"
+BUNDLED = {"dl-corpus": DL_CORPUS}
+CORPUS_FORMAT = "ai4dl-dl-corpus"
 
 _BYTES = {"bytes": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40,
           "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
@@ -687,20 +693,103 @@ def load_alibaba(path: str | os.PathLike, *, step: float = 60.0,
     return ts
 
 
+# ----------------------------------------------------------------------------- DL training corpus
+
+def _corpus_manifest(path: Path) -> dict:
+    import json
+
+    label = str(path / "manifest.json")
+    try:
+        doc = json.loads((path / "manifest.json").read_text())
+    except OSError as e:
+        raise TraceError(f"cannot read file: {_why(e.strerror or e)}", path=label) from None
+    except ValueError as e:
+        raise TraceError(f"not JSON: {_why(e)}", path=label) from None
+    if not isinstance(doc, dict) or doc.get("format") != CORPUS_FORMAT:
+        raise TraceError(f"not a corpus manifest (format is not {CORPUS_FORMAT!r})", path=label)
+    if doc.get("version") != 1:
+        raise TraceError(f"corpus manifest version {doc.get('version')!r} is not supported "
+                         "(this ai4dl reads version 1)", path=label)
+    runs = doc.get("executions")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(
+            r.get("execution"), str) and isinstance(r.get("family"), str) for r in runs):
+        raise TraceError("'executions' must be a list of objects with 'execution' and "
+                         "'family'", path=label)
+    return doc
+
+
+def load_dl_corpus(path: str | os.PathLike = DL_CORPUS, *, step: float | None = None,
+                   max_gap_steps: float = DEFAULT_MAX_GAP_STEPS, on_bad: str = "error",
+                   features: Sequence[str] | None = None,
+                   families: Sequence[str] | None = None) -> TraceSet:
+    """The recorded corpus of real PyTorch training runs (``e2e/workloads/corpus.py``).
+
+    A folder: ``traces.csv.gz`` (the long format with ``group`` = the job: the two ranks of a
+    distributed job, the two parts of a preempted one), ``phases.csv.gz`` (each run's own phase
+    log) and ``manifest.json`` (per execution: family, job, rank, part, parameters). Each
+    execution's ``meta`` carries ``family``, ``job``, ``rank`` and ``part``, so an evaluation can
+    hold out whole families (``--split-by family``). ``step`` defaults to the recording's
+    (1 s); ``families`` keeps only those.
+    """
+    p = Path(path)
+    doc = _corpus_manifest(p)
+    known = {r["execution"]: r for r in doc["executions"]}
+    if families is not None:
+        unknown = sorted(set(families) - {r["family"] for r in known.values()})
+        if unknown:
+            raise TraceError(f"no family {', '.join(unknown)} in the corpus (it has "
+                             f"{', '.join(sorted({r['family'] for r in known.values()}))})",
+                             path=str(p))
+    ts = load_long_csv(p / "traces.csv.gz", step=float(step or doc.get("step_seconds") or 1.0),
+                       max_gap_steps=max_gap_steps, on_bad=on_bad, features=features)
+    out = []
+    for e in ts:
+        base = e.name.split("#", 1)[0]  # a gap splits an execution into name, name#2...
+        if base not in known:
+            raise TraceError(f"execution {base!r} is not in the manifest", path=str(p))
+        run = known[base]
+        if families is not None and run["family"] not in families:
+            continue
+        meta = {**e.meta, "family": run["family"], "job": run.get("job", e.group),
+                "rank": run.get("rank", 0), "part": run.get("part", 1)}
+        out.append(Execution(e.name, e.times, e.values, e.features, e.units, e.group, e.step,
+                             meta))
+    result = TraceSet(out, source=str(p))
+    result.warnings = list(ts.warnings)
+    return result
+
+
+def load_corpus_phases(path: str | os.PathLike = DL_CORPUS) -> dict[str, list[tuple[float, str]]]:
+    """Each corpus run's own phase log: ``{execution: [(unix time, phase), ...]}``, in order.
+    A sample at time t (the end of its interval) belongs to the phase in force at t - step/2."""
+    p = Path(path)
+    _corpus_manifest(p)
+    header, data, _ = _parse_csv(_read_bytes(p / "phases.csv.gz"), str(p / "phases.csv.gz"))
+    index = {h: i for i, h in enumerate(header)}
+    out: dict[str, list[tuple[float, str]]] = {}
+    for name, t, phase in zip(data[index["execution"]], data[index["timestamp"]],
+                              data[index["phase"]]):
+        out.setdefault(str(name), []).append((float(t), str(phase)))
+    return out
+
+
 # ----------------------------------------------------------------------------- dispatch
 
 _LOADERS: dict[str, Callable[..., TraceSet]] = {
     "ai4dl": load_ai4dl_csv, "long": load_long_csv, "parquet": load_parquet,
-    "gcd": load_gcd_tar, "alibaba": load_alibaba,
+    "gcd": load_gcd_tar, "alibaba": load_alibaba, "corpus": load_dl_corpus,
 }
 
 
 def _detect(path: Path) -> str:
     name = path.name.lower()
     if path.is_dir():
+        if (path / "manifest.json").is_file():
+            return "corpus"
         if any((path / f"{stem}.tar.gz").is_file() for stem, _ in _ALIBABA_FILES.values()):
             return "alibaba"
-        raise TraceError("folder holds no Alibaba pod tarballs; pass format=", path=str(path))
+        raise TraceError("folder holds neither a corpus manifest nor Alibaba pod tarballs; "
+                         "pass format=", path=str(path))
     if name.endswith((".tar.gz", ".tgz", ".tar")):
         return "gcd"  # the GCD loader says so if the archive is something else
     if name.endswith((".parquet", ".pq")):
@@ -725,6 +814,8 @@ def load_traces(path: str | os.PathLike, *, format: str = "auto", **kwargs) -> T
     a trace with a fixed step does not silently do nothing.
     """
     p = Path(path)
+    if not p.exists() and str(path) in BUNDLED:
+        p = BUNDLED[str(path)]
     if not p.exists():
         raise TraceError("no such file or folder", path=str(path))
     if format not in FORMATS:
@@ -736,4 +827,4 @@ def load_traces(path: str | os.PathLike, *, format: str = "auto", **kwargs) -> T
     if unknown:
         raise TraceError(f"format '{fmt}' does not take {', '.join(sorted(unknown))}",
                          path=str(path))
-    return loader(path, **kwargs)
+    return loader(p, **kwargs)
