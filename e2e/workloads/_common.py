@@ -178,13 +178,7 @@ class Checkpointer:
         buf = io.BytesIO()
         torch.save(snapshot, buf)
         data = buf.getbuffer()
-        path = os.path.join(self.dir, f"epoch-{epoch:03d}.pt")
-        with open(path + ".tmp", "wb") as fh:
-            for i in range(0, len(data), 1 << 22):
-                fh.write(data[i:i + (1 << 22)])
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(path + ".tmp", path)
+        write_durably(os.path.join(self.dir, f"epoch-{epoch:03d}.pt"), data)
         size = len(data)
         time.sleep(max(0.0, min_seconds - (time.monotonic() - t0)))
         del data, buf, snapshot
@@ -194,6 +188,16 @@ class Checkpointer:
     def close(self) -> None:
         if self.owned:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def write_durably(path: str, data) -> None:
+    """Write ``data`` (bytes-like) to ``path`` in 4 MiB pieces, fsync, then rename into place."""
+    with open(path + ".tmp", "wb") as fh:
+        for i in range(0, len(data), 1 << 22):
+            fh.write(data[i:i + (1 << 22)])
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(path + ".tmp", path)
 
 
 def timeboxed(make_iter, seconds: float):

@@ -93,13 +93,7 @@ def parser(description: str):
 
 def write_shard(folder: str, name: str, data: bytes) -> None:
     """One raw data file, written and fsynced (a download lands on disk)."""
-    path = os.path.join(folder, name)
-    with open(path + ".tmp", "wb") as fh:
-        for i in range(0, len(data), 1 << 22):
-            fh.write(data[i:i + (1 << 22)])
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(path + ".tmp", path)
+    _common.write_durably(os.path.join(folder, name), data)
 
 
 def run(name: str, args, *, build: Callable[[Any], tuple[Any, Any]],

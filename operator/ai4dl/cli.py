@@ -14,7 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -226,44 +226,48 @@ def corpus_truth(test, phase_logs: dict) -> tuple[list[np.ndarray], list[str]]:
 def _demo_corpus(args: argparse.Namespace, out: Path, start: float) -> int:
     """The demo on the recorded corpus of real PyTorch runs: fit on some jobs, detect the phases
     of the others, and score them against the programs' own phase logs."""
-    from sklearn.metrics import adjusted_rand_score
-
     from ai4dl.io.loaders import DL_CORPUS, load_corpus_phases, load_dl_corpus
-    from ai4dl.io.modelfile import save_model
-    from ai4dl.model import PhaseModel
-    from ai4dl.report import describe
 
     traces = load_dl_corpus(DL_CORPUS)
     train, test = traces.split_by_group(0.3, args.seed)
     _say(args, f"embedded data: the recorded corpus of real PyTorch training runs "
          f"({DL_CORPUS}), sampled every {traces.step:g} s; seed {args.seed}")
+    truth, names = corpus_truth(test, load_corpus_phases(DL_CORPUS))
+    families = sorted({e.meta["family"] for e in test})
+    return _demo_fit_and_report(
+        args, out, start, train, test, truth,
+        lambda ari: f"{len(test)} executions of {len(test.groups())} jobs not fitted on "
+                    f"({', '.join(families)}): adjusted Rand index against the phases the "
+                    f"programs logged themselves = {ari:.3f} (logged phases: {', '.join(names)})",
+        "ai4dl demo: phases of recorded PyTorch training runs")
+
+
+def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, train, test, truth,
+                         check: Callable[[float], str], title: str) -> int:
+    """Both demos: fit on ``train``, score ``test``'s detected phases against ``truth`` (ARI),
+    write the model, describe.md (with the ``check(ari)`` line) and the plots."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from ai4dl.io.modelfile import save_model
+    from ai4dl.model import PhaseModel
+    from ai4dl.report import describe
+
     _say(args, f"train: {train.summary()}")
     model = fit_with_progress(PhaseModel(random_state=args.seed), train, args.quiet)
     save_model(model, out / "model.json")
     pred = model.predict(test)
-    truth, names = corpus_truth(test, load_corpus_phases(DL_CORPUS))
     ari = adjusted_rand_score(np.concatenate(truth), np.concatenate(pred))
-    families = sorted({e.meta["family"] for e in test})
-    text = describe(model)
-    text += (f"\n## Held-out check\n\n{len(test)} executions of {len(test.groups())} jobs not "
-             f"fitted on ({', '.join(families)}): adjusted Rand index against the phases the "
-             f"programs logged themselves = {ari:.3f} (logged phases: {', '.join(names)})\n")
+    text = describe(model) + f"\n## Held-out check\n\n{check(ari)}\n"
     (out / "describe.md").write_text(text)
     print(text)
-    written = write_plots(model, test, out, max_executions=2,
-                          title="ai4dl demo: phases of recorded PyTorch training runs")
+    written = write_plots(model, test, out, max_executions=2, title=title)
     _say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
          + ", ".join(str(p) for p in written) + f" in {time.perf_counter() - start:.0f} s")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from sklearn.metrics import adjusted_rand_score
-
     from ai4dl import synthetic
-    from ai4dl.io.modelfile import save_model
-    from ai4dl.model import PhaseModel
-    from ai4dl.report import describe
 
     start = time.perf_counter()
     out = Path(args.output)
@@ -273,22 +277,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     test, truth = synthetic.generate(10, seed=args.seed + 1)
     _say(args, f"embedded data: synthetic DL training jobs (download, preprocessing, epochs with "
          f"validation and checkpoints), seed {args.seed}")
-    _say(args, f"train: {train.summary()}")
-    model = fit_with_progress(PhaseModel(random_state=args.seed), train, args.quiet)
-    save_model(model, out / "model.json")
-    pred = model.predict(test)
-    ari = adjusted_rand_score(np.concatenate(truth), np.concatenate(pred))
-    text = describe(model)
-    text += (f"\n## Held-out check\n\n10 new executions (seed {args.seed + 1}): adjusted Rand index "
-             f"against the generator's true phases = {ari:.3f} "
-             f"(true phases: {', '.join(f'{k} {v}' for k, v in synthetic.PHASE_NAMES.items())})\n")
-    (out / "describe.md").write_text(text)
-    print(text)
-    written = write_plots(model, test, out, max_executions=2,
-                          title="ai4dl demo: phases of synthetic DL training jobs")
-    _say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
-         + ", ".join(str(p) for p in written) + f" in {time.perf_counter() - start:.0f} s")
-    return 0
+    true_names = ", ".join(f"{k} {v}" for k, v in synthetic.PHASE_NAMES.items())
+    return _demo_fit_and_report(
+        args, out, start, train, test, truth,
+        lambda ari: f"10 new executions (seed {args.seed + 1}): adjusted Rand index against the "
+                    f"generator's true phases = {ari:.3f} (true phases: {true_names})",
+        "ai4dl demo: phases of synthetic DL training jobs")
 
 
 # ----------------------------------------------------------------------------- evaluate
