@@ -270,6 +270,23 @@ def _doc(seed: int, auto: tuple, am: tuple, ast: tuple, vpa: float) -> dict:
             "auto": {"0.97": {"winners": ["phase-headroom"]}}}
 
 
+def test_verdict_tally_counts_cells_per_data_set_and_only_the_bar_in_the_total():
+    from ai4dl.evaluation_report import verdict_rows, verdict_tally
+
+    met = ((1.04, 10), (1.05, 10), (1.06, 12), 1.2)
+    missed = ((1.04, 11), (1.05, 10), (1.06, 12), 1.2)      # one window more
+    runs = [("a", _doc(0, *met)), ("a", _doc(1, *missed)), ("a", _doc(2, *met)),
+            ("b", _doc(0, *missed)), ("b", _doc(1, *met)),
+            ("extra", _doc(0, *met))]
+    lines = verdict_tally(verdict_rows(runs), bar=["a", "b"]).splitlines()
+    cells = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:4]]
+             for ln in lines[2:]}
+    assert cells["a"] == ["2 of 3", "1 of 1"]        # seeds 0 and 2 met; the first seed met
+    assert cells["b"] == ["1 of 2", "0 of 1"]
+    assert cells["extra"] == ["1 of 1", "1 of 1"]    # listed, but outside the bar's total
+    assert cells["**the bar's data sets** (2)"] == ["**3 of 5**", "**1 of 2**"]
+
+
 def test_verdict_applies_the_bar_and_counts_seeds(full_run):
     from ai4dl.evaluation_report import verdict_rows, verdict_table
 

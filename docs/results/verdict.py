@@ -11,12 +11,14 @@ import re
 import sys
 from pathlib import Path
 
-from ai4dl.evaluation_report import verdict_rows, verdict_table
+from ai4dl.evaluation_report import verdict_rows, verdict_table, verdict_tally
 
 LABELS = {"gcd-1h": "GCD_VMs, 1 h windows", "gcd-15min": "GCD_VMs, 15 min windows",
           "alibaba": "Alibaba GenAI pods (memory)", "synthetic": "Synthetic DL jobs",
           "dlaas": "AI4DL DLaaS samples", "dlcorpus": "DL corpus: held-out jobs",
           "dlcorpus-families": "DL corpus: unseen families"}
+#: The data sets issue 12's bar is set on (the corpus came later: it is reported, not a bar).
+BAR = ("gcd-1h", "gcd-15min", "alibaba", "synthetic", "dlaas")
 
 
 def main(paths: list[str]) -> int:
@@ -33,6 +35,9 @@ def main(paths: list[str]) -> int:
           f"windows short − adaptive-max's) ÷ adaptive-max's. Produced by "
           f"`docs/results/run.sh`.\n")
     print(verdict_table(rows))
+    print("\nCells (data set × resource × target) that met the bar; the total counts the data "
+          "sets the bar is set on.\n")
+    print(verdict_tally(rows, [LABELS[b] for b in BAR]))
     return 0
 
 

@@ -594,3 +594,23 @@ def verdict_table(rows: Sequence[dict]) -> str:
                     f"{fmt_pct(r['short_gap'], signed=True)} "
                     f"({fmt_pct(r['short_gap_min'], True)} … {fmt_pct(r['short_gap_max'], True)})"])
     return markdown_table(header, out)
+
+
+def verdict_tally(rows: Sequence[dict], bar: Sequence[str] | None = None) -> str:
+    """How many cells met the bar, per data set and in all: over every seed, and on the first
+    seed alone (the cells of :func:`verdict_table`). ``bar``: the data sets the bar is set on
+    (the total counts only those; default: all)."""
+    order = list(dict.fromkeys(r["data"] for r in rows))
+    bar = order if bar is None else [d for d in order if d in bar]
+
+    def counts(labels) -> list[int]:
+        rs = [r for r in rows if r["data"] in labels]
+        return [sum(r["met"] for r in rs), sum(r["runs"] for r in rs),
+                sum(bool(r["first"]["met"]) for r in rs), len(rs)]
+
+    out = [[d, "{} of {}".format(*c[:2]), "{} of {}".format(*c[2:])]
+           for d in order for c in [counts([d])]]
+    c = counts(bar)
+    out.append([f"**the bar's data sets** ({len(bar)})", f"**{c[0]} of {c[1]}**",
+                f"**{c[2]} of {c[3]}**"])
+    return markdown_table(["data set", "cells met, every seed", "cells met, first seed"], out)
