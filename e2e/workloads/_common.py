@@ -104,6 +104,20 @@ class Plan:
                    validate=validate, checkpoint=checkpoint, evaluate=0.13 * body)
 
 
+def end_of_epoch(name: str, args, phases: "PhaseReporter", ckpt: "Checkpointer", model, opt,
+                 plan: Plan, epoch: int, losses: list, validate) -> None:
+    """What cnn.py and transformer.py do after an epoch's training: validate when due (
+    ``validate(seconds, duty)`` -> the metric's text for the log line), checkpoint when due."""
+    if due(epoch, args.epochs, args.eval_every):
+        phases.enter("validate", epoch=epoch)
+        metric = validate(plan.validate, args.duty / 3)
+        print(f"[{name}] epoch {epoch}: {len(losses)} batches, loss "
+              f"{sum(losses) / max(1, len(losses)):.3f}, {metric}", file=sys.stderr, flush=True)
+    if due(epoch, args.epochs, args.checkpoint_every):
+        phases.enter("checkpoint", epoch=epoch)
+        ckpt.save(model, opt, epoch, plan.checkpoint)
+
+
 def due(epoch: int, epochs: int, every: int) -> bool:
     """Validate / checkpoint after this epoch? Every ``every`` epochs, and always after the
     last (a job keeps its final state)."""
@@ -148,6 +162,17 @@ def setup_torch(threads: int):
     except RuntimeError:  # already set (imported twice in one process)
         pass
     return torch
+
+
+def loader(args, dataset, default_batch: int, **kw):
+    """The training DataLoader every program builds: ``--batch-size`` (else the program's own),
+    ``--workers`` worker processes kept across epochs, one thread each (``kw``: shuffle,
+    sampler, drop_last, generator)."""
+    from torch.utils.data import DataLoader
+
+    return DataLoader(dataset, batch_size=args.batch_size or default_batch,
+                      num_workers=args.workers, persistent_workers=args.workers > 0,
+                      worker_init_fn=worker_init, **kw)
 
 
 def worker_init(_worker_id: int) -> None:

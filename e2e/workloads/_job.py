@@ -217,6 +217,23 @@ def run(name: str, args, *, build: Callable[[Any], tuple[Any, Any]],
     return 0
 
 
+def supervised(loss_fn) -> Callable:
+    """``train_loss`` of a family whose batches are (inputs, targets) pairs."""
+    def train_loss(model, batch):
+        x, y = batch
+        return loss_fn(model(x), y)
+    return train_loss
+
+
+def pair_batches(size: int) -> Callable:
+    """``eval_batches`` of a family whose held-out splits are (inputs, targets) tensors: passes
+    over them in batches of ``size``."""
+    def eval_batches(split):
+        x, y = split
+        return lambda: zip(x.split(size), y.split(size))
+    return eval_batches
+
+
 def plain(model):
     """The model inside a DistributedDataParallel wrapper (the model itself otherwise)."""
     return model.module if hasattr(model, "module") else model

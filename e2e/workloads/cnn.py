@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     phases.enter("startup")
     torch = _common.setup_torch(args.threads)
     from torch import nn
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import Dataset
 
     g = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)
@@ -96,10 +96,8 @@ def main(argv=None) -> int:
             shift = int(torch.randint(-2, 3, (1,)).item())
             return img.roll(shift, -2), self.y[i]
 
-    train_loader = DataLoader(Augmented(train_x, train_y), batch_size=args.batch_size or 64,
-                              shuffle=True,
-                              num_workers=args.workers, persistent_workers=args.workers > 0,
-                              worker_init_fn=_common.worker_init, generator=g)
+    train_loader = _common.loader(args, Augmented(train_x, train_y), 64, shuffle=True,
+                                  generator=g)
 
     ckpt = _common.Checkpointer(args.checkpoint_dir)
 
@@ -126,15 +124,8 @@ def main(argv=None) -> int:
                 opt.step()
                 losses.append(loss.item())
                 pacer.step()
-            if _common.due(epoch, args.epochs, args.eval_every):
-                phases.enter("validate", epoch=epoch)
-                acc = score(val_x, val_y, plan.validate, args.duty / 3)
-                print(f"[{NAME}] epoch {epoch}: {len(losses)} batches, loss "
-                      f"{sum(losses) / max(1, len(losses)):.3f}, val acc {acc:.3f}", file=sys.stderr,
-                      flush=True)
-            if _common.due(epoch, args.epochs, args.checkpoint_every):
-                phases.enter("checkpoint", epoch=epoch)
-                ckpt.save(model, opt, epoch, plan.checkpoint)
+            _common.end_of_epoch(NAME, args, phases, ckpt, model, opt, plan, epoch, losses,
+                                 lambda s, d: f"val acc {score(val_x, val_y, s, d):.3f}")
 
         # ------------------------------------------------------------------ evaluate
         phases.enter("evaluate")

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     from torch import nn
     from torch.nn import functional as F
     from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
     from torch.utils.data.distributed import DistributedSampler
 
     torch.distributed.init_process_group(
@@ -90,17 +90,10 @@ def main(argv=None) -> int:
     def make_loader(train):
         # every rank holds its own shard; the sampler only shuffles it (one replica each)
         sampler = DistributedSampler(train, num_replicas=1, rank=0, seed=args.seed)
-        return DataLoader(train, batch_size=args.batch_size or 32, sampler=sampler,
-                          num_workers=args.workers, persistent_workers=args.workers > 0,
-                          worker_init_fn=_common.worker_init, drop_last=True)
+        return _common.loader(args, train, 32, sampler=sampler, drop_last=True)
 
-    def train_loss(model, batch):
-        x, y = batch
-        return F.cross_entropy(model(x), y)
-
-    def eval_batches(split):
-        x, y = split
-        return lambda: zip(x.split(128), y.split(128))
+    train_loss = _job.supervised(F.cross_entropy)
+    eval_batches = _job.pair_batches(128)
 
     try:
         return _job.run(NAME, args, build=build, fetch=fetch, preprocess=preprocess,

@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     import numpy as np
     from torch import nn
     from torch.nn import functional as F
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import Dataset
 
     rng = np.random.default_rng(args.seed)
     n_images = max(1000, int(8000 * args.scale))
@@ -114,10 +114,8 @@ def main(argv=None) -> int:
             return (img.flip(-1) if torch.rand(1).item() < 0.5 else img), self.y[i]
 
     def make_loader(train):
-        return DataLoader(train, batch_size=args.batch_size or 32, shuffle=True,
-                          num_workers=args.workers, persistent_workers=args.workers > 0,
-                          worker_init_fn=_common.worker_init, drop_last=True,
-                          generator=torch.Generator().manual_seed(args.seed))
+        return _common.loader(args, train, 32, shuffle=True, drop_last=True,
+                              generator=torch.Generator().manual_seed(args.seed))
 
     def on_epoch(epoch):
         """After the frozen epochs: the whole network, at a tenth of the head's rate."""
@@ -128,13 +126,8 @@ def main(argv=None) -> int:
             opt.add_param_group({"params": list(model[0].parameters()), "lr": 1e-4})
             print(f"[{NAME}] unfrozen at epoch {epoch}", file=sys.stderr, flush=True)
 
-    def train_loss(model, batch):
-        x, y = batch
-        return F.cross_entropy(model(x), y)
-
-    def eval_batches(split):
-        x, y = split
-        return lambda: zip(x.split(64), y.split(64))
+    train_loss = _job.supervised(F.cross_entropy)
+    eval_batches = _job.pair_batches(64)
 
     model, opt = None, None
 

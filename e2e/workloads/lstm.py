@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     torch = _common.setup_torch(args.threads)
     import numpy as np
     from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
 
     rng = np.random.default_rng(args.seed)
     series = max(8, int(64 * args.scale))
@@ -87,20 +87,13 @@ def main(argv=None) -> int:
                 "test": windows(test, 16)}
 
     def make_loader(train):
-        return DataLoader(train, batch_size=args.batch_size or 64, shuffle=True,
-                          num_workers=args.workers, persistent_workers=args.workers > 0,
-                          worker_init_fn=_common.worker_init,
-                          generator=torch.Generator().manual_seed(args.seed))
+        return _common.loader(args, train, 64, shuffle=True,
+                              generator=torch.Generator().manual_seed(args.seed))
 
     loss_fn = nn.MSELoss()
 
-    def train_loss(model, batch):
-        x, y = batch
-        return loss_fn(model(x), y)
-
-    def eval_batches(split):
-        x, y = split
-        return lambda: zip(x.split(256), y.split(256))
+    train_loss = _job.supervised(loss_fn)
+    eval_batches = _job.pair_batches(256)
 
     return _job.run(NAME, args, build=build, fetch=fetch, preprocess=preprocess,
                     train_loss=train_loss, score=lambda m, b: float(train_loss(m, b)),

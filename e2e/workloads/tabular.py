@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     torch = _common.setup_torch(args.threads)
     import numpy as np
     from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
 
     rng = np.random.default_rng(args.seed)
     rows = max(20_000, int(1_000_000 * args.scale))
@@ -110,20 +110,13 @@ def main(argv=None) -> int:
                 "val": (x[:n_val], y[:n_val]), "test": (x[n_val:2 * n_val], y[n_val:2 * n_val])}
 
     def make_loader(train):
-        return DataLoader(train, batch_size=args.batch_size or 512, shuffle=True,
-                          num_workers=args.workers, persistent_workers=args.workers > 0,
-                          worker_init_fn=_common.worker_init, drop_last=True,
-                          generator=torch.Generator().manual_seed(args.seed))
+        return _common.loader(args, train, 512, shuffle=True, drop_last=True,
+                              generator=torch.Generator().manual_seed(args.seed))
 
     loss_fn = nn.CrossEntropyLoss()
 
-    def train_loss(model, batch):
-        x, y = batch
-        return loss_fn(model(x), y)
-
-    def eval_batches(split):
-        x, y = split
-        return lambda: zip(x.split(2048), y.split(2048))
+    train_loss = _job.supervised(loss_fn)
+    eval_batches = _job.pair_batches(2048)
 
     return _job.run(NAME, args, build=build, fetch=fetch, preprocess=preprocess,
                     train_loss=train_loss, score=lambda m, b: float(train_loss(m, b)),

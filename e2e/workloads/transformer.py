@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     phases.enter("startup")
     torch = _common.setup_torch(args.threads)
     from torch import nn
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import Dataset
 
     g = torch.Generator().manual_seed(args.seed)
     torch.manual_seed(args.seed)
@@ -101,10 +101,7 @@ def main(argv=None) -> int:
             s = self.seq[i]
             return s[:-1].clone(), s[1:].clone()
 
-    train_loader = DataLoader(Windows(train_seq), batch_size=args.batch_size or 16,
-                              shuffle=True,
-                              num_workers=args.workers, persistent_workers=args.workers > 0,
-                              worker_init_fn=_common.worker_init, generator=g)
+    train_loader = _common.loader(args, Windows(train_seq), 16, shuffle=True, generator=g)
     ckpt = _common.Checkpointer(args.checkpoint_dir)
 
     def perplexity(seq, seconds: float, duty: float) -> float:
@@ -131,15 +128,8 @@ def main(argv=None) -> int:
                 opt.step()
                 losses.append(loss.item())
                 pacer.step()
-            if _common.due(epoch, args.epochs, args.eval_every):
-                phases.enter("validate", epoch=epoch)
-                ppl = perplexity(val_seq, plan.validate, args.duty / 3)
-                print(f"[{NAME}] epoch {epoch}: {len(losses)} batches, loss "
-                      f"{sum(losses) / max(1, len(losses)):.3f}, val ppl {ppl:.1f}", file=sys.stderr,
-                      flush=True)
-            if _common.due(epoch, args.epochs, args.checkpoint_every):
-                phases.enter("checkpoint", epoch=epoch)
-                ckpt.save(model, opt, epoch, plan.checkpoint)
+            _common.end_of_epoch(NAME, args, phases, ckpt, model, opt, plan, epoch, losses,
+                                 lambda s, d: f"val ppl {perplexity(val_seq, s, d):.1f}")
 
         phases.enter("evaluate")
         del train_loader, train_seq  # the job is done with its training data
