@@ -161,11 +161,28 @@ class TestFit:
     @pytest.mark.parametrize("bad, message", [
         (dict(target=1.0), "target"), (dict(target=0.0), "target"),
         (dict(floor=0.99, target=0.9), "floor"), (dict(min_windows=0), "min_windows"),
-        (dict(max_bins=0), "max_bins")])
+        (dict(max_bins=0), "max_bins"), (dict(window_price=-1.0), "window_price"),
+        (dict(window_price=float("nan")), "window_price")])
     def test_bad_parameters_are_one_line_errors(self, bad, message):
         usages, phases = two_state_data(n_exec=2)
         with pytest.raises(ValueError, match=message):
             HeadroomPolicy(**bad).fit(usages, phases, 10, 2)
+
+    def test_a_fixed_window_price_traces_allocation_against_windows_short(self):
+        """docs/results/frontier.py: the dearer a covered window, the fewer training windows
+        short and the more allocation; at a fixed price the table is served as fitted even where
+        it costs more than adaptive-max, while the rule's own price beats adaptive-max both ways."""
+        usages, phases = two_state_data()
+        fit = [HeadroomPolicy(target=0.97, min_windows=50, window_price=p).fit(
+            usages, phases, 10, 2).fit_report_[0] for p in (0.0, 0.3, 1.0, 100.0)]
+        short = [r["short_windows"] for r in fit]
+        cost = [r["allocation_vs_reference"] for r in fit]
+        assert short == sorted(short, reverse=True) and short[-1] < short[0]
+        assert cost == sorted(cost) and cost[-1] > 1.0 > cost[0]
+        assert all("reference_fallback" not in r for r in fit)
+        rule = HeadroomPolicy(target=0.97, min_windows=50).fit(usages, phases, 10, 2).fit_report_[0]
+        assert rule["short_windows"] < rule["reference_short_windows"]
+        assert rule["allocation_vs_reference"] < 1.0
 
     def test_bad_input(self):
         usages, phases = two_state_data(n_exec=2)
@@ -379,3 +396,7 @@ def test_a_table_dearer_than_adaptive_max_falls_back_to_it():
                                      np.full(n_w, W), sid, 2, 0.97, 0.94)
     assert rep["reference_fallback"] == 1.0 and rep["table_allocation_vs_reference"] > 1.0
     assert (est == 0).all() and np.allclose(mult, rep["reference_multiplier"])
+    # at a fixed window price (tracing the trade-off) the table is kept as fitted
+    _, _, fixed = _lagrangian_fit(levels, usage.ravel(), np.repeat(np.arange(n_w), W),
+                                  np.full(n_w, W), sid, 2, 0.97, 0.94, window_price=0.0)
+    assert "reference_fallback" not in fixed and fixed["allocation_vs_reference"] > 1.0

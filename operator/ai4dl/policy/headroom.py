@@ -179,17 +179,24 @@ class HeadroomPolicy:
 
     Parameters are rules, not tuned constants: ``target`` is the fulfilment the table is fitted
     for; ``floor``, ``min_windows`` and the number of burstiness bins derive from it and from
-    the amount of training data when left as None.
+    the amount of training data when left as None; so does the price of a covered window (the
+    least price at which the table beats adaptive-max on windows short, see
+    :func:`_lagrangian_fit`). ``window_price`` fixes that price instead, in units of a typical
+    window's adaptive-max allocation, and serves the table fitted at it even where it loses:
+    for tracing the trade-off between allocation and windows short
+    (docs/results/frontier.py), not for serving.
     """
 
     def __init__(self, *, target: float = 0.97, use_phase: bool = True,
                  max_bins: int = 4, min_windows: int | None = None,
-                 floor: float | None = None, name: str | None = None):
+                 floor: float | None = None, name: str | None = None,
+                 window_price: float | None = None):
         self.target = target
         self.use_phase = use_phase
         self.max_bins = max_bins
         self.min_windows = min_windows
         self.floor = floor
+        self.window_price = window_price
         self.name = name or ("phase-headroom" if use_phase else "burst-headroom")
 
     # ------------------------------------------------------------------ Policy protocol
@@ -207,6 +214,11 @@ class HeadroomPolicy:
             raise ValueError(f"min_windows must be at least 1, got {self.min_windows!r}")
         if self.max_bins < 1:
             raise ValueError(f"max_bins must be at least 1, got {self.max_bins!r}")
+        if self.window_price is not None and not (
+                isinstance(self.window_price, (int, float)) and math.isfinite(self.window_price)
+                and self.window_price >= 0):
+            raise ValueError(f"window_price must be a finite number >= 0, got "
+                             f"{self.window_price!r}")
 
     def resolved_floor(self) -> float:
         """Coverage floor per state: the target's miss rate at most doubled."""
@@ -327,7 +339,7 @@ class HeadroomPolicy:
             n_states = k * bins + bins + 1
             choice_e, choice_m, rep = _lagrangian_fit(
                 L[:, :, r], U[:, r], win_of, seg_len, sid, n_states, self.target,
-                self.resolved_floor(), execution_of)
+                self.resolved_floor(), execution_of, self.window_price)
             est[r] = choice_e[sid_table]
             mult[r] = choice_m[sid_table]
             support[r] = np.where(level == 0, cnt_fine, np.where(level == 1, cnt_bin[None, :],
@@ -461,7 +473,8 @@ def _matched_multiplier(rho: np.ndarray, target: float) -> float:
 
 def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
                     seg_len: np.ndarray, sid: np.ndarray, n_states: int, target: float,
-                    floor: float, execution_of: np.ndarray | None = None
+                    floor: float, execution_of: np.ndarray | None = None,
+                    window_price: float | None = None
                     ) -> tuple[np.ndarray, np.ndarray, dict]:
     """One resource. ``levels`` (N_w, E) per training window, ``usage`` (N_s,) per scored
     sample with ``win_of`` its window, ``seg_len`` samples per window, ``sid`` the resolved
@@ -497,7 +510,10 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
     3-7 % from resampling whole jobs, several times the Poisson √count. So the noise is
     estimated as the cluster-robust standard error of the difference, with each execution one
     cluster: √(n/(n-1) Σ_e (d_e - d̄)²), d_e = the table's windows short minus adaptive-max's in
-    execution e."""
+    execution e.
+
+    ``window_price`` (a typical window's adaptive-max allocation is the unit) skips that choice:
+    the table at that price, served as fitted even when it lost (for tracing the trade-off)."""
     E = levels.shape[1]
     N = len(usage)
     n_w = len(seg_len)
@@ -668,6 +684,9 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
     # windows short fall as the window price rises: bracket the least price meeting the
     # reference on a coarse grid, then bisect there (the cheapest such table sits at it)
     grid = [0.0] + list(base * np.geomspace(1e-3, 1e6, 28))
+    if window_price is not None:
+        grid = []
+        consider(window_price * base)
     fails, meets = None, None
     for mu in grid:
         if consider(mu):
@@ -683,7 +702,7 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
             else:
                 lo = mid
     key, j, c, alloc, short, se, mu, lam = best
-    if key[0] == 2:
+    if key[0] == 2 and window_price is None:
         # not even cheaper than adaptive-max on its own training windows (the per-state floors
         # can cost more than they save): serve adaptive-max itself, at its matched multiplier,
         # rather than a table that already lost

@@ -1,0 +1,56 @@
+"""docs/results/frontier.py (the trade-off behind docs/results.md §3): its table points are the
+evaluator's own scores, and its summary reads them correctly."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from ai4dl import synthetic
+
+SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "results" / "frontier.py"
+
+
+@pytest.fixture(scope="module")
+def frontier_script():
+    spec = importlib.util.spec_from_file_location("frontier_script", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_points_are_the_evaluators_scores_and_the_summary_reads_them(frontier_script, capsys,
+                                                                   monkeypatch):
+    fr = frontier_script
+    traces, _ = synthetic.generate(30, seed=5)
+    r, out = fr.frontier(traces, 40, 0)
+    R = r.config.resources
+    assert [t for t, *_ in out] == list(fr.TARGETS)
+    for t, s, rows, coef in out:
+        assert len(rows) == len(fr.REACTIVE) + len(fr.TABLES) * (1 + len(fr.PRICES)) + 1
+        assert coef.shape == (len(fr.ESTIMATORS), len(R))
+        for j in range(len(R)):
+            # the rule's point and the reactive rows are what `ai4dl evaluate` reports
+            for name in fr.TABLES:
+                assert s[f"{name} (the rule)"][j].vs_oracle_at[t] == \
+                    r.scores[name][j].vs_oracle_at[t]
+                assert s[f"{name} (the rule)"][j].short_windows_at[t] == \
+                    r.scores[name][j].short_windows_at[t]
+            for name in fr.REACTIVE:
+                assert s[name][j].vs_oracle_at[t] == r.scores[name][j].vs_oracle_at[t]
+            ga, gw = fr.gaps(s, "adaptive-max", j, t)
+            assert gw == 0.0 and ga >= 0.0
+    # the printed summary: one row per (resource, target, seed), its counts from gaps()
+    monkeypatch.setattr(fr, "load_traces", lambda path: traces)
+    monkeypatch.setattr(fr, "frontier", lambda *a: (r, out))
+    assert fr.main(["synthetic.csv", "--window", "40", "--seeds", "0"]) == 0
+    text = capsys.readouterr().out
+    summary = [line for line in text.splitlines() if line.startswith("| cpu |")
+               or line.startswith("| memory |")]
+    assert len(summary) == len(R) * len(fr.TARGETS)
+    t, s, rows, _ = out[0]
+    pts = [lab for lab, fam, _ in rows if fam in fr.TABLES]
+    meet = sum(1 for lab in pts if max(fr.gaps(s, lab, 0, t)) <= 0)
+    assert f"| {R[0]} | {t:.0%} | 0 | {meet} of {len(pts)} |" in summary[0]
