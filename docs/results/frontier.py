@@ -5,7 +5,8 @@ policies. Prints docs/results/gcd-frontier.md:
     .venv/bin/python docs/results/frontier.py ../shared/data/gcd_vms/GCD_VMs.tar.gz \\
         > docs/results/gcd-frontier.md
 
-The split, the phase model and the scoring are `ai4dl evaluate --window 12` (seed 0). Each table
+The split, the phase model and the scoring are `ai4dl evaluate --window 12 --seed S`, for split
+seeds S = 0..4 (the first gets a table of every point). Each table
 (phase-headroom, burst-headroom) is fitted on the train executions at fixed prices of a covered
 window (``HeadroomPolicy(window_price=...)``, in units of a typical window's adaptive-max
 allocation; 0: windows are not paid for) and scored on the held-out ones: allocation ÷ oracle at
@@ -20,14 +21,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.linear_model import QuantileRegressor
 
-from ai4dl.evaluate import EvaluationConfig, Replay, replay, run_evaluation, score
+from ai4dl.evaluate import EvaluationConfig, replay, run_evaluation, score
 from ai4dl.io.loaders import load_traces
-from ai4dl.policy.headroom import ESTIMATORS, HeadroomPolicy, candidate_levels
-from ai4dl.policy.policies import n_rows
+from ai4dl.policy.headroom import (ESTIMATORS, HeadroomPolicy, candidate_levels,
+                                   training_windows)
 
 TARGETS = (0.95, 0.97)
 PRICES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0)
@@ -35,69 +37,64 @@ TABLES = ("phase-headroom", "burst-headroom")
 REACTIVE = ("adaptive-max", "adaptive-stat")
 
 
-def level_rows(data, window: int, j: int):
-    """Every scored training sample of resource j with the candidate levels of its window."""
-    X, y = [], []
-    for u in data.usage:
-        lv, _, _ = candidate_levels(u, None, window)
-        for w in range(min(len(lv), -(-len(u) // window) - 1)):
-            seg = u[(w + 1) * window:(w + 2) * window, j]
-            X.append(np.repeat(lv[w:w + 1, :, j], len(seg), 0))
-            y.append(seg)
-    return np.concatenate(X), np.concatenate(y)
+@dataclass(frozen=True)
+class CombinedLevels:
+    """Each window sized by a fixed linear combination of the candidate levels (weights
+    ``coef`` (E, R), floored at 0), in the evaluator's policy protocol."""
+    coef: np.ndarray
+    name: str = "combined estimators"
+    needs_phases: bool = False
+
+    def allocate(self, usage, phases, window, initial, step):
+        lv, _, _ = candidate_levels(usage, None, window)
+        rows = np.maximum(np.einsum("mer,er->mr", lv, self.coef), 0.0)
+        return np.vstack([np.asarray(initial, np.float64)[None, :], rows])
 
 
-def combined_replay(train, test, window: int, target: float, rows: int = 8000, seed: int = 0):
-    """Quantile regression of the next window's samples on the candidate levels, per resource
-    (no intercept: jobs differ in scale), replayed over the test executions."""
+def fit_combined(train, window: int, target: float, rows: int = 8000,
+                 seed: int = 0) -> CombinedLevels:
+    """Quantile regression of the next window's samples on the candidate levels of the
+    training windows the head-room tables learn from, per resource (no intercept: jobs differ
+    in scale)."""
     rng = np.random.default_rng(seed)
+    tw = training_windows(train.usage, [None] * len(train.usage), window)
     coef = []
     for j in range(len(train.resources)):
-        X, y = level_rows(train, window, j)
+        X, y = np.repeat(tw.levels[:, :, j], tw.seg_len, 0), tw.usage[:, j]
         pick = rng.choice(len(y), min(rows, len(y)), replace=False)
         # in the resource's own units (bytes: 1e9) the LP is badly conditioned; the weights
         # are scale-free (no intercept), so fit in units of the mean usage
         unit = max(float(y[pick].mean()), 1e-12)
         qr = QuantileRegressor(quantile=target, alpha=0.0, fit_intercept=False, solver="highs")
         coef.append(qr.fit(X[pick] / unit, y[pick] / unit).coef_)
-    coef = np.stack(coef, 1)                                          # (E, R)
-    out = []
-    for u in test.usage:
-        lv, _, _ = candidate_levels(u, None, window)
-        a = np.empty((n_rows(len(u), window), u.shape[1]))
-        a[0] = u[:window].max(0)                  # the cold-start window is not scored
-        m = min(len(lv), len(a) - 1)
-        a[1:1 + m] = np.maximum(np.einsum("mer,er->mr", lv[:m], coef), 0.0)
-        a[1 + m:] = a[m]
-        out.append(a)
-    return Replay("combined", out), coef
+    return CombinedLevels(np.stack(coef, 1))
 
 
 def frontier(traces, window: int, seed: int):
     """One split: per target, the scores of the reactive policies, of each table at the rule's
     price and at every fixed price, and of the combined estimators, on the held-out executions.
-    Returns [(target, scores, rows, coef)] with rows = [(label, family, price)]."""
-    cfg = EvaluationConfig(window=window, seed=seed,
-                           policies=(*REACTIVE, "phase-headroom", "burst-headroom", "oracle"))
+    Returns [(target, scores, rows, coef)] with rows = [(label, family)]."""
+    cfg = EvaluationConfig(window=window, seed=seed, policies=(*REACTIVE, *TABLES, "oracle"))
     r = run_evaluation(traces, cfg)
     W, R = cfg.window, cfg.resources
     out = []
     for t in TARGETS:
         reps = {n: r.replays[n] for n in (*REACTIVE, "oracle")}
-        rows = [(n, n, None) for n in REACTIVE]
+        rows = [(n, n) for n in REACTIVE]
         for name in TABLES:
             phased = name == "phase-headroom"
             reps[f"{name} (the rule)"] = r.per_target[name][t]
-            rows.append((f"{name} (the rule)", name, None))
+            rows.append((f"{name} (the rule)", name))
             for price in PRICES:
                 pol = HeadroomPolicy(target=t, use_phase=phased, window_price=price).fit(
                     r.train_data.usage, r.train_data.phases if phased else None, W,
                     r.model.n_phases_ if phased else None, R)
                 reps[f"{name} @ {price:g}"] = replay(r.data, pol, W)
-                rows.append((f"{name} @ {price:g}", name, price))
-        reps["combined estimators"], coef = combined_replay(r.train_data, r.data, W, t)
-        rows.append(("combined estimators", "combined", None))
-        out.append((t, score(r.data, reps, W, targets=(t,)), rows, coef))
+                rows.append((f"{name} @ {price:g}", name))
+        combined = fit_combined(r.train_data, W, t)
+        reps[combined.name] = replay(r.data, combined, W)
+        rows.append((combined.name, "combined"))
+        out.append((t, score(r.data, reps, W, targets=(t,)), rows, combined.coef))
     return r, out
 
 
@@ -137,7 +134,7 @@ def main(argv=None) -> int:
         for k, t in enumerate(TARGETS):
             for seed_i, _, out in runs:
                 _, s, rows, _ = out[k]
-                pts = [lab for lab, fam, _ in rows if fam in TABLES]
+                pts = [lab for lab, fam in rows if fam in TABLES]
                 g = {lab: gaps(s, lab, j, t) for lab in pts}
                 meet = [lab for lab in pts if g[lab][0] <= 0 and g[lab][1] <= 0]
                 ok_w = [g[lab][0] for lab in pts if g[lab][1] <= 0]
@@ -152,7 +149,7 @@ def main(argv=None) -> int:
             print(f"#### {res} at matched {t:.0%}\n")
             print("| policy | allocation ÷ oracle | windows short | allocation gap | "
                   "windows-short gap |\n|---|---|---|---|---|")
-            for label, fam, _ in rows:
+            for label, fam in rows:
                 ga, gw = gaps(s, label, j, t)
                 cells = [f"{s[label][j].vs_oracle_at[t]:.4f}",
                          f"{s[label][j].short_windows_at[t]:.0f}", f"{ga:+.2%}", f"{gw:+.1%}"]

@@ -53,7 +53,7 @@ bench/bench_policies.py). No torch, no I/O.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -172,6 +172,42 @@ def candidate_levels(usage: np.ndarray, phases: np.ndarray | None, window: int
     return out, burstiness(win), last_phase
 
 
+class TrainingWindows(NamedTuple):
+    """Every training window after the cold start that has samples, as the fit sees it."""
+    levels: np.ndarray        # (N_w, E, R) candidate levels at the window's start
+    burst: np.ndarray         # (N_w, R) burstiness of the window before it
+    last_phase: np.ndarray    # (N_w,) phase of the last sample before it (0: phase-blind)
+    seg_len: np.ndarray       # (N_w,) its samples (the last window of an execution can be short)
+    execution_of: np.ndarray  # (N_w,) which execution it is of
+    usage: np.ndarray         # (N_s, R) its samples, window after window
+
+
+def training_windows(usages: Sequence[np.ndarray], phases: Sequence[np.ndarray | None],
+                     window: int) -> TrainingWindows | None:
+    """The windows :meth:`HeadroomPolicy.fit` learns from (rows >= 1 of each execution whose
+    window has samples), with the features known at their start; None when there is none.
+    ``phases``: one label array per execution, or None each for the phase-blind estimators."""
+    L, B, P, seg_len, samples, execution_of = [], [], [], [], [], []
+    for u, p in zip(usages, phases):
+        if len(u) == 0:
+            continue
+        lv, bu, lp = candidate_levels(u, p, window)
+        n_rows = min(len(lv), -(-len(u) // window) - 1)      # rows whose window has samples
+        if n_rows <= 0:
+            continue
+        execution_of.append(np.full(n_rows, len(L)))
+        L.append(lv[:n_rows])
+        B.append(bu[:n_rows])
+        P.append(np.zeros(n_rows, np.int64) if lp is None else lp[:n_rows])
+        samples.append(u[window: (n_rows + 1) * window])
+        seg_len.append(np.minimum(window, len(u) - window * np.arange(1, n_rows + 1)))
+    if not L:
+        return None
+    return TrainingWindows(np.concatenate(L), np.concatenate(B), np.concatenate(P),
+                           np.concatenate(seg_len), np.concatenate(execution_of),
+                           np.concatenate(samples))
+
+
 class HeadroomPolicy:
     """Per-state head-room table (see the module docstring). scikit-learn style: parameters in
     the constructor, :meth:`fit` learns the table (attributes ending in ``_``), :meth:`allocate`
@@ -271,26 +307,9 @@ class HeadroomPolicy:
         if len(self.resources_) != R:
             raise ValueError(f"{len(self.resources_)} resource names for {R} usage columns")
 
-        # ---- per training window (rows >= 1 that have samples): features and its samples
-        L, B, P, seg_len, samples, execution_of = [], [], [], [], [], []
-        first_peaks = []
-        for u, p in zip(usages, phases):
-            if len(u) == 0:
-                continue
-            first_peaks.append(u[:window].max(0))
-            lv, bu, lp = candidate_levels(u, p, window)
-            n_rows = min(len(lv), -(-len(u) // window) - 1)      # rows whose window has samples
-            if n_rows <= 0:
-                continue
-            execution_of.append(np.full(n_rows, len(L)))
-            L.append(lv[:n_rows])
-            B.append(bu[:n_rows])
-            P.append(np.zeros(n_rows, np.int64) if lp is None else lp[:n_rows])
-            scored = u[window: (n_rows + 1) * window]
-            samples.append(scored)
-            seg_len.append(np.minimum(window, len(u) - window * np.arange(1, n_rows + 1)))
+        tw = training_windows(usages, phases, window)
         self.cold_start_ = first_window_level(usages, window, self.target)
-        if not L:
+        if tw is None:
             # nothing to learn from (every execution fits in its cold-start window): the last
             # window's max, as adaptive-max, everywhere
             self.bins_ = 1
@@ -301,12 +320,7 @@ class HeadroomPolicy:
             self.pooled_ = np.full((R, k, 1), 2, np.int64)
             self.fit_report_ = [{} for _ in range(R)]
             return self
-        L = np.concatenate(L)                        # (N_w, E, R)
-        B = np.concatenate(B)                        # (N_w, R)
-        P = np.concatenate(P)                        # (N_w,)
-        seg_len = np.concatenate(seg_len)            # (N_w,)
-        execution_of = np.concatenate(execution_of)  # (N_w,) which execution a window is of
-        U = np.concatenate(samples)                  # (N_s, R)
+        L, B, P, seg_len, execution_of, U = tw
         win_of = np.repeat(np.arange(len(seg_len)), seg_len)
         n_w = len(seg_len)
 
@@ -681,26 +695,26 @@ def _lagrangian_fit(levels: np.ndarray, usage: np.ndarray, win_of: np.ndarray,
             best = (key, j, c, alloc, short, se, mu, lam)
         return fewer
 
-    # windows short fall as the window price rises: bracket the least price meeting the
-    # reference on a coarse grid, then bisect there (the cheapest such table sits at it)
-    grid = [0.0] + list(base * np.geomspace(1e-3, 1e6, 28))
     if window_price is not None:
-        grid = []
         consider(window_price * base)
-    fails, meets = None, None
-    for mu in grid:
-        if consider(mu):
-            meets = mu
-            break
-        fails = mu
-    if meets is not None and fails is not None:
-        lo, hi = max(fails, base * 1e-6), meets
-        for _ in range(24):
-            mid = math.sqrt(lo * hi)
-            if consider(mid):
-                hi = mid
-            else:
-                lo = mid
+    else:
+        # windows short fall as the window price rises: bracket the least price meeting the
+        # reference on a coarse grid, then bisect there (the cheapest such table sits at it)
+        grid = [0.0] + list(base * np.geomspace(1e-3, 1e6, 28))
+        fails, meets = None, None
+        for mu in grid:
+            if consider(mu):
+                meets = mu
+                break
+            fails = mu
+        if meets is not None and fails is not None:
+            lo, hi = max(fails, base * 1e-6), meets
+            for _ in range(24):
+                mid = math.sqrt(lo * hi)
+                if consider(mid):
+                    hi = mid
+                else:
+                    lo = mid
     key, j, c, alloc, short, se, mu, lam = best
     if key[0] == 2 and window_price is None:
         # not even cheaper than adaptive-max on its own training windows (the per-state floors
