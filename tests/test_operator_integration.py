@@ -173,7 +173,10 @@ def test_inplace_resizes_within_two_windows(kube_cluster, k8s_namespace, fake_ku
     assert ann[A_PHASE].isdigit() and "main" in json.loads(ann[A_RECOMMENDATION])
     # kopf wrote none of its own bookkeeping onto the pod
     assert not any(k.startswith("kopf.zalando.org") for k in ann)
-    assert {e.involved_object.name for e in events(kube_cluster, ns, "Resized")} >= {"a", "b", "c"}
+    # each pod's Resized Event is posted after its resize and annotation writes, so the last
+    # pod's can still be in flight when its new requests are first seen
+    wait_for(lambda: {e.involved_object.name for e in events(kube_cluster, ns, "Resized")}
+             >= {"a", "b", "c"}, timeout=10, what="a Resized Event for each pod")
     # the status of the window that resized them is written after its pod writes: until then
     # it is the first window's (all three warming up: tracked, no phase yet)
     pm = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("podsTracked") == 3
