@@ -78,6 +78,7 @@ def frontier(traces, window: int, seed: int):
     r = run_evaluation(traces, cfg)
     W, R = cfg.window, cfg.resources
     out = []
+    # every point is replayed as run_evaluation replays the rule's (cfg.safety: none here)
     for t in TARGETS:
         reps = {n: r.replays[n] for n in (*REACTIVE, "oracle")}
         rows = [(n, n) for n in REACTIVE]
@@ -89,10 +90,10 @@ def frontier(traces, window: int, seed: int):
                 pol = HeadroomPolicy(target=t, use_phase=phased, window_price=price).fit(
                     r.train_data.usage, r.train_data.phases if phased else None, W,
                     r.model.n_phases_ if phased else None, R)
-                reps[f"{name} @ {price:g}"] = replay(r.data, pol, W)
+                reps[f"{name} @ {price:g}"] = replay(r.data, pol, W, cfg.safety)
                 rows.append((f"{name} @ {price:g}", name))
         combined = fit_combined(r.train_data, W, t)
-        reps[combined.name] = replay(r.data, combined, W)
+        reps[combined.name] = replay(r.data, combined, W, cfg.safety)
         rows.append((combined.name, "combined"))
         out.append((t, score(r.data, reps, W, targets=(t,)), rows, combined.coef))
     return r, out
