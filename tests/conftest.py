@@ -19,6 +19,23 @@ def shared_data() -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def results_script(request):
+    """The docs/results script named by the test module's ``RESULTS_SCRIPT``, loaded as a
+    module (the recipe for a file; registered while the module's tests run, since its
+    dataclasses look their module up)."""
+    import importlib.util
+    import sys
+
+    path = REPO_ROOT / "docs" / "results" / request.module.RESULTS_SCRIPT
+    spec = importlib.util.spec_from_file_location(f"results_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop(spec.name, None)
+
+
 @pytest.fixture(scope="session")
 def synthetic_train():
     """Synthetic DL-like executions with ground-truth phases (training side)."""

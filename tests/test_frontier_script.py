@@ -3,25 +3,16 @@ evaluator's own scores, and its summary reads them correctly."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from ai4dl import synthetic
 
-SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "results" / "frontier.py"
+RESULTS_SCRIPT = "frontier.py"
 
 
 @pytest.fixture(scope="module")
-def frontier_script():
-    spec = importlib.util.spec_from_file_location("frontier_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod           # the recipe for a file: its dataclasses look it up
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
+def frontier_script(results_script):
+    return results_script
 
 
 def test_points_are_the_evaluators_scores_and_the_summary_reads_them(frontier_script, capsys,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-runs every evaluation quoted in docs/results.md and rewrites the tables beside it.
 # From the repository root, after `make env`:  bash docs/results/run.sh
-# Data: ../shared/data (override with AI4DL_DATA). Takes about 13 minutes on 2 cores.
+# Data: ../shared/data (override with AI4DL_DATA). Takes about 15 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A=.venv/bin/ai4dl
@@ -68,3 +68,5 @@ done
 .venv/bin/python docs/results/verdict.py $V/*.json > $R/verdict.md
 # Why GCD 1 h cpu misses it: the tables' allocation against windows short at fixed window prices
 .venv/bin/python docs/results/frontier.py $D/gcd_vms/GCD_VMs.tar.gz > $R/gcd-frontier.md
+# ... and whether one more bit of state moves it (where the last window peaked, a new high, ...)
+.venv/bin/python docs/results/state_features.py $D/gcd_vms/GCD_VMs.tar.gz > $R/gcd-state-features.md
