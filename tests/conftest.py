@@ -23,15 +23,21 @@ def shared_data() -> Path:
 def results_script(request):
     """The docs/results script named by the test module's ``RESULTS_SCRIPT``, loaded as a
     module (the recipe for a file; registered while the module's tests run, since its
-    dataclasses look their module up)."""
+    dataclasses look their module up). Its folder is on sys.path while it loads, as when it
+    runs: the scripts import their siblings."""
     import importlib.util
     import sys
 
-    path = REPO_ROOT / "docs" / "results" / request.module.RESULTS_SCRIPT
+    folder = REPO_ROOT / "docs" / "results"
+    path = folder / request.module.RESULTS_SCRIPT
     spec = importlib.util.spec_from_file_location(f"results_{path.stem}", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    sys.path.insert(0, str(folder))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(folder))
     yield mod
     sys.modules.pop(spec.name, None)
 

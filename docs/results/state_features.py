@@ -39,10 +39,10 @@ from ai4dl.evaluate import EvaluationConfig, replay, run_evaluation, score
 from ai4dl.io.loaders import load_traces
 from ai4dl.policy import headroom
 from ai4dl.policy.headroom import HeadroomPolicy
+# the sibling script (its folder is on sys.path when either runs): the same targets, tables
+# and bar
+from frontier import REACTIVE, TABLES, TARGETS, gaps
 
-TARGETS = (0.95, 0.97)
-TABLES = ("phase-headroom", "burst-headroom")
-REACTIVE = ("adaptive-max", "adaptive-stat")
 FEATURES = ("peak-late", "new-high", "rising", "jumpy-history", "control")
 
 
@@ -108,6 +108,7 @@ class WithStateBit:
     feature: str
     tables: list
     thresholds: list
+    phased: bool
     name: str
     needs_phases: bool = True
 
@@ -126,24 +127,17 @@ class WithStateBit:
                     usages, phases, window, 2 * (n_phases if phased else 1), (res,)))
             thresholds.append(thr)
         family = "phase" if phased else "burst"
-        return cls(feature, tables, thresholds, f"{family}-headroom + {feature}")
+        return cls(feature, tables, thresholds, phased, f"{family}-headroom + {feature}")
 
     def allocate(self, usage, phases, window, initial, step):
         usage = np.asarray(usage, np.float64)
-        if phases is None or not self.name.startswith("phase"):
+        if not self.phased:
             phases = np.zeros(len(usage), np.int64)
         cols = []
         for j, (table, thr) in enumerate(zip(self.tables, self.thresholds)):
             with state_bit(self.feature, thr):
                 cols.append(table.allocate(usage[:, [j]], phases, window, initial[[j]], step))
         return np.hstack(cols)
-
-
-def gaps(s, label: str, j: int, t: float) -> tuple[float, float]:
-    """(allocation ÷ the cheaper reactive policy's − 1, windows short ÷ adaptive-max's − 1)."""
-    best = min(s[n][j].vs_oracle_at[t] for n in REACTIVE)
-    am = s["adaptive-max"][j].short_windows_at[t]
-    return s[label][j].vs_oracle_at[t] / best - 1.0, s[label][j].short_windows_at[t] / am - 1.0
 
 
 def run_seed(traces, window: int, seed: int, features=FEATURES):
