@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-runs every evaluation quoted in docs/results.md and rewrites the tables beside it.
 # From the repository root, after `make env`:  bash docs/results/run.sh
-# Data: ../shared/data (override with AI4DL_DATA). Takes about 15 minutes on 2 cores.
+# Data: ../shared/data (override with AI4DL_DATA). Takes about 21 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A=.venv/bin/ai4dl
