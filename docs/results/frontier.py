@@ -41,7 +41,8 @@ from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, Oracle
 TARGETS = (0.95, 0.97)
 #: Fixed prices of a covered window. The tables' choices jump between a few prices (many states
 #: switch estimator at once), and on GCD 1 h the jumps that cross the bar's corner lie between
-#: 0.6 and 1.4: a step of 0.05 there (a grid of 0.1-0.5 there missed points that meet the bar).
+#: 0.6 and 1.4: a step of 0.05 there (the earlier 0.5, 0.7, 1.0, 1.5 stepped over points that
+#: meet the bar).
 PRICES = (0.0, 0.25, 0.5, *(round(0.6 + 0.05 * i, 2) for i in range(17)), 1.6, 2.0, 3.0)
 TABLES = ("phase-headroom", "burst-headroom")
 REACTIVE = ("adaptive-max", "adaptive-stat")
