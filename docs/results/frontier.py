@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from sklearn.linear_model import QuantileRegressor
 
-from ai4dl.evaluate import EvaluationConfig, replay, run_evaluation, score
+from ai4dl.evaluate import (EvaluationConfig, build_policies, replay, run_evaluation,
+                            score)
 from ai4dl.io.loaders import load_traces
 from ai4dl.policy.headroom import (ESTIMATORS, HeadroomPolicy, candidate_levels,
                                    training_windows)
-from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, Oracle
 
 TARGETS = (0.95, 0.97)
 #: Fixed prices of a covered window. The tables' choices jump between a few prices (many states
@@ -91,8 +91,9 @@ def frontier(traces, window: int, seed: int):
     r = run_evaluation(traces, cfg)
     W, R = cfg.window, cfg.resources
     train = r.train_data
-    on_train = {n: replay(train, p, W, cfg.safety)
-                for n, p in zip((*REACTIVE, "oracle"), (AdaptiveMax(), AdaptiveStat(), Oracle()))}
+    # the reactive policies and the oracle as the evaluator builds them, replayed on the train side
+    on_train = {p.name: replay(train, p, W, cfg.safety) for p in build_policies(
+        replace(cfg, policies=(*REACTIVE, "oracle")), r.model, train)}
     out = []
     # every point is replayed as run_evaluation replays the rule's (cfg.safety: none here)
     for t in TARGETS:
@@ -101,13 +102,15 @@ def frontier(traces, window: int, seed: int):
         rows = [(n, n) for n in REACTIVE]
         for name in TABLES:
             phased = name == "phase-headroom"
-            points = [(f"{name} (the rule)", r.fitted[name][t])]
+            rule = f"{name} (the rule)"
+            reps[rule] = r.per_target[name][t]            # run_evaluation's own replay
+            reps_train[rule] = replay(train, r.fitted[name][t], W, cfg.safety)
+            rows.append((rule, name))
             for price in PRICES:
-                points.append((f"{name} @ {price:g}", HeadroomPolicy(
-                    target=t, use_phase=phased, window_price=price).fit(
+                label = f"{name} @ {price:g}"
+                pol = HeadroomPolicy(target=t, use_phase=phased, window_price=price).fit(
                     train.usage, train.phases if phased else None, W,
-                    r.model.n_phases_ if phased else None, R)))
-            for label, pol in points:
+                    r.model.n_phases_ if phased else None, R)
                 reps[label] = replay(r.data, pol, W, cfg.safety)
                 reps_train[label] = replay(train, pol, W, cfg.safety)
                 rows.append((label, name))
