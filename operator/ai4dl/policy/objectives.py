@@ -106,6 +106,8 @@ def resolve(target, resources: Sequence[str]) -> tuple[Objective, ...]:
         return Objective(r, "fulfilment", float(t))
 
     resources = tuple(resources)
+    if isinstance(target, (bool, str)):
+        raise ValueError(f"not a target: {target!r}")
     if target is None:
         return tuple(default_objective(r) for r in resources)
     if isinstance(target, (int, float, Objective)) and not isinstance(target, bool):
