@@ -181,4 +181,4 @@ def test_bad_arguments_are_one_line_errors(kw, message):
 def test_every_named_candidate_is_known():
     assert BASELINE == CANDIDATES[0]
     assert set(CANDIDATES) == {"adaptive-max", "adaptive-stat", "phase-headroom",
-                               "burst-headroom", "phase", "phase-proactive", "vpa"}
+                               "burst-headroom", "phase", "phase-proactive", "vpa", "peak-risk"}

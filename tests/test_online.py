@@ -14,8 +14,8 @@ import copy
 
 from ai4dl.policy.headroom import ESTIMATORS, HeadroomPolicy
 from ai4dl.policy.online import OwnHistory, next_allocation, next_allocations
-from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, PerResource, PhasePolicy,
-                                   PhaseProactive)
+from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
+                                   PhasePolicy, PhaseProactive)
 
 K = 3
 
@@ -55,6 +55,9 @@ def _policies(tables):
         for mode in ("worst-likely", "expected"):
             out.append(PhaseProactive(levels, P, dwell, 0.0, mode, 0.2, scope))
     out.append(PerResource((tables["phase"], AdaptiveMax())))
+    # what auto serves for a resource judged by windows at risk
+    out.append(Calibrated(tables["phase"], (1.0, 1.07)))
+    out.append(PerResource((AdaptiveStat(), Calibrated(AdaptiveMax(), (1.0, 1.05)))))
     return out
 
 

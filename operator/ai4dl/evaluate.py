@@ -1,5 +1,6 @@
 """The replay evaluator: executions through policies, window by window, scored as
-../shared/docs/evaluation.md defines (allocation ÷ oracle at matched fulfilment).
+../shared/docs/evaluation.md defines: allocation ÷ oracle at matched fulfilment (cpu) and at a
+matched share of windows at risk (memory, and a second view of cpu).
 
 Each policy sees only what it could have seen (``Policy.allocate`` row w uses samples before
 window w); the shared safety layer wraps every policy but the oracle (the yardstick). Pure core:
@@ -15,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.policy.headroom import first_window_level
+from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.policies import Policy
 from ai4dl.policy.safety import SafetyConfig, apply_safety_sequence
 from ai4dl.traces import Execution
@@ -163,6 +165,14 @@ class ResourceScore:
     short_window_share_at: dict = field(default_factory=dict)  # ... ÷ scored windows
     worst_shortfall_at: dict = field(default_factory=dict)     # max(usage - alloc), unit
     worst_shortfall_rel_at: dict = field(default_factory=dict)  # max((usage - alloc) / usage)
+    # judged by risk (evaluation.md, "Memory is judged by risk"): at the multiplier that leaves
+    # exactly a share s of the scored windows with any sample above the allocation
+    risk_share: float = float("nan")         # raw allocation: share of scored windows at risk
+    risk_multiplier_at: dict = field(default_factory=dict)     # s -> multiplier reaching it
+    vs_oracle_risk_at: dict = field(default_factory=dict)      # s -> allocation ÷ oracle there
+    fulfilment_risk_at: dict = field(default_factory=dict)     # s -> sample fulfilment there
+    worst_shortfall_risk_at: dict = field(default_factory=dict)      # max(usage - alloc), unit
+    worst_shortfall_risk_rel_at: dict = field(default_factory=dict)  # ... ÷ usage
 
 
 def _per_sample(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
@@ -195,16 +205,41 @@ def matched_margin(usage: np.ndarray, alloc: np.ndarray, target: float) -> float
     return m
 
 
+def matched_risk_multiplier(window_max: np.ndarray, alloc: np.ndarray, share: float) -> float:
+    """Smallest multiplier m with at most ``share`` of the windows having max > alloc × m: the
+    (1 − share) order statistic of window max ÷ allocation (evaluation.md, "Memory is judged by
+    risk"). ``floor(share × n)`` windows may stay at risk; nan with no window."""
+    wm = np.asarray(window_max, np.float64)
+    a = np.asarray(alloc, np.float64)
+    if len(wm) == 0:
+        return float("nan")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(a > 0, wm / np.where(a > 0, a, 1.0),
+                         np.where(wm > 0, np.inf, 0.0))
+    allowed = int(np.floor(share * len(ratio) + 1e-9))
+    k = max(len(ratio) - allowed - 1, 0)
+    i = int(np.argpartition(ratio, k)[k])
+    m = float(ratio[i])
+    if np.isfinite(m) and a[i] > 0:
+        # alloc × (wm / alloc) can round just below wm: step m up until that window is covered
+        while a[i] * m < wm[i]:
+            m = float(np.nextafter(m, np.inf))
+    return m
+
+
 def score(data: ReplayInput, replays: dict[str, Replay], window: int,
           include_cold_start: bool = False, targets: Sequence[float] = TARGETS,
           only: Sequence[int] | None = None,
-          per_target: dict[str, dict[float, Replay]] | None = None
+          per_target: dict[str, dict[float, Replay]] | None = None,
+          risks: Sequence[float] = RISKS,
+          per_risk: dict[str, dict[float, Replay]] | None = None
           ) -> dict[str, list[ResourceScore]]:
     """Scores per policy and resource over the executions ``only`` (default: all).
 
     ``per_target`` gives, for a policy fitted for a target fulfilment (the head-room tables,
     ``auto``), the replay of its fit for each target: the figures at target t come from that
-    replay, the raw ones from ``replays``."""
+    replay, the raw ones from ``replays``. ``per_risk`` likewise for each share of windows at
+    risk in ``risks`` (a policy fitted for that risk)."""
     idx = list(range(len(data.usage)) if only is None else only)
     hours = data.step / 3600.0
     scales = [resource_unit_scale(u)[0] for u in data.units]
@@ -229,10 +264,13 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
 
     oracle = per_sample(replays["oracle"]) if "oracle" in replays else None
     per_target = per_target or {}
+    per_risk = per_risk or {}
     out: dict[str, list[ResourceScore]] = {}
     for name, rep in replays.items():
         A, WA = per_sample(rep), per_window(rep)
         fits = {t: (per_sample(r), per_window(r)) for t, r in per_target.get(name, {}).items()}
+        risk_fits = {s: (per_sample(r), per_window(r))
+                     for s, r in per_risk.get(name, {}).items()}
         rows = []
         for j, scale in enumerate(scales):
             a, u = A[:, j], usage[:, j]
@@ -256,7 +294,30 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
                 worst_shortfall=float(max(short.max(), 0.0)) / scale if len(a) else 0.0,
                 worst_shortfall_rel=float(max(rel.max(), 0.0)) if len(a) else 0.0,
                 oom_windows=int(np.count_nonzero(window_max[:, j] > WA[:, j])),
-                resizes=resizes, scored_windows=len(window_max))
+                resizes=resizes, scored_windows=len(window_max),
+                risk_share=float("nan"))
+            # as replayed: a policy fitted per share of windows at risk, its fit for the least
+            wr = risk_fits[min(risk_fits)][1] if risk_fits else WA
+            if len(window_max):
+                s.risk_share = float(np.mean(window_max[:, j] > wr[:, j]))
+            for share in risks:
+                at, wat = risk_fits.get(share, (A, WA))
+                at, wat = at[:, j], wat[:, j]
+                m = matched_risk_multiplier(window_max[:, j], wat, share)
+                s.risk_multiplier_at[share] = m
+                total = float(at.sum() * hours / scale)
+                s.vs_oracle_risk_at[share] = (total * m / oracle_t if oracle_t and np.isfinite(m)
+                                              else np.inf)
+                if not np.isfinite(m) or not len(u):
+                    s.fulfilment_risk_at[share] = s.worst_shortfall_risk_at[share] = np.nan
+                    s.worst_shortfall_risk_rel_at[share] = np.nan
+                    continue
+                gap = u - at * m
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
+                s.fulfilment_risk_at[share] = float(np.mean(gap <= 0))
+                s.worst_shortfall_risk_at[share] = float(max(gap.max(), 0.0)) / scale
+                s.worst_shortfall_risk_rel_at[share] = float(max(rel_u.max(), 0.0))
             for t in targets:
                 at, wat = fits.get(t, (A, WA))
                 at, wat = at[:, j], wat[:, j]
@@ -297,6 +358,20 @@ def wins_over(scores: dict[str, list[ResourceScore]], name: str, j: int, target:
     return bool(va < vb and a.short_windows_at[target] <= b.short_windows_at[target])
 
 
+def wins_at_risk(scores: dict[str, list[ResourceScore]], name: str, j: int, share: float,
+                 baseline: str = "adaptive-max") -> bool | None:
+    """Judged by risk: ``name`` wins on resource ``j`` at ``share`` of windows at risk when it
+    is cheaper than ``baseline`` there (both have, by construction, the same windows at risk).
+    None when either was not scored or cannot reach it."""
+    if name not in scores or baseline not in scores:
+        return None
+    va = scores[name][j].vs_oracle_risk_at.get(share, np.nan)
+    vb = scores[baseline][j].vs_oracle_risk_at.get(share, np.nan)
+    if not (np.isfinite(va) and np.isfinite(vb)):
+        return None
+    return bool(va < vb)
+
+
 # ----------------------------------------------------------------------------- the whole run
 POLICIES = ("static", "adaptive-max", "adaptive-stat", "phase", "phase-proactive",
             "phase-headroom", "burst-headroom", "vpa", "auto", "oracle")
@@ -327,6 +402,8 @@ class EvaluationConfig:
     initial: str = "peak"
     safety: SafetyConfig | None = None
     targets: tuple[float, ...] = TARGETS
+    #: shares of windows at risk reported (and the fitted policies fitted for): memory's view
+    risks: tuple[float, ...] = RISKS
     auto_holdout: float = 0.3              # auto: share of (most recent) train executions held out
 
 
@@ -348,6 +425,10 @@ class EvaluationResult:
     folds: list = field(default_factory=list)
     #: target -> the train side's learned first-window level (per resource)
     first_window_levels: dict = field(default_factory=dict)
+    #: FITTED name -> share of windows at risk -> Replay (fitted for that share; ``auto``:
+    #: chosen under the served objectives with memory at that share)
+    per_risk: dict = field(default_factory=dict)
+    auto_risk: dict = field(default_factory=dict)    # share -> AutoChoice
 
 
 @dataclass
@@ -540,16 +621,52 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
             per_target.setdefault(name, {})[t] = replay(data, pol, cfg.window, cfg.safety,
                                                         cfg.vpa_prewarm)
         replays[name] = per_target[name][primary(cfg.targets)]
+    per_risk, auto_risk = _fit_for_risks(cfg, fitted_names, train_data, data, model, say)
     scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets,
-                   per_target=per_target)
+                   per_target=per_target, risks=cfg.risks, per_risk=per_risk)
     per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i],
-                      per_target=per_target)
+                      per_target=per_target, risks=cfg.risks, per_risk=per_risk)
                 for i in range(len(data.usage))]
     cold = cold_start_scores(data, [trace_request(e, cfg.resources) for e in test], cfg.window,
                              levels)
     return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model,
                             train_data, per_target, autos, fitted, cold,
-                            first_window_levels=levels)
+                            first_window_levels=levels, per_risk=per_risk, auto_risk=auto_risk)
+
+
+def risk_objectives(resources: Sequence[str], share: float) -> dict:
+    """The served objectives with memory's share of windows at risk set to ``share``: what
+    ``auto`` is chosen under in the evaluator's risk view (cpu keeps its default fulfilment)."""
+    from ai4dl.policy.objectives import Objective, default_objective
+
+    return {r: Objective(r, "risk", share) if r == "memory" else default_objective(r)
+            for r in resources}
+
+
+def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model, say):
+    """Per share of windows at risk, the fitted policies fitted for it (the head-room tables
+    at the fulfilment 1 − share, their nearest sample objective) and ``auto`` chosen under the
+    served objectives with memory at that share: name -> share -> Replay, share -> choice."""
+    from ai4dl.policy.auto import choose_policy
+
+    per_risk: dict = {}
+    autos: dict = {}
+    for name in fitted_names:
+        for share in cfg.risks:
+            say(f"policy {name}: fitting for {100 * share:g} % of windows at risk")
+            if name == "auto":
+                choice = choose_policy(train_data, cfg.window, model,
+                                       risk_objectives(cfg.resources, share),
+                                       holdout=cfg.auto_holdout,
+                                       phase_options=phase_options(cfg, "execution"))
+                autos[share] = choice
+                pol = choice.policy
+            else:
+                pol = build_policies(dataclasses.replace(cfg, policies=(name,)), model,
+                                     train_data, 1.0 - share)[0]
+            per_risk.setdefault(name, {})[share] = replay(data, pol, cfg.window, cfg.safety,
+                                                          cfg.vpa_prewarm)
+    return per_risk, autos
 
 
 # ----------------------------------------------------------------------------- cross-fitting
@@ -596,14 +713,18 @@ def merge_results(parts: Sequence[EvaluationResult], levels: dict | None = None,
     per_target = {name: {t: Replay(name, [a for p in parts for a in p.per_target[name][t]
                                           .allocations]) for t in by_t}
                   for name, by_t in parts[0].per_target.items()}
+    per_risk = {name: {s: Replay(name, [a for p in parts for a in p.per_risk[name][s]
+                                        .allocations]) for s in by_s}
+                for name, by_s in parts[0].per_risk.items()}
     scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets,
-                   per_target=per_target)
+                   per_target=per_target, risks=cfg.risks, per_risk=per_risk)
     cold = (cold_start_scores(data, requests, cfg.window, levels)
             if levels is not None and requests is not None else [])
     return EvaluationResult(cfg, data, replays, scores,
                             [x for p in parts for x in p.per_execution],
                             int(round(np.mean([p.n_train for p in parts]))), parts[0].model,
-                            None, per_target, {}, {}, cold, [p.auto for p in parts])
+                            None, per_target, {}, {}, cold, [p.auto for p in parts],
+                            per_risk=per_risk)
 
 
 def run_cross_fitted(traces, cfg: EvaluationConfig, folds: int = 2,

@@ -1,6 +1,6 @@
 """Figures of an :class:`~ai4dl.evaluate.EvaluationResult` (matplotlib, Agg): usage and every
 policy's allocation for chosen executions, the k/margin trade-off with its Pareto frontier,
-and allocation ÷ oracle at matched fulfilment per policy. Figure functions return figures;
+allocation ÷ oracle at matched fulfilment per policy, and cost versus windows at risk. Figure functions return figures;
 :func:`write_evaluation_plots` saves them as PNG."""
 
 from __future__ import annotations
@@ -261,6 +261,65 @@ def workloads_figure(rows, policy: str, resources: Sequence[str], units: Sequenc
     return fig
 
 
+# ----------------------------------------------------------------------------- risk
+#: Shares of windows at risk the cost-versus-risk curves are drawn at.
+RISK_GRID = tuple(np.round(np.concatenate([np.arange(0.0025, 0.05, 0.0025),
+                                           np.arange(0.05, 0.201, 0.01)]), 4))
+
+
+def risk_curves(result: EvaluationResult, shares: Sequence[float] = RISK_GRID) -> dict:
+    """policy -> (R, len(shares)) allocation ÷ oracle at each matched share of windows at risk
+    (the evaluator's own scoring; a policy fitted per share is drawn with its fit for the
+    smallest share it was fitted for)."""
+    from ai4dl.evaluate import score
+
+    reps = dict(result.replays)
+    for name, by_share in result.per_risk.items():
+        if name in reps and by_share:
+            reps[name] = by_share[min(by_share)]
+    sc = score(result.data, reps, result.config.window, result.config.include_cold_start,
+               targets=(), risks=tuple(shares))
+    return {n: np.array([[rows[j].vs_oracle_risk_at[s] for s in shares]
+                         for j in range(len(rows))]) for n, rows in sc.items()}
+
+
+def risk_curve_figure(result: EvaluationResult, shares: Sequence[float] = RISK_GRID):
+    """Cost versus risk, one panel per resource: each policy's allocation ÷ oracle at the
+    multiplier that leaves a given share of windows at risk (lower and further left is
+    better); the objectives the evaluator reports are marked."""
+    curves = risk_curves(result, shares)
+    data = result.data
+    R = len(data.resources)
+    fig, axes = plt.subplots(1, R, figsize=(6.0 * R, 4.4), squeeze=False)
+    x = 100 * np.asarray(shares)
+    clairvoyant = result.config.initial == "peak"
+    for j, res in enumerate(data.resources):
+        ax = axes[0, j]
+        finite = np.concatenate([c[j][np.isfinite(c[j])] for c in curves.values()])
+        for name in policy_order(list(curves)):
+            if name == "oracle":
+                continue
+            y = curves[name][j]
+            ok = np.isfinite(y)
+            label = "static (clairvoyant peak)" if name == "static" and clairvoyant else name
+            ax.plot(x[ok], y[ok], color=policy_colour(name), lw=1.4, label=label,
+                    ls="--" if name == "static" else "-")
+        if len(finite):
+            # the smallest shares can cost a reactive policy many times the oracle: keep the
+            # range where the policies differ readable
+            ax.set_ylim(0.9, min(finite.max(), 1.25 * np.percentile(finite, 90)) * 1.05)
+        for r in result.config.risks:
+            ax.axvline(100 * r, color="0.6", lw=0.6, ls=":")
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_xlabel("share of windows at risk [%] (any sample above the allocation)")
+        ax.set_ylabel("allocation ÷ oracle at that share")
+        ax.set_title(f"{res}: cost versus risk (lower is better)", fontsize=10)
+        ax.grid(alpha=0.25, lw=0.5)
+        ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
 # ----------------------------------------------------------------------------- saving
 def write_evaluation_plots(result: EvaluationResult, outdir: str | Path, n_executions: int = 2,
                            sweep: Sequence[dict] | None = None) -> list[Path]:
@@ -279,4 +338,6 @@ def write_evaluation_plots(result: EvaluationResult, outdir: str | Path, n_execu
     if sweep:
         save(sweep_figure(result, sweep), "tradeoff.png")
     save(matched_bars_figure(result), "matched-fulfilment.png")
+    if result.config.risks:
+        save(risk_curve_figure(result), "cost-vs-risk.png")
     return written

@@ -17,7 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ai4dl.evaluate import (PHASE_POLICIES, POLICIES, EvaluationResult, ResourceScore,
-                            build_policies, replay, resource_unit_scale, score, wins_over)
+                            build_policies, replay, resource_unit_scale, score, wins_at_risk,
+                            wins_over)
 
 UNREACHABLE = "unreachable"
 SWEEP_K = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
@@ -250,6 +251,54 @@ def matched_tables(result: EvaluationResult) -> str:
     return "\n\n".join(parts)
 
 
+def risk_label(share: float) -> str:
+    return f"{100 * share:g} %"
+
+
+def risk_rows(result: EvaluationResult) -> list[list[str]]:
+    data = result.data
+    risks = result.config.risks
+    rows = []
+    for name in policy_order(list(result.scores)):
+        for j, (res, unit) in enumerate(zip(data.resources, data.units)):
+            s: ResourceScore = result.scores[name][j]
+            cost = [fmt_ratio(s.vs_oracle_risk_at.get(r, math.nan)) for r in risks]
+            r0 = risks[0]
+            worst = (f"{fmt_amount(s.worst_shortfall_risk_at[r0])} {shortfall_unit(unit)} / "
+                     f"{fmt_pct(s.worst_shortfall_risk_rel_at[r0])}"
+                     if _finite(s.worst_shortfall_risk_at.get(r0, math.nan)) else UNREACHABLE)
+            wins = ("—" if name in ("adaptive-max", "oracle") else
+                    "/".join({None: "n/a", True: "yes", False: "no"}[
+                        wins_at_risk(result.scores, name, j, r)] for r in risks))
+            rows.append([name, res, fmt_pct(s.risk_share, digits=2), *cost,
+                         fmt_pct(s.fulfilment_risk_at.get(r0, math.nan), digits=2), worst, wins])
+    return rows
+
+
+def risk_table(result: EvaluationResult) -> str:
+    """Judged by risk (../shared/docs/evaluation.md, "Memory is judged by risk"): each policy
+    at the multiplier that leaves exactly a share s of the scored windows with any sample above
+    its allocation, its allocation ÷ oracle there; the windows it leaves at risk as replayed
+    (no multiplier); at the smallest s, the sample fulfilment and the worst shortfall there."""
+    risks = result.config.risks
+    if not risks:
+        return ""
+    r0 = risk_label(risks[0])
+    header = ["policy", "resource", "windows at risk (as replayed)",
+              *(f"alloc ÷ oracle at {risk_label(r)} at risk" for r in risks),
+              f"fulfilment at {r0}", f"worst shortfall at {r0} (abs / ÷ usage)",
+              f"cheaper than adaptive-max ({'/'.join(risk_label(r) for r in risks)})"]
+    fitted = [n for n in result.per_risk if n in result.scores]
+    note = (f" Fitted policies ({', '.join(fitted)}) are fitted for each share (the head-room "
+            f"tables at the fulfilment 1 − s; auto under the served objectives with memory at "
+            f"s); their 'as replayed' column is their fit for "
+            f"{risk_label(risks[0])}." if fitted else "")
+    return (f"Judged by windows at risk (each policy at its own multiplier, so that exactly the "
+            f"given share of the {_scored_windows(result):,} scored windows has any sample "
+            f"above the allocation; for memory such a window may be an OOM kill).{note}\n\n"
+            + markdown_table(header, risk_rows(result), set(range(2, 5 + len(risks)))))
+
+
 def _scored_windows(result: EvaluationResult) -> int:
     first = next(iter(result.scores.values()), None)
     return first[0].scored_windows if first else 0
@@ -258,7 +307,7 @@ def _scored_windows(result: EvaluationResult) -> int:
 def auto_lines(result: EvaluationResult) -> str:
     """What auto chose at each target (fitted and chosen on the train side only)."""
     folds = result.folds or ([result.auto] if result.auto else [])
-    if not any(folds):
+    if not any(folds) and not result.auto_risk:
         return ""
     out = ["auto (chosen on the train side only: candidates fitted on the older train "
            "executions, scored on the most recent ones):", ""]
@@ -268,6 +317,15 @@ def auto_lines(result: EvaluationResult) -> str:
             w = ", ".join(f"{r} → {p}" for r, p in zip(c.resources, c.winners))
             out.append(f"- {fold}at {target_label(t)}: {w} ({c.n_validation} held-out of "
                        f"{c.n_fit + c.n_validation} train executions)")
+    for s, c in sorted(result.auto_risk.items()):
+        w = ", ".join(
+            f"{r} → {p}" + (f" × {f:.3f}" if f != 1.0 else "") +
+            (f" (realised {fmt_pct(a.get('riskWindows', math.nan), digits=2)} of windows at "
+             f"risk)" if o.is_risk and a else "")
+            for r, p, f, a, o in zip(c.resources, c.winners, c.calibration, c.achieved,
+                                     c.objectives))
+        out.append(f"- under the served objectives with memory at {risk_label(s)} of windows "
+                   f"at risk: {w}")
     return "\n".join(out)
 
 
@@ -319,7 +377,9 @@ def render_markdown(result: EvaluationResult, ctx: RunContext) -> str:
     matched target (windows short, OOM risk, worst shortfall, the wins rule), auto's choice,
     the savings matrices."""
     parts = [header_line(result, ctx), score_table(result), matched_tables(result)]
-    if result.auto or any(result.folds):
+    if result.config.risks:
+        parts.append(risk_table(result))
+    if result.auto or any(result.folds) or result.auto_risk:
         parts.append(auto_lines(result))
     parts.append(savings_tables(result))
     if result.cold_start:
@@ -435,7 +495,13 @@ def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None 
                      for j, r in enumerate(data.resources)}
                  for p in policy_order(list(result.scores)) if p not in ("adaptive-max",
                                                                          "oracle")},
+        "wins_at_risk": {p: {r: {target_key(s): wins_at_risk(result.scores, p, j, s)
+                                 for s in result.config.risks}
+                             for j, r in enumerate(data.resources)}
+                         for p in policy_order(list(result.scores)) if p not in ("adaptive-max",
+                                                                                 "oracle")},
         "auto": {target_key(t): c.as_dict() for t, c in sorted(result.auto.items())},
+        "auto_at_risk": {target_key(s): c.as_dict() for s, c in sorted(result.auto_risk.items())},
         **({"auto_per_fold": [{target_key(t): c.as_dict() for t, c in sorted(a.items())}
                               for a in result.folds]} if result.folds else {}),
         "per_execution": [{"name": name, "scores": _scores_dict(sc, data.resources)}

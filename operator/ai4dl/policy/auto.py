@@ -2,19 +2,25 @@
 
 :func:`choose_policy` is pure (no I/O, no clock): given the training executions (usage,
 phases, starts, groups as :class:`ai4dl.evaluate.ReplayInput`, e.g. from
-:func:`ai4dl.evaluate.prepare`), the fitted phase model, the window and a target fulfilment
-(one, or one per resource), it
+:func:`ai4dl.evaluate.prepare`), the fitted phase model, the window and an objective per
+resource (:mod:`ai4dl.policy.objectives`: cpu a fulfilment of samples, memory a share of
+windows at risk), it
 
 1. holds out the most recent executions (by start time; ``holdout`` of them),
-2. fits every candidate that learns (the head-room tables) on the older ones,
+2. fits every candidate that learns (the head-room tables; for a resource judged by risk also
+   ``peak-risk``) on the older ones,
 3. replays every candidate over all training executions (so VPA's workload history is warm)
-   and scores the held-out ones as the evaluator does: allocation ÷ oracle at the matched
-   target and windows with a shortfall there,
+   and scores the held-out ones as the evaluator does. A fulfilment: allocation ÷ oracle at
+   the matched target and windows with a shortfall there. A share of windows at risk: each
+   candidate calibrated on the older executions (the factor that leaves that share of their
+   windows at risk), then its cost at the matched share and the risk it realised as served,
 4. picks per resource the cheapest candidate that *wins* against the reactive baseline
-   (adaptive-max): cheaper at the target and no more windows short. A candidate that lost to
-   the baseline is never chosen; when none wins, the baseline itself is served.
-5. refits the winner(s) on all training executions and returns them as one policy
-   (:class:`~ai4dl.policy.policies.PerResource` when cpu and memory differ).
+   (adaptive-max): cheaper at the target and no more windows short (judged by risk: cheaper
+   at the matched share). A candidate that lost to the baseline is never chosen; when none
+   wins, the baseline itself is served.
+5. refits the winner(s) on all training executions (judged by risk: calibrated on all of
+   them) and returns them as one policy (:class:`~ai4dl.policy.policies.PerResource` when cpu
+   and memory differ).
 
 The trainer calls this and stores :class:`AutoChoice` (``winners``, ``scores``) in the
 PhaseModel's status; the operator serves ``AutoChoice.policy``.
@@ -28,20 +34,28 @@ from typing import Sequence
 
 import numpy as np
 
+from ai4dl.policy.objectives import Objective, resolve
+
 #: What auto considers, in the order ties are broken (the baseline first).
 CANDIDATES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
-              "phase-proactive", "vpa")
+              "phase-proactive", "vpa", "peak-risk")
 BASELINE = "adaptive-max"
 LEARNED = ("phase-headroom", "burst-headroom")
+#: Learned candidates fitted to a share of windows at risk (considered for a resource judged
+#: by risk only; they calibrate themselves out of fold).
+RISK_LEARNED = ("peak-risk",)
 DEFAULT_TARGET = 0.97
 #: What the operator can serve window by window (ai4dl.policy.online.SERVABLE).
 SERVABLE = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
-            "phase-proactive")
+            "phase-proactive", "peak-risk")
 
 
 @dataclass
 class CandidateScore:
-    """One candidate on one resource, on the held-out executions at the resource's target."""
+    """One candidate on one resource, on the held-out executions at the resource's objective:
+    for a fulfilment, at the matched margin; for a share of windows at risk, calibrated on the
+    executions it was fitted on (``short_windows``: the windows it left at risk, as served),
+    its cost at the matched share."""
     policy: str
     resource: str
     target: float
@@ -62,6 +76,11 @@ class AutoChoice:
     n_validation: int                   # held-out (most recent) executions scored
     reason: str                         # one line
     policy: object = field(default=None, repr=False)   # the served policy (refit on all)
+    objectives: tuple = ()              # per resource: the Objective it was chosen under
+    #: per resource, what the winner realised on the held-out recent executions, as served
+    #: (calibrated): {"fulfilment": share of samples, "riskWindows": share of windows at risk}
+    achieved: tuple = ()
+    calibration: tuple = ()             # per resource: the served factor (1: none)
 
     @property
     def tables(self) -> list:
@@ -81,6 +100,10 @@ class AutoChoice:
             return None if x is None or (isinstance(x, float) and math.isnan(x)) else (
                 "unreachable" if isinstance(x, float) and math.isinf(x) else x)
         return {"resources": list(self.resources), "targets": list(self.targets),
+                "objectives": [o.as_dict() for o in self.objectives],
+                "achieved": [{"resource": r, **{k: num(float(v)) for k, v in a.items()}}
+                             for r, a in zip(self.resources, self.achieved)],
+                "calibration": [float(c) for c in self.calibration],
                 "winners": list(self.winners), "nFit": self.n_fit,
                 "nValidation": self.n_validation, "reason": self.reason,
                 "scores": [{"policy": s.policy, "resource": s.resource, "target": s.target,
@@ -88,24 +111,6 @@ class AutoChoice:
                             "shortWindows": num(float(s.short_windows)),
                             "shortWindowShare": num(float(s.short_window_share)),
                             "wins": s.wins} for s in self.scores]}
-
-
-def _targets(target, resources: Sequence[str]) -> tuple[float, ...]:
-    if isinstance(target, (int, float)):
-        out = (float(target),) * len(resources)
-    elif isinstance(target, dict):
-        missing = [r for r in resources if r not in target]
-        if missing:
-            raise ValueError(f"no target fulfilment for resource {missing[0]!r}")
-        out = tuple(float(target[r]) for r in resources)
-    else:
-        out = tuple(float(t) for t in target)
-        if len(out) != len(resources):
-            raise ValueError(f"{len(out)} targets for {len(resources)} resources")
-    for t in out:
-        if not 0.0 < t < 1.0:
-            raise ValueError(f"target fulfilment must be in (0, 1), got {t:g}")
-    return out
 
 
 def build_candidate(name: str, train, window: int, model=None, target: float = DEFAULT_TARGET,
@@ -128,6 +133,14 @@ def build_candidate(name: str, train, window: int, model=None, target: float = D
         if use_phase and (model is None or any(train.phases[i] is None for i in idx)):
             raise ValueError(f"{name} needs a phase model and the phase of every sample")
         return HeadroomPolicy(target=target, use_phase=use_phase).fit(
+            [train.usage[i] for i in idx], [train.phases[i] for i in idx] if use_phase else None,
+            window, model.n_phases_ if use_phase else None, resources)
+    if name in RISK_LEARNED:
+        # fitted to a share of windows at risk: ``target`` is the share covered (1 − risk)
+        from ai4dl.policy.peak import PeakRiskPolicy
+
+        use_phase = model is not None and all(train.phases[i] is not None for i in idx)
+        return PeakRiskPolicy(max_risk=1.0 - target, use_phase=use_phase).fit(
             [train.usage[i] for i in idx], [train.phases[i] for i in idx] if use_phase else None,
             window, model.n_phases_ if use_phase else None, resources)
     if name in ("phase", "phase-proactive"):
@@ -173,25 +186,66 @@ def recent_split(starts: Sequence[float], holdout: float) -> tuple[list[int], li
     return sorted(order[: n - n_val]), sorted(order[n - n_val:])
 
 
+def calibration_factor(data, rep, window: int, j: int, share: float,
+                       only: Sequence[int]) -> float:
+    """The factor that leaves ``share`` of the windows of the executions ``only`` at risk on
+    resource ``j`` when it multiplies ``rep``'s rows after the cold start: the (1 − share)
+    order statistic of window max ÷ allocation over their scored windows (the first window of
+    each is the cold start, not a policy's). 1 when there is no such window."""
+    from ai4dl.evaluate import matched_risk_multiplier
+
+    wm, al = [], []
+    for i in only:
+        u = data.usage[i][:, j]
+        if len(u) <= window:
+            continue
+        mx = np.maximum.reduceat(u, np.arange(0, len(u), window))[1:]
+        wm.append(mx)
+        al.append(rep.allocations[i][1: 1 + len(mx), j])
+    if not wm:
+        return 1.0
+    m = matched_risk_multiplier(np.concatenate(wm), np.concatenate(al), share)
+    return float(m) if np.isfinite(m) and m > 0 else 1.0
+
+
+def _scaled(rep, factor: float):
+    """``rep`` with its rows after the cold start multiplied by ``factor``."""
+    from ai4dl.evaluate import Replay
+
+    out = []
+    for a in rep.allocations:
+        a = np.array(a, np.float64)
+        a[1:] *= factor
+        out.append(a)
+    return Replay(rep.policy, out)
+
+
 def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                   candidates: Sequence[str] = CANDIDATES, holdout: float = 0.3,
                   phase_options: dict | None = None,
                   servable: Sequence[str] | None = SERVABLE) -> AutoChoice:
     """Score the candidates on the most recent training executions and choose per resource
     (see the module docstring). ``train`` is a :class:`ai4dl.evaluate.ReplayInput` of the
-    training executions (with phases when a phase candidate is considered); ``target`` a
-    fulfilment, or one per resource (sequence or {resource: target}). Only ``servable``
+    training executions (with phases when a phase candidate is considered); ``target`` what
+    each resource must achieve: a fulfilment (float), one per resource (sequence or
+    {resource: target}), :class:`~ai4dl.policy.objectives.Objective` s, or None (the
+    defaults: cpu 97 % of samples, memory at most 1 % of windows at risk). Only ``servable``
     policies can win (what the operator can serve window by window: not VPA, which is scored
-    for the record); None: any."""
-    from ai4dl.evaluate import replay, score
-    from ai4dl.policy.policies import Oracle, PerResource
+    for the record); None: any.
+
+    A resource judged by risk is chosen at a matched share of windows at risk, each candidate
+    first calibrated (:func:`calibration_factor`) on the executions it was fitted on, so that
+    what it realises on the held-out recent ones (``achieved``) is what a pod would get; the
+    served winner is calibrated again on every training execution (``calibration``)."""
+    from ai4dl.evaluate import replay, score, wins_at_risk, wins_over
+    from ai4dl.policy.policies import Calibrated, Oracle, PerResource
 
     if window < 1:
         raise ValueError(f"window must be at least 1 sample, got {window}")
     if not 0.0 < holdout < 1.0:
         raise ValueError(f"holdout must be in (0, 1), got {holdout:g}")
     resources = tuple(train.resources)
-    targets = _targets(target, resources)
+    objectives = resolve(target, resources)
     candidates = list(dict.fromkeys(candidates))
     unknown = [c for c in candidates if c not in CANDIDATES]
     if unknown:
@@ -209,52 +263,107 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
 
     scores: list[CandidateScore] = []
     winners: list[str] = []
+    achieved: list[dict] = []
     if not fit_idx or not val_idx:
         reason = (f"too few training executions to hold any out ({len(train.usage)}): "
                   f"serving the baseline {BASELINE}")
         winners = [BASELINE] * len(resources)
+        achieved = [{} for _ in resources]
     else:
         # every execution is replayed (VPA's workload history stays warm) and the held-out
-        # ones scored; only the learned candidates depend on the target
+        # ones scored; only the learned candidates depend on the objective
         fixed = {"oracle": replay(train, Oracle(), window)}
         for name in candidates:
-            if name not in LEARNED:
-                pol = build_candidate(name, train, window, model, targets[0], phase_options,
-                                      fit_idx)
+            if name not in LEARNED and name not in RISK_LEARNED:
+                pol = build_candidate(name, train, window, model, objectives[0].quantile,
+                                      phase_options, fit_idx)
                 fixed[name] = replay(train, pol, window)
-        by_target: dict[float, dict] = {}
-        for t in sorted(set(targets)):
+        by_objective: dict = {}
+        for o in dict.fromkeys((o.kind, o.value) for o in objectives):
+            kind, value = o
+            obj = Objective("x", kind, value)
             replays = dict(fixed)
             for name in candidates:
-                if name in LEARNED:
-                    pol = build_candidate(name, train, window, model, t, phase_options, fit_idx)
+                if name in LEARNED or (name in RISK_LEARNED and kind == "risk"):
+                    pol = build_candidate(name, train, window, model, obj.quantile,
+                                          phase_options, fit_idx)
                     replays[name] = replay(train, pol, window)
-            by_target[t] = score(train, replays, window, targets=(t,), only=val_idx)
-        from ai4dl.evaluate import wins_over
-
-        for j, (res, t) in enumerate(zip(resources, targets)):
-            sc = by_target[t]
-            for name in candidates:
+            by_objective[o] = replays
+        for j, (res, o) in enumerate(zip(resources, objectives)):
+            replays = by_objective[(o.kind, o.value)]
+            names = [c for c in candidates if c in replays]
+            if o.is_risk:
+                # each candidate calibrated on the executions it was fitted on; peak-risk
+                # calibrates itself out of fold
+                cal = {n: (replays[n] if n in RISK_LEARNED or n == "oracle" else
+                           _scaled(replays[n], calibration_factor(train, replays[n], window, j,
+                                                                  o.value, fit_idx)))
+                       for n in (*names, "oracle")}
+                sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,))
+                best, best_cost = BASELINE, None
+                for name in names:
+                    r = sc[name][j]
+                    win = name != BASELINE and bool(wins_at_risk(sc, name, j, o.value,
+                                                                 BASELINE))
+                    scores.append(CandidateScore(name, res, o.value,
+                                                 float(r.vs_oracle_risk_at[o.value]),
+                                                 float(r.oom_windows), float(r.risk_share),
+                                                 win))
+                    if win and (servable is None or name in servable):
+                        cost = r.vs_oracle_risk_at[o.value]
+                        if best_cost is None or cost < best_cost:
+                            best, best_cost = name, cost
+                winners.append(best)
+                w = sc[best][j]
+                achieved.append({"fulfilment": float(w.fulfilment),
+                                 "riskWindows": float(w.risk_share)})
+                continue
+            t = o.value
+            sc = score(train, replays, window, targets=(t,), only=val_idx, risks=())
+            for name in names:
                 r = sc[name][j]
                 win = name != BASELINE and bool(wins_over(sc, name, j, t, BASELINE))
+                if win and o.max_short_windows is not None:
+                    win = bool(r.short_window_share_at[t] <= o.max_short_windows)
                 scores.append(CandidateScore(name, res, t, float(r.vs_oracle_at[t]),
                                              float(r.short_windows_at[t]),
                                              float(r.short_window_share_at[t]), win))
-            winners.append(pick_winner(sc, candidates, j, t, servable=servable))
+            ok = [c for c in names if c == BASELINE or any(
+                s.policy == c and s.resource == res and s.wins for s in scores)]
+            winners.append(pick_winner(sc, ok, j, t, servable=servable))
+            w = sc[winners[-1]][j]
+            achieved.append({"fulfilment": float(w.fulfilment),
+                             "riskWindows": float(w.risk_share)})
         reason = "; ".join(
             f"{res}: {w}" + ("" if w != BASELINE else " (no servable candidate was cheaper "
-                             "with no more windows short)") for res, w in zip(resources, winners))
+                             + ("at matched risk)" if o.is_risk else
+                                "with no more windows short)"))
+            for res, w, o in zip(resources, winners, objectives))
         reason = (f"scored on the {len(val_idx)} most recent of {len(train.usage)} training "
-                  f"executions at {'/'.join(f'{t:g}' for t in targets)}: {reason}")
+                  f"executions ({'; '.join(f'{o.resource} {o.label()}' for o in objectives)})"
+                  f": {reason}")
 
-    # the winners, refit on every training execution
+    # the winners, refit on every training execution; a resource judged by risk gets its
+    # calibration factor from every training execution
     fitted: dict = {}
     chosen = []
-    for res, w, t in zip(resources, winners, targets):
-        key = (w, t if w in LEARNED else None)
+    calibration = []
+    every = list(range(len(train.usage)))
+    for j, (res, w, o) in enumerate(zip(resources, winners, objectives)):
+        learned = w in LEARNED or w in RISK_LEARNED
+        key = (w, o.quantile if learned else None)
         if key not in fitted:
-            fitted[key] = build_candidate(w, train, window, model, t, phase_options)
-        chosen.append(fitted[key])
+            fitted[key] = build_candidate(w, train, window, model, o.quantile, phase_options)
+        pol, factor = fitted[key], 1.0
+        if o.is_risk and w not in RISK_LEARNED:
+            factor = calibration_factor(train, replay(train, pol, window), window, j, o.value,
+                                        every)
+            factors = np.ones(len(resources))
+            factors[j] = factor
+            pol = Calibrated(pol, tuple(float(f) for f in factors), name=w)
+        calibration.append(factor)
+        chosen.append(pol)
     policy = PerResource(tuple(chosen), name="auto")
-    return AutoChoice(resources, targets, tuple(winners), scores, len(fit_idx), len(val_idx),
-                      reason, policy)
+    return AutoChoice(resources, tuple(float(o.value) for o in objectives), tuple(winners),
+                      scores, len(fit_idx), len(val_idx), reason, policy, objectives,
+                      tuple(achieved), tuple(calibration))

@@ -29,8 +29,8 @@ import numpy as np
 
 from ai4dl.policy.auto import SERVABLE
 from ai4dl.policy.headroom import EWMA_WEIGHT, K_STD, HeadroomPolicy, burstiness
-from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, PerResource, PhasePolicy,
-                                   PhaseProactive, read_phase, stat_bound)
+from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
+                                   PhasePolicy, PhaseProactive, read_phase, stat_bound)
 
 # SERVABLE: the policies the operator can serve window by window (VPA needs days of per-pod
 # decaying histograms: it is scored, never served).
@@ -231,6 +231,10 @@ def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
                                                else None, owns)
             out[:, j] = done[id(p)][:, j]
         return out
+    if isinstance(policy, Calibrated):
+        inner = policy.policy
+        return next_allocations(inner, lasts, last_phases if inner.needs_phases else None,
+                                owns) * np.asarray(policy.factors, np.float64)[None, :]
     if isinstance(policy, AdaptiveMax):
         return lasts.max(1)
     if isinstance(policy, AdaptiveStat):

@@ -476,3 +476,24 @@ class PerResource:
                  pod=None):
         return self.allocate_group([usage], [phases], window, [initial], step, [t0], [pod],
                                    state)[0]
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A policy whose rows after the cold start are multiplied by one factor per resource:
+    what ``auto`` serves for a resource judged by windows at risk, so that the share of windows
+    at risk it realises on the executions it was calibrated on is the objective
+    (:func:`ai4dl.policy.auto.calibration_factor`). The cold-start row is the inner policy's
+    (the admission level is sized for the first window separately)."""
+    policy: object
+    factors: tuple[float, ...]
+    name: str = "calibrated"
+
+    @property
+    def needs_phases(self) -> bool:
+        return bool(getattr(self.policy, "needs_phases", False))
+
+    def allocate(self, usage, phases, window, initial, step):
+        rows = np.array(self.policy.allocate(usage, phases, window, initial, step), np.float64)
+        rows[1:] *= np.asarray(self.factors, np.float64)[None, :]
+        return rows

@@ -1,0 +1,164 @@
+"""Judged by risk (../shared/docs/evaluation.md, "Memory is judged by risk"): the matched share
+of windows at risk in the evaluator, and auto choosing a resource under a risk objective."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ai4dl.evaluate import (EvaluationConfig, Replay, ReplayInput, matched_risk_multiplier,
+                            replay, run_evaluation, score, wins_at_risk)
+from ai4dl.policy.auto import calibration_factor, choose_policy
+from ai4dl.policy.objectives import Objective
+from ai4dl.policy.online import OwnHistory, next_allocations
+from ai4dl.policy.policies import AdaptiveMax, Calibrated, Oracle, PerResource
+
+
+def test_matched_risk_multiplier_leaves_exactly_the_share_at_risk():
+    rng = np.random.default_rng(0)
+    wm = rng.uniform(1, 10, 200)
+    al = rng.uniform(1, 10, 200)
+    for s in (0.01, 0.02, 0.05, 0.2):
+        m = matched_risk_multiplier(wm, al, s)
+        at_risk = int(np.count_nonzero(wm > al * m))
+        assert at_risk <= int(np.floor(s * 200))
+        # the smallest such multiplier: a hair less puts one more window at risk
+        assert np.count_nonzero(wm > al * np.nextafter(m, 0) * (1 - 1e-12)) > at_risk
+    # by hand: ratios 1..10, 10 % may be at risk -> the 9th ratio
+    assert matched_risk_multiplier(np.arange(1.0, 11.0), np.ones(10), 0.1) == 9.0
+    # a zero allocation under a positive maximum is an infinite ratio
+    assert matched_risk_multiplier(np.array([1.0, 1.0]), np.array([0.0, 1.0]), 0.0) == np.inf
+    assert np.isnan(matched_risk_multiplier(np.array([]), np.array([]), 0.01))
+
+
+def _input(usages, step=60.0):
+    n = len(usages)
+    return ReplayInput([f"e{i}" for i in range(n)], usages, [None] * n,
+                       [u.max(0) for u in usages], step, ("cpu", "memory"),
+                       ("cores", "bytes"), [f"g{i}" for i in range(n)],
+                       [float(i) * 1e5 for i in range(n)])
+
+
+def test_score_reports_cost_at_a_matched_share_of_windows_at_risk():
+    # windows of 2 samples; memory maxima 1, 4, 2, 8 (window 0 is the cold start)
+    u = np.array([[1, 1], [1, 1], [1, 4], [1, 3], [1, 2], [1, 1], [1, 8], [1, 1.0]])
+    data = _input([u])
+    alloc = np.array([[1, 1], [1, 2], [1, 2], [1, 2.0]])     # windows at risk: 1 and 3
+    reps = {"p": Replay("p", [alloc]), "oracle": replay(data, Oracle(), 2)}
+    sc = score(data, reps, 2, targets=(), risks=(0.34, 0.5))["p"][1]
+    assert sc.risk_share == pytest.approx(2 / 3)
+    # one window of three may be at risk at 34 %: ratios 2, 1, 4 -> multiplier 2
+    assert sc.risk_multiplier_at[0.34] == 2.0
+    oracle = (4 + 2 + 8) * 2
+    assert sc.vs_oracle_risk_at[0.34] == pytest.approx(2 * (2 + 2 + 2) * 2 / oracle)
+    # at that multiplier only the last window is short, by 8 - 4 at its worst sample
+    assert sc.worst_shortfall_risk_at[0.34] == pytest.approx(4 / 1024 ** 3)
+    assert sc.worst_shortfall_risk_rel_at[0.34] == pytest.approx(0.5)
+    assert sc.fulfilment_risk_at[0.34] == pytest.approx(5 / 6)
+    assert sc.risk_multiplier_at[0.5] == 2.0          # floor(1.5) = 1 window at risk too
+
+
+def test_wins_at_risk_is_cheaper_at_the_matched_share():
+    rng = np.random.default_rng(1)
+    usages = [rng.uniform(1, 2, (40, 2)) for _ in range(5)]
+    data = _input(usages)
+    reps = {"adaptive-max": replay(data, AdaptiveMax(), 4), "oracle": replay(data, Oracle(), 4)}
+    reps["double"] = Replay("double", [a * 2 for a in reps["adaptive-max"].allocations])
+    reps["flat"] = Replay("flat", [np.full_like(a, 2.0) for a in reps["adaptive-max"].allocations])
+    sc = score(data, reps, 4, targets=(), risks=(0.01,))
+    # a constant multiple is the same policy at a matched share: not cheaper
+    assert sc["double"][1].vs_oracle_risk_at[0.01] == pytest.approx(
+        sc["adaptive-max"][1].vs_oracle_risk_at[0.01])
+    assert wins_at_risk(sc, "double", 1, 0.01) is False
+    # the known ceiling 2 beats chasing a uniform(1, 2) series window by window at 1 %
+    assert wins_at_risk(sc, "flat", 1, 0.01) is True
+    assert wins_at_risk(sc, "missing", 1, 0.01) is None
+
+
+def _bursty(n_exec, seed, n=400, window=10):
+    """A job's memory steps to a checkpoint peak every 8 windows (x1.6) and is flat otherwise;
+    the scale differs by job."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_exec):
+        scale = rng.uniform(1, 20)
+        mem = scale * (1 + 0.02 * rng.standard_normal(n))
+        at = (np.arange(n) // window) % 8 == 7
+        mem[at & (np.arange(n) % window < 3)] *= 1.6
+        cpu = scale * (1 + 0.05 * rng.standard_normal(n))
+        out.append(np.clip(np.stack([cpu, mem], 1), 0, None))
+    return _input(out, 15.0)
+
+
+def test_calibration_factor_meets_the_share_on_the_executions_it_saw():
+    data = _bursty(30, 0)
+    rep = replay(data, AdaptiveMax(), 10)
+    f = calibration_factor(data, rep, 10, 1, 0.02, range(30))
+    scaled = [a.copy() for a in rep.allocations]
+    for a in scaled:
+        a[1:] *= f
+    sc = score(data, {"s": Replay("s", scaled), "oracle": replay(data, Oracle(), 10)}, 10,
+               targets=(), risks=())
+    assert sc["s"][1].risk_share <= 0.02
+    assert f > 1.5          # adaptive-max must cover the checkpoint peak it cannot see coming
+
+
+@pytest.fixture(scope="module")
+def risk_choice():
+    data = _bursty(60, 2)
+    return data, choose_policy(
+        data, 10, None, {"cpu": 0.97, "memory": Objective("memory", "risk", 0.02)},
+        candidates=("adaptive-max", "adaptive-stat", "burst-headroom"))
+
+
+def test_auto_chooses_memory_under_its_risk_objective(risk_choice):
+    data, c = risk_choice
+    assert [o.kind for o in c.objectives] == ["fulfilment", "risk"]
+    mem = [s for s in c.scores if s.resource == "memory"]
+    assert {s.policy for s in mem} == {"adaptive-max", "adaptive-stat", "burst-headroom"}
+    # judged at the matched share: the winner is the cheapest there that beats the baseline
+    won = [s for s in mem if s.wins]
+    if won:
+        assert c.winners[1] == min(won, key=lambda s: s.vs_oracle).policy
+    else:
+        assert c.winners[1] == "adaptive-max"
+    # what a pod would get: calibrated on the older executions, realised on the recent ones
+    assert c.achieved[1]["riskWindows"] == pytest.approx(
+        next(s for s in mem if s.policy == c.winners[1]).short_window_share)
+    assert "memory ≤ 2 % of windows at risk" in c.reason
+    d = c.as_dict()
+    assert d["objectives"][1] == {"resource": "memory", "kind": "risk", "value": 0.02}
+    assert d["achieved"][1]["resource"] == "memory"
+
+
+def test_the_served_memory_policy_is_calibrated_on_every_training_execution(risk_choice):
+    data, c = risk_choice
+    assert isinstance(c.policy, PerResource)
+    mem = c.policy.policies[1]
+    assert isinstance(mem, Calibrated) and mem.factors[0] == 1.0
+    assert mem.factors[1] == c.calibration[1] > 1.0
+    rep = replay(data, c.policy, 10)
+    sc = score(data, {"auto": rep, "oracle": replay(data, Oracle(), 10)}, 10, targets=(),
+               risks=())
+    assert sc["auto"][1].risk_share <= 0.02 + 1e-12
+    # the operator serves the same rows (one policy code path)
+    u = data.usage[0]
+    W = 10
+    m = len(u) // W - 1          # the last window the replay scores
+    own = OwnHistory.of(u[: m * W], None, 1, W)
+    got = next_allocations(c.policy, u[(m - 1) * W: m * W][None], None, [own])[0]
+    np.testing.assert_allclose(got, rep.allocations[0][m], rtol=1e-9)
+
+
+def test_run_evaluation_reports_the_risk_view(synthetic_train):
+    cfg = EvaluationConfig(window=40, policies=("static", "adaptive-max", "burst-headroom",
+                                                "oracle"), risks=(0.02, 0.05))
+    r = run_evaluation(synthetic_train[0], cfg)
+    for name in ("static", "adaptive-max", "burst-headroom"):
+        for s in r.scores[name]:
+            assert set(s.vs_oracle_risk_at) == {0.02, 0.05}
+            # more windows allowed at risk never costs more
+            assert s.vs_oracle_risk_at[0.05] <= s.vs_oracle_risk_at[0.02]
+    assert set(r.per_risk["burst-headroom"]) == {0.02, 0.05}
