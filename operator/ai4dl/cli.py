@@ -503,7 +503,8 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--proactive-threshold", type=float, default=0.2, help="worst-likely: "
                    "phases visited with at least this probability count (default 0.2)")
     g.add_argument("--no-vpa-prewarm", action="store_true", help="VPA starts empty instead of "
-                   "with the training executions' history")
+                   "with the training executions' history (and krr has no earlier executions "
+                   "of the workload: it keeps the initial request)")
     g = p.add_argument_group("phase model")
     g.add_argument("--model", help="a fitted model file to use (no fit)")
     g.add_argument("--phases", help="number of phases or 'auto' (default auto)")

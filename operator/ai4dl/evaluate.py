@@ -374,7 +374,7 @@ def wins_at_risk(scores: dict[str, list[ResourceScore]], name: str, j: int, shar
 
 # ----------------------------------------------------------------------------- the whole run
 POLICIES = ("static", "adaptive-max", "adaptive-stat", "phase", "phase-proactive",
-            "phase-headroom", "burst-headroom", "vpa", "auto", "oracle")
+            "phase-headroom", "burst-headroom", "vpa", "krr", "auto", "oracle")
 #: Policies fitted for a target fulfilment: fitted once per scored target on the train side.
 FITTED = ("phase-headroom", "burst-headroom", "auto")
 #: Policies that need the phase model.
@@ -547,6 +547,13 @@ def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None,
             out.append(P.VpaPolicy(resources=tuple(cfg.resources),
                                    scale=tuple(s for s, _ in scales),
                                    native_units=all(n for _, n in scales)))
+        elif name == "krr":
+            # scored for the record, never served; the units decide where KRR's rounding and
+            # minimums apply (cpu in cores, memory in bytes)
+            from ai4dl.policy.krr import KrrPolicy
+
+            out.append(KrrPolicy(resources=tuple(cfg.resources),
+                                 units=tuple(train.units) if train is not None else None))
         elif name == "auto":
             raise ValueError("policy 'auto' is chosen per target by run_evaluation")
         else:
@@ -588,7 +595,7 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
                    level)
     fitted_names = [p for p in cfg.policies if p in FITTED]
     train_data = None
-    if "vpa" in cfg.policies or fitted_names:
+    if "vpa" in cfg.policies or "krr" in cfg.policies or fitted_names:
         train_data = prepare(list(train), cfg.resources, model if needs_model else None,
                              cfg.initial, level)
     plain = dataclasses.replace(cfg, policies=tuple(p for p in cfg.policies

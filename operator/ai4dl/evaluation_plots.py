@@ -24,6 +24,7 @@ from ai4dl.workload_report import level_unit  # noqa: E402
 DPI = 110
 _COLOURS = {"static": "tab:brown", "adaptive-max": "tab:orange", "adaptive-stat": "tab:green",
             "phase": "tab:blue", "phase-proactive": "tab:purple", "vpa": "tab:red",
+            "krr": "tab:gray",
             "phase-headroom": "tab:cyan", "burst-headroom": "tab:olive", "auto": "tab:pink",
             "phasemodel": "tab:pink",
             "oracle": "0.35"}
