@@ -374,11 +374,11 @@ def wins_at_risk(scores: dict[str, list[ResourceScore]], name: str, j: int, shar
 
 # ----------------------------------------------------------------------------- the whole run
 POLICIES = ("static", "adaptive-max", "adaptive-stat", "phase", "phase-proactive",
-            "phase-headroom", "burst-headroom", "vpa", "krr", "auto", "oracle")
+            "phase-headroom", "burst-headroom", "peak-risk", "vpa", "krr", "auto", "oracle")
 #: Policies fitted for a target fulfilment: fitted once per scored target on the train side.
-FITTED = ("phase-headroom", "burst-headroom", "auto")
+FITTED = ("phase-headroom", "burst-headroom", "peak-risk", "auto")
 #: Policies that need the phase model.
-PHASE_POLICIES = ("phase", "phase-proactive", "phase-headroom", "auto")
+PHASE_POLICIES = ("phase", "phase-proactive", "phase-headroom", "peak-risk", "auto")
 NATIVE_UNIT = {"cpu": ("cores", 1.0), "memory": ("bytes", GiB)}
 
 
@@ -534,7 +534,8 @@ def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None,
             if model is None:
                 raise ValueError(f"policy {name!r} needs a phase model")
             out.append(P.make_phase_policy(model, cfg.resources, name, **phase_options(cfg)))
-        elif name in ("phase-headroom", "burst-headroom"):
+        elif name in ("phase-headroom", "burst-headroom", "peak-risk"):
+            # peak-risk is fitted to the share of windows at risk 1 − t
             if train is None:
                 raise ValueError(f"policy {name!r} is fitted on training executions")
             out.append(build_candidate(name, train, cfg.window, model, t))
