@@ -26,7 +26,7 @@ _COLOURS = {"static": "tab:brown", "adaptive-max": "tab:orange", "adaptive-stat"
             "phase": "tab:blue", "phase-proactive": "tab:purple", "vpa": "tab:red",
             "krr": "tab:gray",
             "phase-headroom": "tab:cyan", "burst-headroom": "tab:olive", "auto": "tab:pink",
-            "peak-risk": "tab:gray",
+            "peak-risk": "black",
             "phasemodel": "tab:pink",
             "oracle": "0.35"}
 _MARGIN_MARKERS = ("o", "s", "^", "D", "v", "P")
