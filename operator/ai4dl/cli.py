@@ -300,6 +300,20 @@ def _policies_arg(text: str | None) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _risks_arg(text: str) -> tuple[float, ...]:
+    """--risks: comma-separated shares in (0, 1), ascending; 'none': no risk view."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        out = tuple(sorted({float(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise Ai4dlError(f"--risks expects shares like 0.01,0.02,0.05, got {text!r}") from None
+    bad = [x for x in out if not 0.0 < x < 1.0]
+    if bad or not out:
+        raise Ai4dlError(f"--risks: each share must be in (0, 1), got {text!r}")
+    return out
+
+
 def _evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
     """EvaluationConfig keywords (all but resources and safety) and the model's fit options,
     checked before any data is read."""
@@ -319,6 +333,7 @@ def _evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
     if args.plot_executions < 0:
         raise Ai4dlError(f"--plot-executions must be 0 or more, got {args.plot_executions}")
     kw = dict(window=args.window, test_fraction=args.test_fraction, seed=args.seed,
+              risks=_risks_arg(getattr(args, "risks", "0.01,0.02,0.05")),
               split_by=args.split_by, policies=_policies_arg(args.policies),
               statistic=args.statistic, k=args.k, margin=args.margin, reader=args.reader,
               proactive_mode=args.proactive_mode,
@@ -476,6 +491,11 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="split and model seed (default 0)")
     g.add_argument("--include-cold-start", action="store_true", help="score each execution's "
                    "first window too (default: excluded)")
+    g.add_argument("--risks", default="0.01,0.02,0.05", metavar="SHARES",
+                   help="shares of windows at risk the policies are also judged at (memory's "
+                        "view: allocation ÷ oracle at the multiplier that leaves exactly that "
+                        "share of windows with any sample above the allocation; default "
+                        "0.01,0.02,0.05; 'none' to skip)")
     g.add_argument("--initial", choices=("peak", "trace", "model"), default="peak",
                    help="request before the first resize: the execution's peak (default), the "
                         "trace's own request, or the learned first-window level of the train "
