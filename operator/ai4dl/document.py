@@ -282,12 +282,33 @@ class PolicyChoice(_Strict):
     targets: list[Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]] = Field(
         min_length=1, max_length=MAX_FEATURES)
     reason: str = Field("", max_length=2000)
+    #: per resource, what its target is: a fulfilment of samples, or a share of windows at
+    #: risk (memory); absent in documents written before objectives: every target a fulfilment
+    kinds: list[Literal["fulfilment", "risk"]] | None = Field(None, max_length=MAX_FEATURES)
+    #: per resource, the factor the winner's rows are multiplied by (a resource judged by risk:
+    #: calibrated on the training executions so that it leaves its share of windows at risk);
+    #: absent: 1. Bounded: a factor past 100 is no calibration but a broken fit.
+    calibration: list[Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]] | None = \
+        Field(None, max_length=MAX_FEATURES)
 
     @model_validator(mode="after")
     def _agree(self) -> "PolicyChoice":
         if not len(self.resources) == len(self.winners) == len(self.targets):
             raise ValueError("policyChoice: resources, winners and targets differ in length")
+        for name in ("kinds", "calibration"):
+            v = getattr(self, name)
+            if v is not None and len(v) != len(self.resources):
+                raise ValueError(f"policyChoice: {name} has {len(v)} values for "
+                                 f"{len(self.resources)} resources")
         return self
+
+    def objective_kinds(self) -> list[str]:
+        return list(self.kinds) if self.kinds is not None else ["fulfilment"] * len(
+            self.resources)
+
+    def factors(self) -> list[float]:
+        return list(self.calibration) if self.calibration is not None else [1.0] * len(
+            self.resources)
 
 
 class PhaseModelDocument(_Strict):

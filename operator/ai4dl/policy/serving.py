@@ -24,7 +24,8 @@ import numpy as np
 
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import PhaseModelSpec
-from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, PerResource, make_phase_policy
+from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
+                                   make_phase_policy)
 from ai4dl.policy.safety import SafetyConfig
 from ai4dl.traces import CANONICAL_UNITS
 
@@ -193,19 +194,30 @@ def _served_policy(spec: PhaseModelSpec, model=None) -> Served:
         missing = [r for r in resources if r not in winners]
         if missing:
             raise ValueError(f"spec.model's policyChoice has no winner for {missing[0]}")
+        factor = dict(zip(choice.resources, choice.factors()))
         built: dict = {}
         pols = []
-        for r in resources:
+        for j, r in enumerate(resources):
             w = winners[r]
             if w not in built:
                 built[w] = build(w, model, resources, window, AUTO_PHASE_OPTIONS)
-            pols.append(built[w])
+            pol = built[w]
+            if factor[r] != 1.0:
+                # calibrated for a share of windows at risk (auto.choose_policy)
+                factors = np.ones(len(resources))
+                factors[j] = factor[r]
+                pol = Calibrated(pol, tuple(float(f) for f in factors), name=w)
+            pols.append(pol)
         names = tuple(winners[r] for r in resources)
-        at = "/".join(f"{t:g}" for t in choice.targets)
-        served = Served(pols[0] if len(built) == 1 else PerResource(tuple(pols), name="auto"),
+        at = ", ".join(
+            f"{r} {100 * t:g} % of samples" if k == "fulfilment" else
+            f"{r} ≤ {100 * t:g} % of windows at risk"
+            for r, t, k in zip(choice.resources, choice.targets, choice.objective_kinds()))
+        distinct = {id(p) for p in pols}
+        served = Served(pols[0] if len(distinct) == 1 else PerResource(tuple(pols), name="auto"),
                         names, resources, "")
         served.reason = (f"auto: {served.summary()} (won on the PhaseModel's own recent "
-                         f"executions at {at} fulfilment)")
+                         f"executions at {at})")
         return served
     if kind in ("phase", "phase-proactive"):
         options = {"statistic": pol.statistic, "k": pol.k, "margin": pol.margin,
