@@ -37,10 +37,12 @@ def test_schema_is_structural():
                     f"{path}/{name} has no type"
     version = crd_manifest()["spec"]["versions"][0]
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Phases", "Pods", "Mode", "Policy", "Score", "Saved", "Ready", "Age"]
-    # -o wide only: the served policy, the last training score, the savings so far
+    assert names == ["Phases", "Pods", "Mode", "Policy", "Score", "MemoryRisk", "Saved", "Ready",
+                     "Age"]
+    # -o wide only: the served policy, the last training score, the memory risk it achieved,
+    # the savings so far
     assert [c.get("priority", 0) for c in version["additionalPrinterColumns"]] == \
-        [0, 0, 0, 1, 1, 1, 0, 0]
+        [0, 0, 0, 1, 1, 1, 1, 0, 0]
     assert crd_manifest()["spec"]["names"]["shortNames"] == ["pm"]
     assert yaml.safe_load(CRD_FILE.read_text())["metadata"]["name"] == "phasemodels.ai4dl.io"
 
@@ -90,3 +92,122 @@ def test_pydantic_refuses_what_the_crd_schema_refuses(bad):
 
     with pytest.raises(ValidationError):
         PhaseModelSpec.model_validate(bad)
+
+
+# ----------------------------------------------------------------------------- objectives
+def _policy(**policy) -> "PhaseModelSpec":
+    return PhaseModelSpec.model_validate({"policy": policy})
+
+
+@pytest.mark.parametrize("path", [("cpu", "fulfilment"), ("cpu", "maxShortWindows"),
+                                  ("memory", "maxRiskWindows")])
+@pytest.mark.parametrize("value", [0, 1, -0.01, 1.5])
+def test_objectives_are_shares_strictly_between_0_and_1(path, value):
+    from pydantic import ValidationError
+
+    resource, field = path
+    with pytest.raises(ValidationError, match=field):
+        _policy(objectives={resource: {field: value}})
+
+
+def test_objectives_in_range_are_kept():
+    pol = _policy(objectives={"cpu": {"fulfilment": 0.9, "maxShortWindows": 0.2},
+                              "memory": {"maxRiskWindows": 0.05}}).policy
+    assert (pol.cpu_fulfilment, pol.objectives.cpu.max_short_windows,
+            pol.objectives.memory.max_risk_windows) == (0.9, 0.2, 0.05)
+
+
+def test_objectives_default_to_97_percent_of_cpu_samples_and_1_percent_of_memory_windows():
+    pol = _policy().policy
+    assert pol.cpu_fulfilment == 0.97 and pol.objectives.cpu.max_short_windows is None
+    assert pol.objectives.memory.max_risk_windows == 0.01
+    assert pol.objective_note() is None
+
+
+def test_target_fulfilment_is_the_cpu_fulfilment_when_objectives_cpu_fulfilment_is_unset():
+    pol = _policy(targetFulfilment=0.9).policy
+    assert pol.cpu_fulfilment == 0.9 and pol.objectives.cpu.fulfilment == 0.9
+    assert pol.objective_note() == ("cpu fulfilment 0.9 from spec.policy.targetFulfilment "
+                                    "(spec.policy.objectives.cpu.fulfilment is unset)")
+    # an objectives block without the cpu fulfilment leaves it to targetFulfilment too
+    pol = _policy(targetFulfilment=0.9, objectives={"cpu": {"maxShortWindows": 0.1},
+                                                    "memory": {"maxRiskWindows": 0.02}}).policy
+    assert pol.cpu_fulfilment == 0.9 and pol.objectives.memory.max_risk_windows == 0.02
+    # a dumped and re-read spec keeps the value in force
+    again = PhaseModelSpec.model_validate(
+        PhaseModelSpec(policy=pol).model_dump(by_alias=True)).policy
+    assert again.cpu_fulfilment == 0.9
+
+
+def test_objectives_cpu_fulfilment_wins_over_target_fulfilment():
+    pol = _policy(targetFulfilment=0.9, objectives={"cpu": {"fulfilment": 0.95}}).policy
+    assert pol.cpu_fulfilment == 0.95 and pol.objective_note() is None
+
+
+def _schema_at(schema: dict, *names: str) -> dict:
+    for n in names:
+        schema = schema["items"] if n == "[]" else schema["properties"][n]
+    return schema
+
+
+def test_api_server_fills_nested_objective_defaults_but_not_the_cpu_fulfilment():
+    spec = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"]
+    objectives = _schema_at(spec, "policy", "objectives")
+    assert _schema_at(spec, "policy")["default"] == {} and objectives["default"] == {}
+    assert _schema_at(objectives, "cpu")["default"] == {}
+    assert _schema_at(objectives, "memory")["default"] == {}
+    assert _schema_at(objectives, "memory", "maxRiskWindows")["default"] == 0.01
+    # a default filled in by the server would look written and hide targetFulfilment
+    assert "default" not in _schema_at(objectives, "cpu", "fulfilment")
+    assert "default" not in _schema_at(spec, "policy", "targetFulfilment")
+    assert "objectives.cpu.fulfilment" in _schema_at(spec, "policy", "targetFulfilment")[
+        "description"]
+    rules = [r["message"] for r in _schema_at(objectives, "memory")["x-kubernetes-validations"]]
+    assert any(m.startswith("maxRiskWindows must be in (0, 1)") for m in rules)
+
+
+def test_memory_risk_printer_column_points_at_the_training_status():
+    committed = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]
+    column = next(c for c in committed["additionalPrinterColumns"] if c["name"] == "MemoryRisk")
+    assert column["priority"] == 1 and column["type"] == "number"
+    assert column["jsonPath"] == \
+        '.status.training.objectives[?(@.resource=="memory")].achievedRiskWindows'
+    # the path exists in the status schema (a renamed field would leave the column empty)
+    status = committed["schema"]["openAPIV3Schema"]["properties"]["status"]
+    item = _schema_at(status, "training", "objectives", "[]")
+    assert item["properties"]["achievedRiskWindows"]["type"] == "number"
+    assert "resource" in item["properties"]
+
+
+def test_training_status_round_trips_objectives_and_achieved():
+    from ai4dl.crd import TrainingStatus
+
+    status = {"decision": "applied", "reason": "no current model",
+              "trainedAt": "2026-01-01T00:00:00Z", "objectives": [
+                  {"resource": "cpu", "kind": "fulfilment", "value": 0.95,
+                   "maxShortWindows": 0.2, "source": "cpu fulfilment 0.95 from "
+                   "spec.policy.targetFulfilment (spec.policy.objectives.cpu.fulfilment is unset)",
+                   "achievedFulfilment": 0.962, "achievedRiskWindows": 0.18},
+                  {"resource": "memory", "kind": "risk", "value": 0.01,
+                   "achievedFulfilment": 0.9991, "achievedRiskWindows": 0.004}]}
+    parsed = TrainingStatus.model_validate(status)
+    assert parsed.objectives[1].achieved_risk_windows == 0.004
+    assert parsed.model_dump(by_alias=True, exclude_defaults=True) == status
+    # and as part of the whole resource
+    PhaseModelResource.model_validate({"spec": {}, "status": {"training": status}})
+
+
+@pytest.mark.parametrize("bad", [
+    {"kind": "samples"},
+    {"value": 1.0},
+    {"achievedRiskWindows": 1.5},
+])
+def test_training_status_refuses_objectives_that_cannot_be(bad):
+    from pydantic import ValidationError
+
+    from ai4dl.crd import ObjectiveStatus
+
+    with pytest.raises(ValidationError):
+        ObjectiveStatus.model_validate({"resource": "memory", "kind": "risk", "value": 0.01,
+                                        **bad})

@@ -560,8 +560,8 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
             assert out[0].split() == ["NAME", "PHASES", "PODS", "MODE", "READY", "AGE"]
             assert out[1].split()[:4] == ["untrained", "0", "Recommend", "True"]
             wide = kubectl("get", "pm", "-n", k8s_namespace, "-o", "wide").stdout.splitlines()
-            assert wide[0].split()[:7] == ["NAME", "PHASES", "PODS", "MODE", "POLICY", "SCORE",
-                                           "SAVED"]
+            assert wide[0].split()[:8] == ["NAME", "PHASES", "PODS", "MODE", "POLICY", "SCORE",
+                                           "MEMORYRISK", "SAVED"]
             # by the header's column offsets (empty cells leave no word to split on)
             at = {h: wide[0].index(h) for h in wide[0].split()}
             assert wide[1][at["POLICY"]:at["SCORE"]].strip() == "adaptive-max"   # status.policy

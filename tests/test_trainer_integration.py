@@ -167,6 +167,9 @@ def test_cronjob_refit_is_applied_and_used_by_the_operator(
         for key in ("samples", "fitSeconds", "reconstructionError", "noveltyRate", "phases",
                     "trainedAt"):
             assert key in training, key
+        # per resource, the objective auto was chosen for (kept by the status schema)
+        assert [o["resource"] for o in training["objectives"]] == ["cpu", "memory"]
+        assert all(0 < o["value"] < 1 for o in training["objectives"])
         assert pm["spec"]["previousModel"] == synthetic_doc
         new_doc = pm["spec"]["model"]
         assert new_doc != synthetic_doc and len(new_doc["centroids"]) == training["phases"]

@@ -40,6 +40,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     for flag in ("selector", "create", "force", "if_due", "fail_on_reject"):
         if getattr(args, flag):
             raise Ai4dlError(f"--{flag.replace('_', '-')} needs --phasemodel NAMESPACE/NAME")
+    if not args.no_policy:
+        for flag, value in (("--target-fulfilment", args.target_fulfilment),
+                            ("--memory-risk", args.memory_risk)):
+            if not 0.0 < value < 1.0:
+                raise Ai4dlError(f"{flag} must be in (0, 1), got {value:g}")
     model = _model_from_args(args)  # flags first: a typo should not wait for the data to load
     traces = load_from_args(args)
     _say(args, f"training on {traces.summary()}")
@@ -68,7 +73,8 @@ def _choose_policy(args: argparse.Namespace, model, traces) -> None:
             "stepSeconds": step, "windowSeconds": args.window_seconds,
             "features": [{"name": f, "query": f"{f}{{{{{{selector}}}}}}"}
                          for f in model.features_],
-            "policy": {"targetFulfilment": args.target_fulfilment}})
+            "policy": {"objectives": {"cpu": {"fulfilment": args.target_fulfilment},
+                                      "memory": {"maxRiskWindows": args.memory_risk}}}})
         choice = choose_served_policy(model, list(traces), spec)
     except ValueError as err:
         _say(args, f"no policy choice stored: {str(err).splitlines()[0]}")
@@ -558,7 +564,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the PhaseModel's windowSeconds the policy choice is made for (default "
                         "600; the trainer uses the PhaseModel's own)")
     p.add_argument("--target-fulfilment", type=float, default=0.97, metavar="SHARE",
-                   help="the fulfilment target of the policy choice (default 0.97)")
+                   help="the policy choice's cpu objective: share of samples at or below the "
+                        "request (default 0.97; the trainer uses the PhaseModel's "
+                        "spec.policy.objectives)")
+    p.add_argument("--memory-risk", type=float, default=0.01, metavar="SHARE",
+                   help="the policy choice's memory objective: at most this share of windows "
+                        "with any sample above the request (default 0.01; memory is not "
+                        "compressible, so it is judged by windows at risk, not samples)")
     p.add_argument("--no-policy", action="store_true",
                    help="store no policy choice nor head-room tables (kind auto then serves "
                         "the reactive baseline with this model)")

@@ -365,8 +365,10 @@ def train_phasemodel(args: argparse.Namespace) -> int:
         choice = T.choose_served_policy(candidate, train, spec)
     except ValueError as err:
         raise Ai4dlError(f"cannot choose the policy to serve: {err}") from None
-    log.info("policy", f"auto: {choice.reason}", served=dict(zip(choice.resources,
-                                                                   choice.winners)))
+    objectives = T.objectives_status(choice, spec)
+    note = spec.policy.objective_note()
+    log.info("policy", f"auto: {choice.reason}" + (f" ({note})" if note else ""),
+             served=dict(zip(choice.resources, choice.winners)), objectives=objectives)
     try:
         cand_score = T.score_model(candidate, held, spec)
     except ValueError as err:
@@ -389,7 +391,7 @@ def train_phasemodel(args: argparse.Namespace) -> int:
         novelty_rate=rep.novelty_rate, phases=candidate.n_phases_,
         candidate_score=cand_score.value,
         current_score=None if cur_score is None else cur_score.value, tolerance=args.tolerance,
-        policy=T.policy_status(choice))
+        policy=T.policy_status(choice), objectives=objectives)
     log.info("fitted", f"candidate: {candidate.n_phases_} phases, {rep.crbm_epochs} epochs on "
              f"{candidate.fit_report_.device}, reconstruction error "
              f"{rep.reconstruction_error:.4f}, {candidate.fit_seconds_:.1f} s; score "

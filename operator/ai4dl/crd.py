@@ -14,9 +14,11 @@ import re
 import sys
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
+                      model_validator)
 
 from ai4dl.document import PhaseModelDocument
+from ai4dl.policy.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
 
 GROUP = "ai4dl.io"
 VERSION = "v1alpha1"
@@ -139,6 +141,61 @@ class ResourceBounds(_Base):
     ceiling: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32)
 
 
+# Each objective is a share strictly between 0 and 1: at either end it asks for nothing, or for
+# what no request can promise (no sample above it, ever). The OpenAPI bounds refuse the same
+# values; the rules say in words what the share is, at `kubectl apply`.
+_CPU_OBJECTIVE_CEL = [
+    {"rule": "!has(self.fulfilment) || (self.fulfilment > 0.0 && self.fulfilment < 1.0)",
+     "message": "fulfilment must be in (0, 1): the share of cpu samples at or below the request"},
+    {"rule": "!has(self.maxShortWindows) || "
+             "(self.maxShortWindows > 0.0 && self.maxShortWindows < 1.0)",
+     "message": "maxShortWindows must be in (0, 1): the share of windows with any cpu sample "
+                "above the request"},
+]
+_MEMORY_OBJECTIVE_CEL = [
+    {"rule": "!has(self.maxRiskWindows) || "
+             "(self.maxRiskWindows > 0.0 && self.maxRiskWindows < 1.0)",
+     "message": "maxRiskWindows must be in (0, 1): the share of windows with any memory sample "
+                "above the request"},
+]
+
+
+class CpuObjective(_Base):
+    """CPU is compressible: a sample above the request is throttled time, not a failure, so cpu
+    is judged by the share of samples covered."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              json_schema_extra={"x-kubernetes-validations": _CPU_OBJECTIVE_CEL})
+    fulfilment: float = Field(
+        DEFAULT_CPU_FULFILMENT, gt=0, lt=1,
+        description="share of cpu samples at or below the request (0.97: at most 3 % of the "
+                    "samples throttled). Unset: spec.policy.targetFulfilment when that is set, "
+                    "else 0.97")
+    max_short_windows: float | None = Field(
+        None, gt=0, lt=1, alias="maxShortWindows",
+        description="optional: at most this share of windows with any cpu sample above the "
+                    "request (null: no bound)")
+
+
+class MemoryObjective(_Base):
+    """Memory is not compressible: a window in which a container uses more than its request is
+    a window in which it may be evicted (or, at a Guaranteed pod's limit, OOM-killed), however
+    few of its samples exceed. So memory is judged by windows at risk, not by samples."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              json_schema_extra={"x-kubernetes-validations":
+                                                 _MEMORY_OBJECTIVE_CEL})
+    max_risk_windows: float = Field(
+        DEFAULT_MEMORY_RISK, gt=0, lt=1, alias="maxRiskWindows",
+        description="at most this share of windows at risk: windows with any memory sample "
+                    "above the request (0.01: one window in a hundred)")
+
+
+class Objectives(_Base):
+    """What the trainer's ``auto`` choice and the head-room tables are asked to achieve, per
+    resource."""
+    cpu: CpuObjective = Field(default_factory=CpuObjective)
+    memory: MemoryObjective = Field(default_factory=MemoryObjective)
+
+
 POLICY_KINDS = ("auto", "phase-headroom", "burst-headroom", "phase", "phase-proactive",
                 "adaptive-max", "adaptive-stat")
 
@@ -154,10 +211,15 @@ class Policy(_Base):
         "auto", description="auto: the policy the trainer found best on this PhaseModel's own "
                             "recent pods (never one that lost to the reactive baseline; the "
                             "baseline adaptive-max until a model exists); or one by name")
+    objectives: Objectives = Field(
+        default_factory=Objectives,
+        description="what auto is chosen and the head-room tables are fitted for, per "
+                    "resource: cpu by the share of samples covered, memory by the share of "
+                    "windows at risk")
     target_fulfilment: float = Field(
-        0.97, gt=0.5, lt=1, alias="targetFulfilment",
-        description="share of samples whose usage the allocation must cover: what auto is "
-                    "chosen and the head-room tables are fitted for")
+        DEFAULT_CPU_FULFILMENT, gt=0.5, lt=1, alias="targetFulfilment",
+        description="older name of objectives.cpu.fulfilment: the cpu fulfilment when "
+                    "objectives.cpu.fulfilment is unset, ignored when it is set")
     statistic: Literal["mean+kstd", "p50", "p90", "p95", "p99", "max"] = "mean+kstd"
     k: float = Field(2.0, ge=0, le=10)
     margin: float = Field(0.0, ge=0, le=0.10, description="tolerance margin, 0-10 %")
@@ -180,6 +242,42 @@ class Policy(_Base):
                     "rest wait for the next window, as VPA's updater rate-limits evictions")
     containers: list[str] = Field(default_factory=list,
                                   description="containers to manage; empty = all")
+
+    # Whether the cpu fulfilment is targetFulfilment's (set by the validator below; private, so
+    # it is never dumped: a dumped spec carries the resolved value in objectives.cpu.fulfilment).
+    _cpu_fulfilment_from_target: bool = PrivateAttr(False)
+
+    @model_validator(mode="after")
+    def _target_fulfilment_is_cpu(self) -> "Policy":
+        # targetFulfilment is objectives.cpu.fulfilment's older name: a spec that gives only
+        # the older one means it for cpu. Resolved here, once, so that every reader of
+        # objectives.cpu.fulfilment (and a dumped, re-read spec) sees the value in force.
+        cpu = self.objectives.cpu
+        if "target_fulfilment" in self.model_fields_set and \
+                "fulfilment" not in cpu.model_fields_set:
+            self.objectives = self.objectives.model_copy(update={
+                "cpu": cpu.model_copy(update={"fulfilment": float(self.target_fulfilment)})})
+            self._cpu_fulfilment_from_target = True
+        return self
+
+    @property
+    def cpu_fulfilment(self) -> float:
+        """The cpu fulfilment in force: ``objectives.cpu.fulfilment`` when it was given, else
+        ``targetFulfilment`` when that was, else 0.97."""
+        return float(self.objectives.cpu.fulfilment)
+
+    @property
+    def cpu_fulfilment_from_target(self) -> bool:
+        """Whether the cpu fulfilment is ``targetFulfilment``'s (given, and
+        ``objectives.cpu.fulfilment`` not)."""
+        return self._cpu_fulfilment_from_target
+
+    def objective_note(self) -> str | None:
+        """One line when the cpu fulfilment comes from ``targetFulfilment``, else None."""
+        if not self._cpu_fulfilment_from_target:
+            return None
+        return (f"cpu fulfilment {self.cpu_fulfilment:g} from spec.policy.targetFulfilment "
+                f"(spec.policy.objectives.cpu.fulfilment is unset)")
 
 
 class RefitPolicy(_Base):
@@ -270,6 +368,26 @@ class TrainingPolicy(_Base):
     scores: list[PolicyScore] = Field(default_factory=list, max_length=100)
 
 
+class ObjectiveStatus(_Base):
+    """One resource's objective in the last training run, and what the served policy achieved
+    on the most recent training executions (held out from the fit that chose it)."""
+    resource: str
+    kind: Literal["fulfilment", "risk"] = Field(
+        description="fulfilment: a share of samples at or below the request (cpu); risk: a "
+                    "bound on the share of windows with any sample above it (memory)")
+    value: float = Field(gt=0, lt=1, description="the fulfilment, or the most windows at risk")
+    max_short_windows: float | None = Field(None, gt=0, lt=1, alias="maxShortWindows")
+    source: str = Field("", description="where the value came from, when not from "
+                        "spec.policy.objectives (e.g. targetFulfilment)")
+    achieved_fulfilment: float | None = Field(
+        None, ge=0, le=1, alias="achievedFulfilment",
+        description="share of the held-out samples at or below what the served policy set")
+    achieved_risk_windows: float | None = Field(
+        None, ge=0, le=1, alias="achievedRiskWindows",
+        description="share of the held-out windows with any sample above what the served "
+                    "policy set")
+
+
 class TrainingStatus(_Base):
     """What the batch trainer did last (written by the trainer only, field manager
     ``ai4dl-trainer``). Scores are allocation ÷ oracle at the fulfilment target on the same
@@ -290,6 +408,10 @@ class TrainingStatus(_Base):
     current_score: float | None = Field(None, alias="currentScore")
     tolerance: float | None = None
     policy: TrainingPolicy | None = None
+    objectives: list[ObjectiveStatus] = Field(
+        default_factory=list, max_length=10,
+        description="per resource: the objective auto was chosen for, and what the served "
+                    "policy achieved on the most recent training executions")
 
 
 class NoveltyWindow(_Base):
@@ -421,6 +543,16 @@ def crd_manifest() -> dict:
     props["policy"]["default"] = {}
     props["selector"]["default"] = {}
     props["refit"]["default"] = {}
+    objectives = props["policy"]["properties"]["objectives"]
+    objectives["default"] = {}
+    objectives["properties"]["cpu"]["default"] = {}
+    objectives["properties"]["memory"]["default"] = {}
+    # No server-side default for the cpu fulfilment nor for its older name targetFulfilment:
+    # which of the two a user wrote decides the value in force (Policy._target_fulfilment_is_cpu),
+    # and a default filled in by the API server would look written. Pydantic's defaults (0.97)
+    # apply when neither is there.
+    del objectives["properties"]["cpu"]["properties"]["fulfilment"]["default"]
+    del props["policy"]["properties"]["targetFulfilment"]["default"]
     props["features"]["default"] = [f.model_dump(by_alias=True) for f in default_features()]
     status_schema = openapi_schema(PhaseModelStatus)
     return {
@@ -445,6 +577,12 @@ def crd_manifest() -> dict:
                      "description": "last training run: the candidate's allocation ÷ oracle at "
                                     "the fulfilment target (lower is better)",
                      "jsonPath": ".status.training.candidateScore"},
+                    {"name": "MemoryRisk", "type": "number", "priority": 1,
+                     "description": "last training run: share of memory windows at risk under "
+                                    "the served policy on the most recent training executions "
+                                    "(objective: spec.policy.objectives.memory.maxRiskWindows)",
+                     "jsonPath": '.status.training.objectives[?(@.resource=="memory")]'
+                                 '.achievedRiskWindows'},
                     {"name": "Saved", "type": "string", "priority": 1,
                      "description": "share of the authors' requests not allocated so far",
                      "jsonPath": ".status.savings.summary"},

@@ -7,8 +7,9 @@ The adapters around it: :mod:`ai4dl.sources.prometheus_history` (history pulls),
 
 **Policy.** Before it is scored, a candidate gets ``auto``'s choice on its own training
 executions (:func:`choose_served_policy`: every candidate policy scored on the most recent of
-them at ``spec.policy.targetFulfilment``; the winner per resource, never one that lost to the
-reactive baseline, and the fitted head-room tables go into the model document).
+them against ``spec.policy.objectives``, cpu a fulfilment of samples and memory a share of
+windows at risk; the winner per resource, never one that lost to the reactive baseline, and the
+fitted head-room tables go into the model document).
 
 **Score.** A model is scored the way the operator would serve it: the policy
 :func:`ai4dl.policy.serving.served_policy` gives for the PhaseModel's ``spec.policy`` and that
@@ -16,9 +17,10 @@ model (``auto``: the model's own choice) and the operator's safety layer
 (:func:`ai4dl.policy.serving.safety_config`), replayed window by window
 (``spec.windowSeconds / spec.stepSeconds`` samples) over the held-out executions by the
 evaluator (:mod:`ai4dl.evaluate`). The score is allocation ÷ oracle at the fulfilment target
-(``spec.policy.targetFulfilment``, 0.97 by default: the allocation scaled by the smallest
-margin that covers that share of the samples, over the oracle's), averaged over the managed
-resources (cpu, memory). Lower is better; 1.0 is the oracle.
+(the cpu fulfilment, ``spec.policy.objectives.cpu.fulfilment``, 0.97 by default: the
+allocation scaled by the smallest margin that covers that share of the samples, over the
+oracle's), averaged over the managed resources (cpu, memory). Lower is better; 1.0 is the
+oracle.
 
 **Decision.** The candidate replaces the current model when its score is at most
 ``current × (1 + tolerance)`` (default tolerance 1 %: two fits of equal quality differ by about
@@ -110,8 +112,11 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     from ai4dl.evaluate import prepare, replay, score
     from ai4dl.policy.policies import Oracle
     from ai4dl.policy.serving import safety_config, served_policy, window_samples
+    from ai4dl.policy.serving import target as cpu_fulfilment
 
-    target = float(spec.policy.target_fulfilment if target is None else target)
+    # TODO(merge): one fulfilment for every resource, as evaluate.score takes it today; memory
+    # scored at its risk bound when the evaluator scores per objective.
+    target = cpu_fulfilment(spec) if target is None else float(target)
     served = served_policy(spec, model)
     resources = served.resources
     window = window_samples(spec)
@@ -134,6 +139,36 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     return ModelScore(value, per, len(usable), int(sum(len(e) for e in usable)))
 
 
+def choice_objectives(spec: PhaseModelSpec, resources: Sequence[str]) -> dict:
+    """{resource: Objective} from ``spec.policy.objectives``: what ``auto`` is chosen for."""
+    from ai4dl.policy.serving import objectives
+
+    return {o.resource: o for o in objectives(spec, resources)}
+
+
+def table_fulfilment(objectives: dict) -> float:
+    """The one fulfilment a head-room table is fitted at (a table has one target for all its
+    resources): the cpu objective's, else the first resource's quantile (memory: 1 − its
+    risk bound)."""
+    # TODO(merge): per-resource targets once headroom tables take one per resource; memory
+    # would then be fitted at objectives["memory"].quantile beside cpu's fulfilment.
+    if "cpu" in objectives:
+        return float(objectives["cpu"].value)
+    return float(next(iter(objectives.values())).quantile)
+
+
+def _auto_takes_objectives() -> bool:
+    # TODO(merge): drop once auto.choose_policy resolves {resource: Objective} (AutoChoice then
+    # has `objectives`). Until then it takes fulfilments of samples, and the trainer keeps what
+    # it did before objectives (the cpu fulfilment for every resource): a memory risk bound is
+    # about windows, and no share of samples stands for it.
+    from dataclasses import fields
+
+    from ai4dl.policy.auto import AutoChoice
+
+    return "objectives" in {f.name for f in fields(AutoChoice)}
+
+
 def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec):
     """``auto``'s choice for a freshly fitted ``model``, on its own training executions
     (:func:`ai4dl.policy.auto.choose_policy`: the most recent 30 % of them score the
@@ -149,11 +184,14 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     resources = managed_resources(model)
     window = window_samples(spec)
     data = prepare([e.select(model.features_) for e in train], resources, model)
-    choice = choose_policy(data, window, model, target(spec))
+    objectives = choice_objectives(spec, resources)
+    choice = choose_policy(data, window, model, objectives if _auto_takes_objectives() else
+                           target(spec))
     tables = {t.name: t for t in choice.tables}
     for name in LEARNED:
         if name not in tables:
-            tables[name] = build_candidate(name, data, window, model, target(spec))
+            tables[name] = build_candidate(name, data, window, model,
+                                           table_fulfilment(objectives))
     model.policy_tables_ = [to_table(tables[n]) for n in LEARNED]
     model.policy_choice_ = PolicyChoice(resources=list(resources),
                                         winners=list(choice.winners),
@@ -303,6 +341,7 @@ class TrainingRecord:
     current_score: float | None = None
     tolerance: float | None = None
     policy: dict | None = None       # auto's choice: served, reason, scores (TrainingPolicy)
+    objectives: list | None = None   # per resource: objective and achieved (ObjectiveStatus)
     extra: dict = field(default_factory=dict)
 
     def to_status(self) -> dict:
@@ -318,7 +357,7 @@ class TrainingRecord:
                "silhouette": num(self.silhouette), "noveltyRate": num(self.novelty_rate),
                "phases": self.phases, "candidateScore": num(self.candidate_score),
                "currentScore": num(self.current_score), "tolerance": self.tolerance,
-               "policy": self.policy}
+               "policy": self.policy, "objectives": self.objectives}
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -330,6 +369,38 @@ def policy_status(choice) -> dict:
             "scores": [{"policy": s.policy, "resource": s.resource, "target": s.target,
                         "vsOracle": num(s.vs_oracle), "shortWindows": num(s.short_windows),
                         "wins": bool(s.wins)} for s in choice.scores][:100]}
+
+
+def objectives_status(choice, spec: PhaseModelSpec) -> list[dict]:
+    """``status.training.objectives`` (ObjectiveStatus): per resource, the objective ``auto``
+    was chosen for and what the served winner achieved on the most recent training executions
+    (``AutoChoice.as_dict()``'s ``objectives`` and ``achieved``)."""
+    def share(x):
+        return None if x is None or isinstance(x, str) or not math.isfinite(x) else \
+            round(float(x), 6)
+
+    summary = choice.as_dict()
+    # TODO(merge): an AutoChoice from before per-resource objectives has neither key: it was
+    # chosen at a fulfilment per resource (its targets), with nothing achieved to show.
+    asked = summary.get("objectives") or [
+        {"resource": r, "kind": "fulfilment", "value": t}
+        for r, t in zip(choice.resources, choice.targets)]
+    achieved = {a["resource"]: a for a in summary.get("achieved") or []}
+    note = spec.policy.objective_note()
+    out = []
+    for o in asked:
+        row = {"resource": o["resource"], "kind": o["kind"], "value": float(o["value"])}
+        if o.get("maxShortWindows") is not None:
+            row["maxShortWindows"] = float(o["maxShortWindows"])
+        if note and o["resource"] == "cpu":
+            row["source"] = note
+        got = achieved.get(o["resource"], {})
+        for key, name in (("fulfilment", "achievedFulfilment"),
+                          ("riskWindows", "achievedRiskWindows")):
+            if share(got.get(key)) is not None:
+                row[name] = share(got[key])
+        out.append(row)
+    return out
 
 
 def status_apply(namespace: str, name: str, record: TrainingRecord) -> dict:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import PhaseModelSpec
+from ai4dl.policy.objectives import Objective
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
                                    make_phase_policy)
 from ai4dl.policy.safety import SafetyConfig
@@ -67,8 +68,27 @@ def window_samples(spec: PhaseModelSpec) -> int:
 
 
 def target(spec: PhaseModelSpec) -> float:
-    """The fulfilment target ``auto`` is chosen and the head-room tables are fitted for."""
-    return float(spec.policy.target_fulfilment)
+    """The cpu fulfilment (``spec.policy.objectives.cpu.fulfilment``, else its older name
+    ``targetFulfilment``): the single fulfilment of callers that predate per-resource
+    objectives (the trainer's score, the head-room tables)."""
+    return spec.policy.cpu_fulfilment
+
+
+def objectives(spec: PhaseModelSpec, resources: Sequence[str]) -> tuple[Objective, ...]:
+    """One :class:`~ai4dl.policy.objectives.Objective` per resource from
+    ``spec.policy.objectives``: cpu a fulfilment of samples (with its optional bound on windows
+    short), memory a bound on windows at risk, any other resource the cpu fulfilment."""
+    obj = spec.policy.objectives
+    out = []
+    for r in resources:
+        if r == "memory":
+            out.append(Objective("memory", "risk", float(obj.memory.max_risk_windows)))
+        elif r == "cpu":
+            out.append(Objective("cpu", "fulfilment", spec.policy.cpu_fulfilment,
+                                 obj.cpu.max_short_windows))
+        else:
+            out.append(Objective(r, "fulfilment", spec.policy.cpu_fulfilment))
+    return tuple(out)
 
 
 def safety_config(spec: PhaseModelSpec, resources: Sequence[str],
