@@ -64,46 +64,30 @@ def _choice(resources=("cpu", "memory")) -> AutoChoice:
                       PerResource((AdaptiveMax(),) * len(resources), name="auto"))
 
 
-@pytest.mark.parametrize("auto_takes_objectives", [True, False])
-def test_trainer_passes_the_spec_objectives_to_auto(monkeypatch, fitted_model, synthetic_train,
-                                                    auto_takes_objectives):
-    import ai4dl.policy.auto as auto
-    import ai4dl.policy.headroom as headroom
-
-    seen: dict = {}
-
-    def choose_policy(train, window, model, target, **kw):
-        seen["target"] = target
-        return _choice(tuple(train.resources))
-
-    def build_candidate(name, train, window, model, target, *a, **kw):
-        seen.setdefault("tables", {})[name] = target
-        return name
-
-    monkeypatch.setattr(auto, "choose_policy", choose_policy)
-    monkeypatch.setattr(auto, "build_candidate", build_candidate)
-    monkeypatch.setattr(headroom, "to_table", lambda pol: None)
-    # TODO(merge): once auto.choose_policy takes objectives, the guard goes and so does this
-    monkeypatch.setattr(T, "_auto_takes_objectives", lambda: auto_takes_objectives)
+def test_trainer_chooses_under_the_spec_objectives(fitted_model, synthetic_train):
     s = PhaseModelSpec.model_validate({
         "features": [{"name": f, "query": f + "{{{selector}}}"} for f in fitted_model.features_],
         "stepSeconds": 15, "windowSeconds": 600,
         "policy": {"objectives": {"cpu": {"fulfilment": 0.95},
                                   "memory": {"maxRiskWindows": 0.02}}}})
-    T.choose_served_policy(copy.deepcopy(fitted_model), list(synthetic_train[0])[:6], s)
-    if auto_takes_objectives:
-        assert seen["target"] == {"cpu": Objective("cpu", "fulfilment", 0.95),
-                                  "memory": Objective("memory", "risk", 0.02)}
-    else:   # the auto.py of before objectives: the cpu fulfilment, as before
-        assert seen["target"] == 0.95
-    assert seen["tables"] == {"phase-headroom": 0.95, "burst-headroom": 0.95}
+    model = copy.deepcopy(fitted_model)
+    choice = T.choose_served_policy(model, list(synthetic_train[0])[:8], s)
+    assert choice.objectives == (Objective("cpu", "fulfilment", 0.95),
+                                 Objective("memory", "risk", 0.02))
+    # what the model document keeps, for the operator to serve the same thing
+    pc = model.policy_choice_
+    assert pc.kinds == ["fulfilment", "risk"] and pc.targets == [0.95, 0.02]
+    assert pc.calibration == [float(c) for c in choice.calibration]
+    assert pc.calibration[0] == 1.0          # cpu judged by samples: no calibration
+    served = serving.served_policy(s, model)
+    assert "memory ≤ 2 % of windows at risk" in served.reason
+    assert "cpu 95 % of samples" in served.reason
 
 
 def test_status_shows_objectives_and_what_the_winner_achieved():
     s = spec(targetFulfilment=0.95, objectives={"cpu": {"maxShortWindows": 0.2}})
     choice = _choice()
     objectives = serving.objectives(s, choice.resources)
-    # TODO(merge): AutoChoice gains these fields (auto.py); set by hand until then
     summary = {**choice.as_dict(), "objectives": [o.as_dict() for o in objectives],
                "achieved": [{"resource": "cpu", "fulfilment": 0.9612345678,
                              "riskWindows": 0.18},

@@ -92,7 +92,8 @@ def split_recent(executions: Sequence[Execution], fraction: float = HELD_OUT_FRA
 # ----------------------------------------------------------------------------- scoring
 @dataclass
 class ModelScore:
-    """Allocation ÷ oracle at the fulfilment target, per managed resource and their mean."""
+    """Allocation ÷ oracle at each managed resource's objective (a matched fulfilment, or a
+    matched share of windows at risk), per resource and their mean."""
     value: float
     per_resource: dict[str, float]
     executions: int
@@ -107,16 +108,13 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
                 target: float | None = None) -> ModelScore:
     """Score ``model`` on ``executions`` as the operator would serve it (see the module doc):
     the policy :func:`ai4dl.policy.serving.served_policy` picks for the spec and this model
-    (``auto``: the model's own choice), under the PhaseModel's safety layer, at its fulfilment
-    target. ValueError (one line) when the model cannot provision these executions."""
+    (``auto``: the model's own choice), under the PhaseModel's safety layer, at each resource's
+    objective. ValueError (one line) when the model cannot provision these executions."""
     from ai4dl.evaluate import prepare, replay, score
+    from ai4dl.policy.objectives import Objective
     from ai4dl.policy.policies import Oracle
-    from ai4dl.policy.serving import safety_config, served_policy, window_samples
-    from ai4dl.policy.serving import target as cpu_fulfilment
+    from ai4dl.policy.serving import objectives, safety_config, served_policy, window_samples
 
-    # TODO(merge): one fulfilment for every resource, as evaluate.score takes it today; memory
-    # scored at its risk bound when the evaluator scores per objective.
-    target = cpu_fulfilment(spec) if target is None else float(target)
     served = served_policy(spec, model)
     resources = served.resources
     window = window_samples(spec)
@@ -133,8 +131,15 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     safety = safety_config(spec, resources)
     replays = {"served": replay(data, served.policy, window, safety),
                "oracle": replay(data, Oracle(), window)}
-    scores = score(data, replays, window, targets=(target,))["served"]
-    per = {r: float(s.vs_oracle_at[target]) for r, s in zip(resources, scores)}
+    # each resource at its objective: a fulfilment at the matched target, a share of windows
+    # at risk at the matched share (``target`` given: a fulfilment for every resource)
+    objs = (objectives(spec, resources) if target is None else
+            tuple(Objective(r, "fulfilment", float(target)) for r in resources))
+    scores = score(data, replays, window,
+                   targets=tuple(sorted({o.value for o in objs if not o.is_risk})),
+                   risks=tuple(sorted({o.value for o in objs if o.is_risk})))["served"]
+    per = {o.resource: float(s.vs_oracle_risk_at[o.value] if o.is_risk else
+                             s.vs_oracle_at[o.value]) for o, s in zip(objs, scores)}
     value = float(np.mean(list(per.values())))
     return ModelScore(value, per, len(usable), int(sum(len(e) for e in usable)))
 
@@ -157,18 +162,6 @@ def table_fulfilment(objectives: dict) -> float:
     return float(next(iter(objectives.values())).quantile)
 
 
-def _auto_takes_objectives() -> bool:
-    # TODO(merge): drop once auto.choose_policy resolves {resource: Objective} (AutoChoice then
-    # has `objectives`). Until then it takes fulfilments of samples, and the trainer keeps what
-    # it did before objectives (the cpu fulfilment for every resource): a memory risk bound is
-    # about windows, and no share of samples stands for it.
-    from dataclasses import fields
-
-    from ai4dl.policy.auto import AutoChoice
-
-    return "objectives" in {f.name for f in fields(AutoChoice)}
-
-
 def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec):
     """``auto``'s choice for a freshly fitted ``model``, on its own training executions
     (:func:`ai4dl.policy.auto.choose_policy`: the most recent 30 % of them score the
@@ -179,14 +172,13 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     from ai4dl.evaluate import prepare
     from ai4dl.policy.auto import LEARNED, build_candidate, choose_policy
     from ai4dl.policy.headroom import to_table
-    from ai4dl.policy.serving import managed_resources, target, window_samples
+    from ai4dl.policy.serving import managed_resources, window_samples
 
     resources = managed_resources(model)
     window = window_samples(spec)
     data = prepare([e.select(model.features_) for e in train], resources, model)
     objectives = choice_objectives(spec, resources)
-    choice = choose_policy(data, window, model, objectives if _auto_takes_objectives() else
-                           target(spec))
+    choice = choose_policy(data, window, model, objectives)
     tables = {t.name: t for t in choice.tables}
     for name in LEARNED:
         if name not in tables:
@@ -195,7 +187,9 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     model.policy_tables_ = [to_table(tables[n]) for n in LEARNED]
     model.policy_choice_ = PolicyChoice(resources=list(resources),
                                         winners=list(choice.winners),
-                                        targets=list(choice.targets), reason=choice.reason[:2000])
+                                        targets=list(choice.targets), reason=choice.reason[:2000],
+                                        kinds=[o.kind for o in choice.objectives],
+                                        calibration=[float(c) for c in choice.calibration])
     return choice
 
 
@@ -380,8 +374,7 @@ def objectives_status(choice, spec: PhaseModelSpec) -> list[dict]:
             round(float(x), 6)
 
     summary = choice.as_dict()
-    # TODO(merge): an AutoChoice from before per-resource objectives has neither key: it was
-    # chosen at a fulfilment per resource (its targets), with nothing achieved to show.
+    # a choice made without objectives (too few executions) names none: its targets
     asked = summary.get("objectives") or [
         {"resource": r, "kind": "fulfilment", "value": t}
         for r, t in zip(choice.resources, choice.targets)]
