@@ -288,7 +288,10 @@ def risk_lagrangian(ratio: np.ndarray, unit: np.ndarray, sid: np.ndarray, n_stat
     hull of those points from the state's least admissible j, its segments merged over states
     cheapest per covered window first until the risk is met — the solution of the Lagrangian
     (min cost − λ × windows covered, λ the price of a covered window) at the least λ meeting
-    the risk. A state whose windows all have ratio 0 gets 0; states without windows 1."""
+    the risk, except that the last segment taken stops at the first candidate of its state
+    that meets the risk (a hull segment can skip many candidates: stopping at its end would
+    cover more windows than asked, and by how much would vary from fit to fit). A state whose
+    windows all have ratio 0 gets 0; states without windows 1."""
     N = len(ratio)
     c = np.ones(n_states)
     if N == 0:
@@ -299,7 +302,8 @@ def risk_lagrangian(ratio: np.ndarray, unit: np.ndarray, sid: np.ndarray, n_stat
     bounds = np.searchsorted(s_sorted, np.arange(n_states + 1))
     unit_sum = np.bincount(sid, weights=unit, minlength=n_states)
     covered = 0
-    segs_slope, segs_gain, segs_state, segs_c = [], [], [], []
+    segs_slope, segs_gain, segs_state, segs_c, segs_from = [], [], [], [], []
+    cands: dict = {}
     for s in range(n_states):
         lo, hi = bounds[s], bounds[s + 1]
         n = hi - lo
@@ -324,15 +328,26 @@ def risk_lagrangian(ratio: np.ndarray, unit: np.ndarray, sid: np.ndarray, n_stat
         hull = _lower_hull(pts_j, cost)
         c[s] = pts_c[hull[0]]
         covered += int(pts_j[hull[0]])
+        cands[s] = (pts_j, pts_c)
         for a, b in zip(hull[:-1], hull[1:]):
             segs_slope.append((cost[b] - cost[a]) / (pts_j[b] - pts_j[a]))
             segs_gain.append(int(pts_j[b] - pts_j[a]))
             segs_state.append(s)
             segs_c.append(pts_c[b])
+            segs_from.append(int(pts_j[a]))
     for i in np.argsort(np.asarray(segs_slope), kind="stable"):
         if covered >= goal:
             break
-        c[segs_state[i]] = segs_c[i]
+        s = segs_state[i]
+        if covered + segs_gain[i] > goal:
+            # the last segment overshoots: stop inside it, at the least candidate of its state
+            # that meets the risk (a hull segment can span many candidates), so that the risk
+            # met on the training windows is the objective, not a share of windows below it
+            pts_j, pts_c = cands[s]
+            k = int(np.searchsorted(pts_j, segs_from[i] + goal - covered, side="left"))
+            c[s] = pts_c[k]
+            break
+        c[s] = segs_c[i]
         covered += segs_gain[i]
     return c
 
