@@ -57,7 +57,7 @@ def spike_jobs(n_exec: int = 40, seed: int = 0, n: int = 300, window: int = 10):
 
 def held_out_risk(policy, usages, phases, window):
     rows = training_rows(usages, phases, window)
-    alloc = policy.lookup(rows.peak, rows.code, rows.phase)
+    alloc = policy.lookup(rows.peak, rows.last, rows.code, rows.phase)
     return float(np.mean(rows.target > alloc))
 
 
@@ -94,8 +94,11 @@ class TestState:
         u, ph = usages[0], phases[0]
         rows = p.allocate(u, ph, 10, np.array([123.0]), 15.0)
         st = window_states(u, ph, 10)
-        np.testing.assert_allclose(rows[1:, 0], st.peak[:, 0]
-                                   * p.multiplier_[0][st.last_phase, st.code[:, 0]])
+        cell = (st.last_phase, st.code[:, 0])
+        base = np.where(p.estimator_[0][cell] == 0, st.peak[:, 0], st.last[:, 0])
+        np.testing.assert_allclose(rows[1:, 0], base * p.multiplier_[0][cell])
+        np.testing.assert_array_equal(st.last[:, 0], u[: len(u) // 10 * 10, 0].reshape(-1, 10)
+                                      .max(1))
         assert rows.shape == (len(u) // 10 + 1, 1)
 
 
@@ -127,7 +130,7 @@ class TestPooling:
         phase = np.r_[np.zeros(100, np.int64), np.ones(30, np.int64), np.full(30, 2)]
         sid, states = resolve_states(codes, phase, 50, True, 3)
         assert [(lv, n) for lv, _, n in states] == [(0, 100), (1, 60)]
-        mult, level, windows = cells_from_states(
+        mult, _, level, windows = cells_from_states(
             [State(lv, key, float(i + 2), n) for i, (lv, key, n) in enumerate(states)], True, 3)
         # phase 0 has its own multiplier, phases 1 and 2 (30 windows each) pool to the
         # phase-blind state
@@ -159,16 +162,35 @@ class TestLagrangian:
 
     def test_spends_the_risk_where_covering_costs_most(self):
         ratio, unit, sid = self.two_states()
-        c = risk_lagrangian(ratio, unit, sid, 2, 0.05)
+        c, e = risk_lagrangian(ratio, unit, sid, 2, 0.05)
         np.testing.assert_allclose(c, [1.0, 1.1])
+        np.testing.assert_array_equal(e, [0, 0])
         assert np.mean(ratio > c[sid]) <= 0.05
         # half the risk: both tails must be covered
-        np.testing.assert_allclose(risk_lagrangian(ratio, unit, sid, 2, 0.02), [5.0, 1.1])
+        np.testing.assert_allclose(risk_lagrangian(ratio, unit, sid, 2, 0.02)[0], [5.0, 1.1])
 
     def test_the_per_state_cap_keeps_one_state_from_taking_all_the_risk(self):
         ratio, unit, sid = self.two_states()
         # at most 5 % of a state's own windows: state 0's ten windows at risk are too many
-        np.testing.assert_allclose(risk_lagrangian(ratio, unit, sid, 2, 0.05, 0.05), [5.0, 1.1])
+        np.testing.assert_allclose(risk_lagrangian(ratio, unit, sid, 2, 0.05, 0.05)[0],
+                                   [5.0, 1.1])
+
+    def test_stops_inside_a_long_hull_segment_at_the_risk(self):
+        # one state, ratios 1..100: the hull is one straight segment; at 10 % the fit covers
+        # exactly 90 windows, not all of them
+        ratio = np.arange(1.0, 101.0)
+        c, _ = risk_lagrangian(ratio, np.ones(100), np.zeros(100, np.int64), 1, 0.1)
+        np.testing.assert_allclose(c, [90.0])
+
+    def test_each_state_takes_the_cheaper_estimator(self):
+        # two estimators per window: state 0's windows are 1.0 x estimator 0 (cheap level 1)
+        # and 1.0 x estimator 1 (dear level 3); state 1's the other way round
+        ratio = np.ones((100, 2))
+        unit = np.r_[np.tile([1.0, 3.0], (50, 1)), np.tile([3.0, 1.0], (50, 1))]
+        sid = np.r_[np.zeros(50, np.int64), np.ones(50, np.int64)]
+        c, e = risk_lagrangian(ratio, unit, sid, 2, 0.01)
+        np.testing.assert_array_equal(e, [0, 1])
+        np.testing.assert_allclose(c, [1.0, 1.0])
 
     def test_meets_the_risk_on_the_training_windows(self):
         usages, phases = jobs(80, 0)
@@ -181,10 +203,11 @@ class TestLagrangian:
 
     def test_empty_and_degenerate_states(self):
         # idle windows (ratio 0) and a state without windows
-        c = risk_lagrangian(np.zeros(10), np.ones(10), np.zeros(10, np.int64), 2, 0.01)
+        c, _ = risk_lagrangian(np.zeros(10), np.ones(10), np.zeros(10, np.int64), 2, 0.01)
         np.testing.assert_array_equal(c, [0.0, 1.0])
         # usage over an allocation base of 0 can never be covered: left at 1
-        c = risk_lagrangian(np.full(10, np.inf), np.zeros(10), np.zeros(10, np.int64), 1, 0.01)
+        c, _ = risk_lagrangian(np.full(10, np.inf), np.zeros(10), np.zeros(10, np.int64), 1,
+                               0.01)
         np.testing.assert_array_equal(c, [1.0])
 
 
@@ -275,6 +298,7 @@ def test_phase_blind_ignores_phases():
     ({"max_risk": 0.0}, "max_risk"), ({"max_risk": 1.0}, "max_risk"),
     ({"max_risk": True}, "max_risk"), ({"min_windows": 0}, "min_windows"),
     ({"folds": 1}, "folds"), ({"state_risk": 2.0}, "state_risk"),
+    ({"estimators": ("median",)}, "estimators"), ({"estimators": ()}, "estimators"),
 ])
 def test_bad_parameters_are_one_line_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -416,3 +440,16 @@ def test_served_cold_start_is_the_tables(model_with_risk_tables):
     served = Served(pol, ("peak-risk",), ("memory",), "")
     np.testing.assert_array_equal(served.cold_start, pol.cold_start_)
     assert N_CODES == 108
+
+
+def test_describe_shows_the_risk_tables(model_with_risk_tables, tmp_path, capsys):
+    from ai4dl.cli import main
+    from ai4dl.io.modelfile import save_model
+
+    m, _ = model_with_risk_tables
+    path = save_model(m, tmp_path / "m.json")
+    assert main(["describe", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "## Risk table: peak-risk (fitted for at most 5 % of windows at risk" in out
+    assert "## Risk table: peak-risk-blind" in out and "min_windows 20" in out
+    assert "every other window" in out

@@ -287,12 +287,18 @@ class RiskFeature(_Strict):
         return v
 
 
+#: What a peak-risk state's multiplier multiplies (ai4dl.policy.peak.ESTIMATORS): the running
+#: maximum, or the last window's max.
+RISK_ESTIMATOR_NAMES = ("peak", "last")
+
+
 class RiskState(_Strict):
     """A fitted state: its pooling level (index into the table's ``levels``), its bin of each
-    of the level's features (in the level's order), its multiplier of the running maximum and
-    the training windows it was fitted on."""
+    of the level's features (in the level's order), the level it multiplies (``estimator``),
+    the multiplier and the training windows it was fitted on."""
     level: int = Field(ge=0)
     bins: list[Annotated[int, Field(ge=0)]]
+    estimator: Literal[RISK_ESTIMATOR_NAMES] = "peak"
     multiplier: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     windows: int = Field(ge=0)
 
@@ -308,8 +314,8 @@ class RiskResourceTable(_Strict):
 
 class RiskTable(_Strict):
     """A fitted :class:`ai4dl.policy.peak.PeakRiskPolicy` (``peak-risk``, or the phase-blind
-    ``peak-risk-blind``): the running maximum × a multiplier per state, fitted for at most
-    ``maxRisk`` of windows at risk. ``levels`` is the pooling chain, finest first: a state at
+    ``peak-risk-blind``): the running maximum (or the last window's max) × a multiplier per
+    state, fitted for at most ``maxRisk`` of windows at risk. ``levels`` is the pooling chain, finest first: a state at
     level i is keyed by the bins of ``levels[i]``'s features; a window takes the first level
     whose key has a state (none: the largest multiplier)."""
     name: str = Field(min_length=1)

@@ -323,7 +323,7 @@ def _peak_risk(policy: PeakRiskPolicy, lasts: np.ndarray, last_phases: np.ndarra
     unknown = since < 0
     code = state_codes(windows[:, None], np.maximum(since, 0), ratio,
                        np.where(unknown, 1.0, dip))
-    out = policy.lookup(peak, code, phase)
+    out = policy.lookup(peak, lasts.max(1), code, phase)
     if unknown.any():
         out = np.where(unknown, peak * policy.cautious(windows, phase), out)
     return out

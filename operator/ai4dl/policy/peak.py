@@ -73,6 +73,8 @@ SINCE_EDGES = (0, 1, 3)               # windows since the last new high: 0 | 1-2
 RATIO_EDGES = (0, 0.7, 0.9)           # last window's max ÷ M: <0.7 | 0.7-0.9 | >=0.9
 DIP_EDGES = (0, 0.7, 0.9)             # lowest window max since the last new high ÷ M
 FEATURES = ("elapsed", "since", "ratio", "dip")
+#: What a state's multiplier multiplies: the running maximum M, or the last window's max.
+ESTIMATORS = ("peak", "last")
 EDGES = (ELAPSED_EDGES, SINCE_EDGES, RATIO_EDGES, DIP_EDGES)
 SIZES = tuple(len(e) for e in EDGES)
 #: States per phase row (every combination of the features).
@@ -133,6 +135,7 @@ class RunningPeak:
 class WindowStates(NamedTuple):
     """For rows 1..m of one execution (m complete windows): what row w knows."""
     peak: np.ndarray          # (m, R) M: the maximum of every sample before the row's window
+    last: np.ndarray          # (m, R) the last window's max
     code: np.ndarray          # (m, R) phase-blind state code
     last_phase: np.ndarray    # (m,) phase of the last sample before it (0 when phase-blind)
 
@@ -155,7 +158,7 @@ def window_states(usage: np.ndarray, phases: np.ndarray | None, window: int) -> 
     code = state_codes(np.arange(1, m + 1)[:, None], since, _ratio(x, M), _ratio(low, M))
     lp = (np.zeros(m, np.int64) if phases is None
           else np.asarray(phases, np.int64)[window - 1: m * window: window])
-    return WindowStates(M, code, lp)
+    return WindowStates(M, x, code, lp)
 
 
 def levels(use_phase: bool) -> tuple[tuple[str, ...], ...]:
@@ -211,11 +214,13 @@ def digits_key(digits: Sequence[int], level: Sequence[str], n_phases: int) -> in
 
 class State(NamedTuple):
     """A fitted state: the pooling level (index into :func:`levels`), its key there, the
-    multiplier and the training windows it was fitted on."""
+    multiplier, the training windows it was fitted on and the base it multiplies (index into
+    :data:`ESTIMATORS`)."""
     level: int
     key: int
     multiplier: float
     windows: int
+    estimator: int = 0
 
 
 def resolve_states(code: np.ndarray, phase: np.ndarray, min_windows: int, use_phase: bool,
@@ -246,16 +251,18 @@ def resolve_states(code: np.ndarray, phase: np.ndarray, min_windows: int, use_ph
 
 
 def cells_from_states(states: Sequence[State], use_phase: bool, n_phases: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The lookup table of every (phase row, state code) cell: the multiplier, the level and
-    the windows of the first state along the pooling chain that holds it; a cell no state
-    holds (no training window had it, down to the coarsest level that was fitted) gets the
-    largest multiplier of the table, level ``len(levels)`` and 0 windows. The fit and a table
-    read from the model document both build their lookup table here."""
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The lookup table of every (phase row, state code) cell: the multiplier, the estimator,
+    the level and the windows of the first state along the pooling chain that holds it; a cell
+    no state holds (no training window had it, down to the coarsest level that was fitted)
+    gets the running maximum × the largest multiplier of the table, level ``len(levels)`` and
+    0 windows. The fit and a table read from the model document both build their lookup table
+    here."""
     chain = levels(use_phase)
     rows = n_phases if use_phase else 1
     digits = _digits(np.tile(np.arange(N_CODES), rows), np.repeat(np.arange(rows), N_CODES))
     mult = np.full(rows * N_CODES, np.nan)
+    est = np.zeros(rows * N_CODES, np.int64)
     level = np.full(rows * N_CODES, len(chain), np.int64)
     windows = np.zeros(rows * N_CODES, np.int64)
     for li, lv in enumerate(chain):
@@ -270,86 +277,105 @@ def cells_from_states(states: Sequence[State], use_phase: bool, n_phases: int
         hit = np.isnan(mult) & (keys[pos] == ck)
         sel = order[pos[hit]]
         mult[hit] = np.array([at[i].multiplier for i in sel])
+        est[hit] = np.array([at[i].estimator for i in sel], np.int64)
         windows[hit] = np.array([at[i].windows for i in sel])
         level[hit] = li
     top = max((s.multiplier for s in states), default=1.0)
     mult[np.isnan(mult)] = top
     shape = (rows, N_CODES)
-    return mult.reshape(shape), level.reshape(shape), windows.reshape(shape)
+    return (mult.reshape(shape), est.reshape(shape), level.reshape(shape),
+            windows.reshape(shape))
 
 
 def risk_lagrangian(ratio: np.ndarray, unit: np.ndarray, sid: np.ndarray, n_states: int,
-                    max_risk: float, state_risk: float | None = None) -> np.ndarray:
-    """Per state the multiplier c minimising Σ_w c[s_w] unit_w subject to at most ``max_risk``
-    of the windows having ratio_w > c[s_w] (and, when ``state_risk`` is given, at most that
-    share of each state's own windows).
+                    max_risk: float, state_risk: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Per state the estimator e and multiplier c minimising Σ_w c[s_w] unit_w[e] subject to
+    at most ``max_risk`` of the windows having ratio_w[e] > c[s_w] (and, when ``state_risk`` is
+    given, at most that share of each state's own windows). ``ratio`` and ``unit`` are (N, E),
+    one column per candidate estimator (ratio: window max ÷ the estimator's level; unit: the
+    level × the window's samples), or (N,) for one.
 
-    Per state, c = its j-th smallest ratio covers j windows at cost c × Σ unit: the lower convex
-    hull of those points from the state's least admissible j, its segments merged over states
-    cheapest per covered window first until the risk is met — the solution of the Lagrangian
-    (min cost − λ × windows covered, λ the price of a covered window) at the least λ meeting
-    the risk, except that the last segment taken stops at the first candidate of its state
-    that meets the risk (a hull segment can skip many candidates: stopping at its end would
-    cover more windows than asked, and by how much would vary from fit to fit). A state whose
-    windows all have ratio 0 gets 0; states without windows 1."""
-    N = len(ratio)
+    Per state, c = the j-th smallest ratio of an estimator covers j windows at cost c × Σ unit:
+    the lower convex hull of those points (every estimator's, from the state's least admissible
+    j), its segments merged over states cheapest per covered window first until the risk is
+    met — the solution of the Lagrangian (min cost − λ × windows covered, λ the price of a
+    covered window) at the least λ meeting the risk, except that the last segment taken stops
+    at the cheapest candidate of its state that meets the risk (a hull segment can skip many
+    candidates: stopping at its end would cover more windows than asked, and by how much would
+    vary from fit to fit). A state whose windows all have ratio 0 gets 0; a state with no
+    window, or none that can be covered, 1 × estimator 0. Returns (c, estimator) per state."""
+    ratio = np.asarray(ratio, np.float64)
+    unit = np.asarray(unit, np.float64)
+    if ratio.ndim == 1:
+        ratio, unit = ratio[:, None], unit[:, None]
+    N, E = ratio.shape
     c = np.ones(n_states)
+    est = np.zeros(n_states, np.int64)
     if N == 0:
-        return c
+        return c, est
     goal = int(math.ceil((1.0 - max_risk) * N - 1e-9))
-    order = np.lexsort((ratio, sid))
-    s_sorted = sid[order]
-    bounds = np.searchsorted(s_sorted, np.arange(n_states + 1))
-    unit_sum = np.bincount(sid, weights=unit, minlength=n_states)
+    order = np.argsort(sid, kind="stable")
+    bounds = np.searchsorted(sid[order], np.arange(n_states + 1))
     covered = 0
-    segs_slope, segs_gain, segs_state, segs_c, segs_from = [], [], [], [], []
+    segs_slope, segs_gain, segs_state, segs_c, segs_e, segs_from = [], [], [], [], [], []
     cands: dict = {}
     for s in range(n_states):
         lo, hi = bounds[s], bounds[s + 1]
         n = hi - lo
         if n == 0:
             continue
-        r = ratio[order[lo:hi]]
-        vals, last = np.unique(r, return_index=False, return_counts=True)
-        cov = np.cumsum(last)                                       # windows with ratio <= v
-        U = unit_sum[s]
-        first = 0
-        if state_risk is not None:
-            need = int(math.ceil((1.0 - state_risk) * n - 1e-9))
-            first = int(np.searchsorted(cov, need, side="left"))
-        # a ratio of inf (usage over an allocation base of 0) is never covered
-        n_fin = int(np.count_nonzero(np.isfinite(vals)))
-        if n_fin == 0:
+        need = (int(math.ceil((1.0 - state_risk) * n - 1e-9)) if state_risk is not None
+                else 0)
+        J, C, V, K = [], [], [], []
+        for e in range(E):
+            r = np.sort(ratio[order[lo:hi], e])
+            vals, counts = np.unique(r, return_counts=True)
+            cov = np.cumsum(counts)                                 # windows with ratio <= v
+            # a ratio of inf (usage over a level of 0) is never covered
+            n_fin = int(np.count_nonzero(np.isfinite(vals)))
+            if n_fin == 0:
+                continue
+            first = min(int(np.searchsorted(cov, need, side="left")), n_fin - 1)
+            U = float(unit[order[lo:hi], e].sum())
+            J.append(cov[first:n_fin])
+            V.append(vals[first:n_fin])
+            C.append(vals[first:n_fin] * U)
+            K.append(np.full(n_fin - first, e))
+        if not J:
             continue
-        first = min(first, n_fin - 1)
-        pts_j = cov[first:n_fin].astype(np.float64)
-        pts_c = vals[first:n_fin]
-        cost = pts_c * U
-        hull = _lower_hull(pts_j, cost)
-        c[s] = pts_c[hull[0]]
-        covered += int(pts_j[hull[0]])
-        cands[s] = (pts_j, pts_c)
+        J, C, V, K = (np.concatenate(a) for a in (J, C, V, K))
+        o = np.lexsort((C, J))                    # by windows covered, then cost
+        J, C, V, K = J[o].astype(np.float64), C[o], V[o], K[o]
+        keep = np.r_[True, J[1:] != J[:-1]]       # the cheapest candidate per coverage
+        J, C, V, K = J[keep], C[keep], V[keep], K[keep]
+        hull = _lower_hull(J, C)
+        c[s], est[s] = V[hull[0]], K[hull[0]]
+        covered += int(J[hull[0]])
+        cands[s] = (J, C, V, K)
         for a, b in zip(hull[:-1], hull[1:]):
-            segs_slope.append((cost[b] - cost[a]) / (pts_j[b] - pts_j[a]))
-            segs_gain.append(int(pts_j[b] - pts_j[a]))
+            segs_slope.append((C[b] - C[a]) / (J[b] - J[a]))
+            segs_gain.append(int(J[b] - J[a]))
             segs_state.append(s)
-            segs_c.append(pts_c[b])
-            segs_from.append(int(pts_j[a]))
+            segs_c.append(V[b])
+            segs_e.append(K[b])
+            segs_from.append(int(J[a]))
     for i in np.argsort(np.asarray(segs_slope), kind="stable"):
         if covered >= goal:
             break
         s = segs_state[i]
         if covered + segs_gain[i] > goal:
-            # the last segment overshoots: stop inside it, at the least candidate of its state
-            # that meets the risk (a hull segment can span many candidates), so that the risk
-            # met on the training windows is the objective, not a share of windows below it
-            pts_j, pts_c = cands[s]
-            k = int(np.searchsorted(pts_j, segs_from[i] + goal - covered, side="left"))
-            c[s] = pts_c[k]
+            # the last segment overshoots: stop inside it, at the cheapest candidate of its
+            # state that meets the risk, so that the risk met on the training windows is the
+            # objective, not a share of windows below it
+            J, C, V, K = cands[s]
+            ok = np.flatnonzero(J >= segs_from[i] + goal - covered)
+            k = ok[int(np.argmin(C[ok]))]
+            c[s], est[s] = V[k], K[k]
             break
-        c[s] = segs_c[i]
+        c[s], est[s] = segs_c[i], segs_e[i]
         covered += segs_gain[i]
-    return c
+    return c, est
 
 
 def _lower_hull(x: np.ndarray, y: np.ndarray) -> list[int]:
@@ -376,6 +402,7 @@ def _order_statistic(r: np.ndarray, q: float) -> float:
 class TrainingRows(NamedTuple):
     """Every training window after the cold start that has samples, as the fit sees it."""
     peak: np.ndarray          # (N, R) M at its start
+    last: np.ndarray          # (N, R) the max of the window before it
     code: np.ndarray          # (N, R) phase-blind state code
     phase: np.ndarray         # (N,) phase of the last sample before it (0: phase-blind)
     target: np.ndarray        # (N, R) its own max
@@ -385,7 +412,7 @@ class TrainingRows(NamedTuple):
 
 def training_rows(usages: Sequence[np.ndarray], phases: Sequence[np.ndarray | None],
                   window: int) -> TrainingRows | None:
-    P, C, PH, T, L, E = [], [], [], [], [], []
+    P, X, C, PH, T, L, E = [], [], [], [], [], [], []
     for i, (u, p) in enumerate(zip(usages, phases)):
         if len(u) == 0:
             continue
@@ -396,32 +423,40 @@ def training_rows(usages: Sequence[np.ndarray], phases: Sequence[np.ndarray | No
         starts = np.arange(1, rows + 1) * window
         T.append(np.maximum.reduceat(u[window:], starts - window, axis=0)[:rows])
         P.append(st.peak[:rows])
+        X.append(st.last[:rows])
         C.append(st.code[:rows])
         PH.append(st.last_phase[:rows])
         L.append(np.minimum(window, len(u) - starts))
         E.append(np.full(rows, i))
     if not P:
         return None
-    return TrainingRows(*(np.concatenate(a) for a in (P, C, PH, T, L, E)))
+    return TrainingRows(*(np.concatenate(a) for a in (P, X, C, PH, T, L, E)))
 
 
-def fit_states(peak: np.ndarray, code: np.ndarray, phase: np.ndarray, target: np.ndarray,
-               length: np.ndarray, min_windows: int, max_risk: float, use_phase: bool,
-               n_phases: int, state_risk: float | None) -> list[State]:
-    """One resource's states from its training rows: the pooling rule, then the Lagrangian."""
+def fit_states(peak: np.ndarray, last: np.ndarray, code: np.ndarray, phase: np.ndarray,
+               target: np.ndarray, length: np.ndarray, min_windows: int, max_risk: float,
+               use_phase: bool, n_phases: int, state_risk: float | None,
+               estimators: Sequence[str] = ESTIMATORS) -> list[State]:
+    """One resource's states from its training rows: the pooling rule, then the Lagrangian
+    over the ``estimators`` (names in :data:`ESTIMATORS`)."""
     sid, resolved = resolve_states(code, phase, min_windows, use_phase, n_phases)
+    idx = [ESTIMATORS.index(e) for e in estimators]
+    base = np.stack([peak, last], 1)[:, idx]                        # (N, E)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(peak > 0, target / np.where(peak > 0, peak, 1.0),
-                         np.where(target > 0, np.inf, 0.0))
-    c = risk_lagrangian(ratio, peak * length, sid, len(resolved), max_risk, state_risk)
-    # M × (window max ÷ M) can round a hair below the window max it is meant to cover
+        ratio = np.where(base > 0, target[:, None] / np.where(base > 0, base, 1.0),
+                         np.where(target[:, None] > 0, np.inf, 0.0))
+    c, e = risk_lagrangian(ratio, base * length[:, None], sid, len(resolved), max_risk,
+                           state_risk)
+    # a level × (window max ÷ level) can round a hair below the window max it should cover
     c = c * (1.0 + _ULP)
-    return [State(li, key, float(ci), n) for (li, key, n), ci in zip(resolved, c)]
+    return [State(li, key, float(ci), n, idx[int(ei)])
+            for (li, key, n), ci, ei in zip(resolved, c, e)]
 
 
-def _lookup(mult: np.ndarray, peak: np.ndarray, code: np.ndarray, phase: np.ndarray
-            ) -> np.ndarray:
-    return peak * mult[phase, code]
+def _lookup(mult: np.ndarray, est: np.ndarray, peak: np.ndarray, last: np.ndarray,
+            code: np.ndarray, phase: np.ndarray) -> np.ndarray:
+    e = est[phase, code]
+    return np.where(e == 0, peak, last) * mult[phase, code]
 
 
 def group_folds(groups: Sequence, folds: int, seed: int) -> np.ndarray:
@@ -451,7 +486,8 @@ class PeakRiskPolicy:
 
     def __init__(self, *, max_risk: float = 0.01, use_phase: bool = True, folds: int = 5,
                  min_windows: int | None = None, calibrate: bool = True, seed: int = 0,
-                 state_risk: float | None = None, name: str | None = None):
+                 state_risk: float | None = None, estimators: Sequence[str] = ESTIMATORS,
+                 name: str | None = None):
         self.max_risk = max_risk
         self.use_phase = use_phase
         self.folds = folds
@@ -459,6 +495,7 @@ class PeakRiskPolicy:
         self.calibrate = calibrate
         self.seed = seed
         self.state_risk = state_risk
+        self.estimators = tuple(estimators)
         self.name = name or ("peak-risk" if use_phase else "peak-risk-blind")
 
     @property
@@ -477,6 +514,9 @@ class PeakRiskPolicy:
             raise ValueError(f"folds must be an integer >= 2, got {self.folds!r}")
         if self.state_risk is not None and not 0.0 <= self.state_risk <= 1.0:
             raise ValueError(f"state_risk must be in [0, 1], got {self.state_risk!r}")
+        if not self.estimators or any(e not in ESTIMATORS for e in self.estimators):
+            raise ValueError(f"estimators must be some of {', '.join(ESTIMATORS)}, got "
+                             f"{self.estimators!r}")
 
     def resolved_state_risk(self) -> float | None:
         if self.state_risk is None:
@@ -537,6 +577,7 @@ class PeakRiskPolicy:
         rows = training_rows(usages, phases, window)
         shape = (R, k, N_CODES)
         self.multiplier_ = np.ones(shape)
+        self.estimator_ = np.zeros(shape, np.int64)
         self.pooled_ = np.full(shape, len(levels(self.use_phase)), np.int64)
         self.support_ = np.zeros(shape, np.int64)
         self.states_: list[list[State]] = [[] for _ in range(R)]
@@ -550,8 +591,8 @@ class PeakRiskPolicy:
         n_folds = len(np.unique(fold))
         state_risk = self.resolved_state_risk()
         for r in range(R):
-            cols = (rows.peak[:, r], rows.code[:, r], rows.phase, rows.target[:, r],
-                    rows.length)
+            cols = (rows.peak[:, r], rows.last[:, r], rows.code[:, r], rows.phase,
+                    rows.target[:, r], rows.length)
             best = None
             report: dict = {"windows": float(len(fold))}
             for mw in self.candidate_min_windows():
@@ -564,15 +605,14 @@ class PeakRiskPolicy:
                             continue
                         tr = ~test
                         st = fit_states(*(a[tr] for a in cols), mw, self.max_risk,
-                                        self.use_phase, k, state_risk)
-                        mult = cells_from_states(st, self.use_phase, k)[0]
-                        alloc[test] = _lookup(mult, cols[0][test], cols[1][test],
-                                              cols[2][test])
+                                        self.use_phase, k, state_risk, self.estimators)
+                        mult, est = cells_from_states(st, self.use_phase, k)[:2]
+                        alloc[test] = _lookup(mult, est, *(a[test] for a in cols[:4]))
                     with np.errstate(divide="ignore", invalid="ignore"):
-                        q = np.where(alloc > 0, cols[3] / np.where(alloc > 0, alloc, 1.0),
-                                     np.where(cols[3] > 0, np.inf, 0.0))
+                        q = np.where(alloc > 0, cols[4] / np.where(alloc > 0, alloc, 1.0),
+                                     np.where(cols[4] > 0, np.inf, 0.0))
                     g = _order_statistic(q, 1.0 - self.max_risk)
-                    cost = g * float((alloc * cols[4]).sum())
+                    cost = g * float((alloc * cols[5]).sum())
                     report[f"oof_cost_mw{mw}"] = cost
                     report[f"oof_factor_mw{mw}"] = g
                     if not np.isfinite(g):
@@ -584,15 +624,15 @@ class PeakRiskPolicy:
                 else 1.0
             states = [st._replace(multiplier=st.multiplier * factor)
                       for st in fit_states(*cols, mw, self.max_risk, self.use_phase, k,
-                                           state_risk)]
+                                           state_risk, self.estimators)]
             self.states_[r] = states
-            self.multiplier_[r], self.pooled_[r], self.support_[r] = cells_from_states(
-                states, self.use_phase, k)
+            (self.multiplier_[r], self.estimator_[r], self.pooled_[r],
+             self.support_[r]) = cells_from_states(states, self.use_phase, k)
             self.min_windows_[r] = mw
             self.calibration_[r] = factor
-            fitted = _lookup(self.multiplier_[r], cols[0], cols[1], cols[2])
+            fitted = _lookup(self.multiplier_[r], self.estimator_[r], *cols[:4])
             report.update({"min_windows": float(mw), "calibration": float(factor),
-                           "train_risk": float(np.mean(cols[3] > fitted))})
+                           "train_risk": float(np.mean(cols[4] > fitted))})
             self.fit_report_[r] = report
         return self
 
@@ -601,10 +641,11 @@ class PeakRiskPolicy:
         if not hasattr(self, "multiplier_"):
             raise ValueError(f"{self.name} is not fitted: call fit() or load its table")
 
-    def lookup(self, peak: np.ndarray, code: np.ndarray, phase: np.ndarray | None
-               ) -> np.ndarray:
-        """(rows, R) allocations: ``peak`` (rows, R) × the multiplier of each row's state
-        (``code`` (rows, R), ``phase`` (rows,) or None)."""
+    def lookup(self, peak: np.ndarray, last: np.ndarray, code: np.ndarray,
+               phase: np.ndarray | None) -> np.ndarray:
+        """(rows, R) allocations: the multiplier of each row's state (``code`` (rows, R),
+        ``phase`` (rows,) or None) × its estimator's level (``peak``, the running maximum, or
+        ``last``, the last window's max, each (rows, R))."""
         rows, R = np.shape(peak)
         p = np.zeros(rows, np.int64) if (phase is None or not self.use_phase) else \
             np.asarray(phase, np.int64)
@@ -612,12 +653,15 @@ class PeakRiskPolicy:
             raise ValueError(f"phase {int(p.max())} outside the table's {self.n_phases_} phases")
         out = np.empty((rows, R))
         for r in range(R):
-            out[:, r] = peak[:, r] * self.multiplier_[r][p, code[:, r]]
+            out[:, r] = _lookup(self.multiplier_[r], self.estimator_[r], peak[:, r],
+                                last[:, r], code[:, r], p)
         return out
 
     def cautious(self, elapsed: np.ndarray, phase: np.ndarray | None) -> np.ndarray:
         """(rows, R) the largest multiplier over every state with this many windows seen and
-        this phase: what a container whose history lacks the state's other features gets."""
+        this phase: what a container whose history lacks the state's other features gets, times
+        its running maximum (never less than any of those states would give it: the last
+        window's max is at most the running maximum)."""
         e = _bin(ELAPSED_EDGES, np.asarray(elapsed))
         p = np.zeros(len(e), np.int64) if (phase is None or not self.use_phase) else \
             np.asarray(phase, np.int64)
@@ -649,12 +693,12 @@ class PeakRiskPolicy:
         usage, phases = self._check_call(usage, phases, window)
         st = window_states(usage, phases, window)
         return np.vstack([self.cold_start_[None, :],
-                          self.lookup(st.peak, st.code, st.last_phase)])
+                          self.lookup(st.peak, st.last, st.code, st.last_phase)])
 
     # ------------------------------------------------------------------ description
     def state_rows(self) -> list[dict]:
         """One dict per fitted state (resource, pooling level, the bins that define it, the
-        multiplier, the training windows behind it): what describe prints."""
+        estimator and multiplier, the training windows behind it): what describe prints."""
         self._check_fitted()
         chain = levels(self.use_phase)
         out = []
@@ -665,6 +709,7 @@ class PeakRiskPolicy:
                 out.append({"resource": res, "level": " × ".join(lv) or "global",
                             "state": ", ".join(f"{f} {bin_label(f, b)}" for f, b in bins.items())
                             or "every other window",
+                            "estimator": ESTIMATORS[st.estimator],
                             "multiplier": float(st.multiplier), "windows": int(st.windows)})
         return out
 
@@ -695,6 +740,7 @@ def to_table(policy: PeakRiskPolicy):
     for r, name in enumerate(policy.resources_):
         states = [RiskState(level=st.level, bins=key_digits(st.key, chain[st.level],
                                                             policy.n_phases_),
+                            estimator=ESTIMATORS[st.estimator],
                             multiplier=float(to_list(st.multiplier)), windows=st.windows)
                   for st in policy.states_[r]]
         res.append(RiskResourceTable(resource=name, coldStart=float(to_list(
@@ -730,13 +776,17 @@ def from_table(table) -> PeakRiskPolicy:
     pol.min_windows_ = np.array([r.min_windows for r in table.resources], np.int64)
     pol.calibration_ = np.array([r.calibration for r in table.resources], np.float64)
     pol.states_ = [[State(s.level, digits_key(s.bins, chain[s.level], k), s.multiplier,
-                          s.windows) for s in r.states] for r in table.resources]
+                          s.windows, ESTIMATORS.index(s.estimator)) for s in r.states]
+                   for r in table.resources]
+    pol.estimators = tuple(sorted({ESTIMATORS[s.estimator] for st in pol.states_ for s in st},
+                                  key=ESTIMATORS.index)) or ESTIMATORS[:1]
     shape = (R, k, N_CODES)
     pol.multiplier_ = np.empty(shape)
+    pol.estimator_ = np.empty(shape, np.int64)
     pol.pooled_ = np.empty(shape, np.int64)
     pol.support_ = np.empty(shape, np.int64)
     for j, states in enumerate(pol.states_):
-        pol.multiplier_[j], pol.pooled_[j], pol.support_[j] = cells_from_states(
-            states, table.uses_phase, k)
+        pol.multiplier_[j], pol.estimator_[j], pol.pooled_[j], pol.support_[j] = \
+            cells_from_states(states, table.uses_phase, k)
     pol.fit_report_ = [dict(d) for d in table.fit] if table.fit else [{} for _ in range(R)]
     return pol
