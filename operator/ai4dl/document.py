@@ -315,9 +315,9 @@ class RiskResourceTable(_Strict):
 class RiskTable(_Strict):
     """A fitted :class:`ai4dl.policy.peak.PeakRiskPolicy` (``peak-risk``, or the phase-blind
     ``peak-risk-blind``): the running maximum (or the last window's max) × a multiplier per
-    state, fitted for at most ``maxRisk`` of windows at risk. ``levels`` is the pooling chain, finest first: a state at
-    level i is keyed by the bins of ``levels[i]``'s features; a window takes the first level
-    whose key has a state (none: the largest multiplier)."""
+    state, fitted for at most ``maxRisk`` of windows at risk. ``levels`` is the pooling chain,
+    finest first: a state at level i is keyed by the bins of ``levels[i]``'s features; a window
+    takes the first level whose key has a state (none: the largest multiplier)."""
     name: str = Field(min_length=1)
     uses_phase: bool = Field(alias="usesPhase")
     phases: int = Field(ge=1, le=MAX_PHASES)                   # phase rows (1: phase-blind)

@@ -12,7 +12,9 @@ to hold, or less right after the peak) or is still growing (then it needs head-r
 Allocation. Row 0 (cold start, nothing seen) is the ``1 − max_risk`` quantile of the training
 executions' first-window peaks (:func:`ai4dl.policy.headroom.first_window_level`), as the
 head-room tables'. Row w >= 1 is, per resource, ``M_w × c[state_w]``: ``M_w`` the maximum of
-every sample before window w, ``c`` a multiplier per state.
+every sample before window w, ``c`` a multiplier per state — or, in the states where the fit
+finds it cheaper at the same risk, ``L_w × c[state_w]`` with ``L_w`` the last window's max
+(:data:`ESTIMATORS`: where usage has left its peak for good, the peak is the wrong base).
 
 State, per resource, from the windows before w only (the bins are :data:`ELAPSED_EDGES` ...):
 
@@ -32,14 +34,16 @@ next coarser level, and what is left at the end shares one global multiplier. So
 multiplier but the global one is fitted on at least ``min_windows`` windows: an estimate of its
 state's tail, not one lucky window.
 
-Fit (per resource), a Lagrangian over states: minimise the total allocation Σ_w c[s_w] M_w L_w
-(L_w the window's samples) subject to the share of training windows at risk (window max >
-allocation) <= ``max_risk``. Per state the candidates are its sorted ratios window max ÷ M
-(c = the j-th covers j windows); the lower convex hull of (windows covered, cost) per state, and
-the hull's segments taken cheapest-per-covered-window first until the risk is met, is the
-Lagrangian solution (every price λ of a covered window gives one point of it). A per-state cap
-(``state_risk``, default 5 × ``max_risk``) keeps the optimiser from buying savings by leaving
-one state (e.g. every pod's second window) at risk most of the time.
+Fit (per resource), a Lagrangian over states: minimise the total allocation Σ_w c[s_w] M_w n_w
+(n_w the window's samples) subject to the share of training windows at risk (window max >
+allocation) <= ``max_risk``. Per state the candidates are its sorted ratios window max ÷ base,
+for each base (c = the j-th covers j windows); the lower convex hull of (windows covered, cost)
+per state, and the hull's segments taken cheapest-per-covered-window first until the risk is
+met, is the Lagrangian solution (every price λ of a covered window gives one point of it), but
+for the last segment, which stops at the candidate that meets the risk exactly (see
+:func:`risk_lagrangian`). A per-state cap (``state_risk``, default 5 × ``max_risk``) keeps the
+optimiser from buying savings by leaving one state (e.g. every pod's second window) at risk
+most of the time.
 
 Calibration and ``min_windows``, out of fold. Multipliers fitted on the windows they are scored
 on are optimistic (a state's max is a lucky draw of its tail). So the training executions are
