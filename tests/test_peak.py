@@ -289,7 +289,7 @@ def test_nothing_to_learn_is_the_running_max():
 def test_phase_blind_ignores_phases():
     usages, phases = spike_jobs(n_exec=20)
     p = PeakRiskPolicy(max_risk=0.05, use_phase=False, min_windows=30).fit(usages, None, 10)
-    assert p.name == "peak-risk-blind" and not p.needs_phases and p.multiplier_.shape[1] == 1
+    assert p.name == "peak-risk" and not p.needs_phases and p.multiplier_.shape[1] == 1
     np.testing.assert_array_equal(p.allocate(usages[0], None, 10, None, 15.0),
                                   p.allocate(usages[0], phases[0], 10, None, 15.0))
 
@@ -352,8 +352,8 @@ def model_with_risk_tables(fitted_model, synthetic_train):
     m.risk_tables_ = [to_table(p) for p in (
         PeakRiskPolicy(max_risk=0.05, min_windows=20).fit(
             data.usage, data.phases, 20, m.n_phases_, ("memory",)),
-        PeakRiskPolicy(max_risk=0.05, use_phase=False, min_windows=20).fit(
-            data.usage, None, 20, None, ("memory",)))]
+        PeakRiskPolicy(max_risk=0.05, use_phase=False, min_windows=20,
+                       name="peak-risk-blind").fit(data.usage, None, 20, None, ("memory",)))]
     return m, data
 
 

@@ -107,7 +107,7 @@ def probe(name: str, seed: int) -> dict:
     t1 = time.perf_counter()
     for name_p, use_phase in (("peak-risk", True), ("peak-risk-blind", False)):
         for s in RISKS:
-            pol = PeakRiskPolicy(max_risk=s, use_phase=use_phase, seed=seed).fit(
+            pol = PeakRiskPolicy(max_risk=s, use_phase=use_phase, seed=seed, name=name_p).fit(
                 tr.usage, tr.phases if use_phase else None, window,
                 model.n_phases_ if use_phase else None, ("memory",), groups=tr.groups)
             alloc = [r[:, 0] for r in replay(te, pol, window).allocations]

@@ -483,7 +483,10 @@ class PeakRiskPolicy:
     f in :data:`MIN_WINDOWS_FACTORS`; ``calibrate`` scales the multipliers by the out-of-fold
     factor; ``folds`` the executions are split in for both, by group, shuffled with ``seed``
     (fewer than 2 groups: no selection, no calibration); ``state_risk`` None is
-    :data:`STATE_RISK_FACTOR` × ``max_risk`` (0 switches the cap off).
+    :data:`STATE_RISK_FACTOR` × ``max_risk`` (0 switches the cap off); ``estimators`` the bases
+    a state may multiply (:data:`ESTIMATORS`); ``name`` defaults to ``peak-risk`` with or
+    without the phase (the phase-blind control is named ``peak-risk-blind`` by whoever fits it
+    as one: the probe, a document table of that name).
     """
 
     needs_phases: bool
@@ -500,7 +503,9 @@ class PeakRiskPolicy:
         self.seed = seed
         self.state_risk = state_risk
         self.estimators = tuple(estimators)
-        self.name = name or ("peak-risk" if use_phase else "peak-risk-blind")
+        # one name with or without the phase (auto and the evaluator register "peak-risk" and
+        # fit it phase-blind where there is no phase model); name the control explicitly
+        self.name = name or "peak-risk"
 
     @property
     def needs_phases(self) -> bool:
