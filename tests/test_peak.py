@@ -453,3 +453,15 @@ def test_describe_shows_the_risk_tables(model_with_risk_tables, tmp_path, capsys
     assert "## Risk table: peak-risk (fitted for at most 5 % of windows at risk" in out
     assert "## Risk table: peak-risk-blind" in out and "min_windows 20" in out
     assert "every other window" in out
+
+
+def test_a_choice_of_peak_risk_needs_its_table(model_with_risk_tables):
+    from ai4dl.errors import ModelError
+
+    m, _ = model_with_risk_tables
+    doc = json.loads(m.to_document().model_dump_json(by_alias=True, exclude_none=True))
+    doc["policyChoice"] = {"resources": ["memory"], "winners": ["peak-risk"], "targets": [0.99]}
+    assert PhaseModel.from_document(doc).policy_choice_.winners == ["peak-risk"]
+    doc.pop("riskTables")
+    with pytest.raises(ModelError, match="riskTables has no peak-risk table"):
+        PhaseModel.from_document(doc)

@@ -368,7 +368,7 @@ class RiskTable(_Strict):
 
 #: Policies a PhaseModel can serve window by window (ai4dl.policy.online.SERVABLE).
 SERVABLE_NAMES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
-                  "phase-proactive")
+                  "phase-proactive", "peak-risk")
 
 
 class PolicyChoice(_Strict):
@@ -467,12 +467,16 @@ class PhaseModelDocument(_Strict):
                 raise ValueError(f"policyChoice needs schemaVersion {SCHEMA_VERSION}")
             tables = {t.name: {r.resource for r in t.resources}
                       for t in self.policy_tables or []}
+            risk = {t.name: {r.resource for r in t.resources} for t in self.risk_tables or []}
             names = [f.name for f in self.features]
             for res, w in zip(self.policy_choice.resources, self.policy_choice.winners):
                 if res not in names:
                     raise ValueError(f"policyChoice: no feature {res!r}")
                 if w in ("phase-headroom", "burst-headroom") and res not in tables.get(w, ()):
                     raise ValueError(f"policyChoice: {res} is served by {w}, but policyTables "
+                                     f"has no {w} table for it")
+                if w == "peak-risk" and res not in risk.get(w, ()):
+                    raise ValueError(f"policyChoice: {res} is served by {w}, but riskTables "
                                      f"has no {w} table for it")
         return self
 
