@@ -14,6 +14,7 @@ import copy
 
 from ai4dl.policy.headroom import ESTIMATORS, HeadroomPolicy
 from ai4dl.policy.online import OwnHistory, next_allocation, next_allocations
+from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
                                    PhasePolicy, PhaseProactive)
 
@@ -41,6 +42,10 @@ def tables():
         every.estimator_.shape)
     every.name = "every-estimator"
     out["every"] = every
+    # peak-risk, with and without the phase (small min_windows: many states in use)
+    out["peak"] = PeakRiskPolicy(max_risk=0.05, min_windows=8).fit(us, ps, 10, K)
+    out["peak-blind"] = PeakRiskPolicy(max_risk=0.05, use_phase=False, min_windows=8).fit(
+        us, None, 10)
     return out
 
 
@@ -48,7 +53,8 @@ def _policies(tables):
     levels = np.array([[1.0, 2.0], [3.0, 6.0], [8.0, 9.0]])
     P = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]])
     dwell = np.array([4.0, 12.0, 7.0])
-    out = [AdaptiveMax(), AdaptiveStat(), tables["phase"], tables["burst"], tables["every"]]
+    out = [AdaptiveMax(), AdaptiveStat(), tables["phase"], tables["burst"], tables["every"],
+           tables["peak"], tables["peak-blind"]]
     for scope in ("model", "execution"):
         for reader in ("last", "majority", "max"):
             out.append(PhasePolicy(levels, 0.05, reader, scope))
@@ -58,6 +64,7 @@ def _policies(tables):
     # what auto serves for a resource judged by windows at risk
     out.append(Calibrated(tables["phase"], (1.0, 1.07)))
     out.append(PerResource((AdaptiveStat(), Calibrated(AdaptiveMax(), (1.0, 1.05)))))
+    out.append(PerResource((AdaptiveMax(), tables["peak"])))
     return out
 
 
@@ -129,3 +136,46 @@ def test_the_batched_call_gives_every_containers_row(tables):
         want = np.stack([next_allocation(pol, la, ph, o)
                          for la, ph, o in zip(lasts, phases, owns)])
         np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=getattr(pol, "name", ""))
+
+
+def test_peak_risk_state_round_trips_and_an_old_record_is_served_cautiously(tables):
+    pol = tables["peak"]
+    rng = np.random.default_rng(5)
+    usage, phases = _execution(rng, 120)
+    W = 10
+    own = OwnHistory.of(usage, phases, K, W)
+    assert own.windows == 12
+    back = OwnHistory.from_json(json.loads(json.dumps(own.to_json())))
+    assert back.windows == 12
+    np.testing.assert_array_equal(back.since_high, own.since_high)
+    np.testing.assert_allclose(back.low_since_high, own.low_since_high, rtol=1e-8)
+    last, last_ph = usage[-W:], phases[-W:]
+    np.testing.assert_allclose(next_allocation(pol, last, last_ph, back),
+                               pol.allocate(usage, phases, W, None, 15.0)[-1], rtol=1e-8)
+    # a record written before peak-risk's state was kept: windows seen from its samples, and,
+    # not knowing the windows since its last new high, the most cautious multiplier of any
+    # state with that many windows and that phase -- never less than the table would give
+    old = {k: v for k, v in own.to_json().items() if k not in ("nw", "hs", "hl")}
+    rec = OwnHistory.from_json(old)
+    assert rec.windows == -1 and (rec.since_high == -1).all()
+    assert np.isnan(rec.low_since_high).all()
+    got = next_allocation(pol, last, last_ph, rec)
+    want = own.peak * pol.cautious(np.array([12]), np.array([last_ph[-1]]))[0]
+    np.testing.assert_allclose(got, want)
+    assert (got >= next_allocation(pol, last, last_ph, own) - 1e-9).all()
+    # it stays unknown (and JSON keeps it so) until the next new high makes it known
+    rec.add(np.minimum(usage[:W], own.peak), phases[:W])
+    assert (rec.since_high == -1).all() and "hs" not in rec.to_json()
+    rec.add(usage[:W] + own.peak + 1.0, phases[:W])
+    assert (rec.since_high == 0).all() and rec.windows == -1
+    np.testing.assert_allclose(rec.low_since_high, (usage[:W] + own.peak + 1.0).max(0))
+    back = OwnHistory.from_json(json.loads(json.dumps(rec.to_json())))
+    assert (back.since_high == 0).all() and back.windows == -1
+    # a fresh history and one rebased to another model keep (or start) the state
+    assert OwnHistory(K, 2).windows == 0
+    rb = own.rebased(5)
+    assert rb.windows == 12 and (rb.since_high == own.since_high).all()
+    for bad in ({**own.to_json(), "hs": [1]}, {**own.to_json(), "hs": [-3, 0]},
+                {k: v for k, v in own.to_json().items() if k != "hl"}):
+        with pytest.raises(ValueError, match="not an own-history record"):
+            OwnHistory.from_json(bad)

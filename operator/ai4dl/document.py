@@ -269,9 +269,106 @@ class HeadroomTable(_Strict):
         return self
 
 
+#: The peak-risk policy's state features (ai4dl.policy.peak.FEATURES) and the phase.
+RISK_FEATURE_NAMES = ("phase", "elapsed", "since", "ratio", "dip")
+
+
+class RiskFeature(_Strict):
+    """One state feature of a peak-risk table and its bins: bin b holds [edges[b],
+    edges[b+1])."""
+    name: Literal[RISK_FEATURE_NAMES[1:]]
+    edges: list[Finite] = Field(min_length=1, max_length=64)
+
+    @field_validator("edges")
+    @classmethod
+    def _increasing(cls, v: list[float]) -> list[float]:
+        if any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError("edges must increase strictly")
+        return v
+
+
+#: What a peak-risk state's multiplier multiplies (ai4dl.policy.peak.ESTIMATORS): the running
+#: maximum, or the last window's max.
+RISK_ESTIMATOR_NAMES = ("peak", "last")
+
+
+class RiskState(_Strict):
+    """A fitted state: its pooling level (index into the table's ``levels``), its bin of each
+    of the level's features (in the level's order), the level it multiplies (``estimator``),
+    the multiplier and the training windows it was fitted on."""
+    level: int = Field(ge=0)
+    bins: list[Annotated[int, Field(ge=0)]]
+    estimator: Literal[RISK_ESTIMATOR_NAMES] = "peak"
+    multiplier: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    windows: int = Field(ge=0)
+
+
+class RiskResourceTable(_Strict):
+    """One resource of a peak-risk table."""
+    resource: str = Field(min_length=1)
+    cold_start: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(alias="coldStart")
+    min_windows: int = Field(ge=1, alias="minWindows")
+    calibration: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    states: list[RiskState] = Field(max_length=4096)
+
+
+class RiskTable(_Strict):
+    """A fitted :class:`ai4dl.policy.peak.PeakRiskPolicy` (``peak-risk``, or the phase-blind
+    ``peak-risk-blind``): the running maximum (or the last window's max) × a multiplier per
+    state, fitted for at most ``maxRisk`` of windows at risk. ``levels`` is the pooling chain,
+    finest first: a state at level i is keyed by the bins of ``levels[i]``'s features; a window
+    takes the first level whose key has a state (none: the largest multiplier)."""
+    name: str = Field(min_length=1)
+    uses_phase: bool = Field(alias="usesPhase")
+    phases: int = Field(ge=1, le=MAX_PHASES)                   # phase rows (1: phase-blind)
+    max_risk: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(alias="maxRisk")
+    window_samples: int = Field(ge=1, alias="windowSamples")
+    features: list[RiskFeature] = Field(min_length=1, max_length=len(RISK_FEATURE_NAMES))
+    levels: list[list[Literal[RISK_FEATURE_NAMES]]] = Field(min_length=1, max_length=16)
+    resources: list[RiskResourceTable] = Field(min_length=1)
+    fit: list[dict[str, Finite]] | None = None                 # per resource, the fit report
+
+    @model_validator(mode="after")
+    def _agree(self) -> "RiskTable":
+        names = [f.name for f in self.features]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: a feature is listed twice")
+        if not self.uses_phase and self.phases != 1:
+            raise ValueError(f"{self.name}: a phase-blind table has one phase row")
+        sizes = {"phase": self.phases, **{f.name: len(f.edges) for f in self.features}}
+        for i, lv in enumerate(self.levels):
+            unknown = [f for f in lv if f not in sizes]
+            if unknown or len(set(lv)) != len(lv):
+                what = unknown[0] if unknown else "a feature twice"
+                raise ValueError(f"{self.name}: levels[{i}] names {what} (features: "
+                                 f"{', '.join(sizes)})")
+            if "phase" in lv and not self.uses_phase:
+                raise ValueError(f"{self.name}: a phase-blind table has no phase level")
+        for r in self.resources:
+            seen = set()
+            for st in r.states:
+                if st.level >= len(self.levels):
+                    raise ValueError(f"{self.name}.{r.resource}: state at level {st.level}, "
+                                     f"the table has {len(self.levels)}")
+                lv = self.levels[st.level]
+                if len(st.bins) != len(lv) or any(b >= sizes[f] for f, b in zip(lv, st.bins)):
+                    raise ValueError(f"{self.name}.{r.resource}: state bins {st.bins} do not "
+                                     f"fit level {st.level} ({', '.join(lv) or 'global'})")
+                key = (st.level, tuple(st.bins))
+                if key in seen:
+                    raise ValueError(f"{self.name}.{r.resource}: state {key} listed twice")
+                seen.add(key)
+        if len({r.resource for r in self.resources}) != len(self.resources):
+            raise ValueError(f"{self.name}: a resource is listed twice")
+        if self.fit is not None and len(self.fit) != len(self.resources):
+            raise ValueError(f"{self.name}: fit has {len(self.fit)} entries for "
+                             f"{len(self.resources)} resources")
+        return self
+
+
 #: Policies a PhaseModel can serve window by window (ai4dl.policy.online.SERVABLE).
 SERVABLE_NAMES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
-                  "phase-proactive")
+                  "phase-proactive", "peak-risk")
 
 
 class PolicyChoice(_Strict):
@@ -329,6 +426,8 @@ class PhaseModelDocument(_Strict):
     prototypes: list[Prototype] = []
     fit: FitReport | None = None
     policy_tables: list[HeadroomTable] | None = Field(None, alias="policyTables")
+    #: fitted peak-risk tables (optional, additive in v2: documents without them load as before)
+    risk_tables: list[RiskTable] | None = Field(None, alias="riskTables")
     policy_choice: PolicyChoice | None = Field(None, alias="policyChoice")
 
     @model_validator(mode="after")
@@ -373,17 +472,32 @@ class PhaseModelDocument(_Strict):
                 for r in t.resources:
                     if r.resource not in names:
                         raise ValueError(f"policyTables.{t.name}: no feature {r.resource!r}")
+        if self.risk_tables is not None:
+            if self.schema_version == SCHEMA_V1:
+                raise ValueError(f"riskTables needs schemaVersion {SCHEMA_VERSION}")
+            names = [f.name for f in self.features]
+            for t in self.risk_tables:
+                if t.uses_phase and t.phases != k:
+                    raise ValueError(f"riskTables.{t.name}: {t.phases} phase rows for a model "
+                                     f"with {k} phases")
+                for r in t.resources:
+                    if r.resource not in names:
+                        raise ValueError(f"riskTables.{t.name}: no feature {r.resource!r}")
         if self.policy_choice is not None:
             if self.schema_version == SCHEMA_V1:
                 raise ValueError(f"policyChoice needs schemaVersion {SCHEMA_VERSION}")
             tables = {t.name: {r.resource for r in t.resources}
                       for t in self.policy_tables or []}
+            risk = {t.name: {r.resource for r in t.resources} for t in self.risk_tables or []}
             names = [f.name for f in self.features]
             for res, w in zip(self.policy_choice.resources, self.policy_choice.winners):
                 if res not in names:
                     raise ValueError(f"policyChoice: no feature {res!r}")
                 if w in ("phase-headroom", "burst-headroom") and res not in tables.get(w, ()):
                     raise ValueError(f"policyChoice: {res} is served by {w}, but policyTables "
+                                     f"has no {w} table for it")
+                if w == "peak-risk" and res not in risk.get(w, ()):
+                    raise ValueError(f"policyChoice: {res} is served by {w}, but riskTables "
                                      f"has no {w} table for it")
         return self
 

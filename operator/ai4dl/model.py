@@ -222,6 +222,7 @@ class PhaseModel:
             # fitted policies and auto's choice (schema v2), kept as the document's own
             # objects: the core does not import the policies (ai4dl.policy.serving reads them)
             policyTables=list(getattr(self, "policy_tables_", None) or []) or None,
+            riskTables=list(getattr(self, "risk_tables_", None) or []) or None,
             policyChoice=getattr(self, "policy_choice_", None),
         )
 
@@ -255,6 +256,7 @@ class PhaseModel:
         m.fit_report_ = d.fit
         m.k_selection_ = d.fit.k_selection if d.fit else None
         m.policy_tables_ = list(d.policy_tables or [])
+        m.risk_tables_ = list(d.risk_tables or [])
         m.policy_choice_ = d.policy_choice
         return m
 

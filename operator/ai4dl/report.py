@@ -79,6 +79,15 @@ def describe(model: PhaseModel) -> str:
         for t in model.policy_tables_:
             out += headroom_section(from_table(t))
 
+    if getattr(model, "risk_tables_", None):
+        from ai4dl.policy.peak import from_table as risk_from_table
+
+        for t in model.risk_tables_:
+            try:
+                out += risk_section(risk_from_table(t))
+            except ValueError as err:         # a table of another version's bins
+                out += [f"## Risk table: {t.name}", "", f"not readable here: {err}", ""]
+
     r = model.fit_report_
     if r is not None:
         out += ["## Fit", "",
@@ -141,4 +150,33 @@ def headroom_section(policy) -> list[str]:
                      f"{int(rep['reference_short_windows'])}")
         out += [f"### {res} (cold start: {policy.cold_start_[r]:.4g}{extra})", "",
                 _table(["phase"] + cols, rows), ""]
+    return out
+
+
+def risk_section(policy) -> list[str]:
+    """Markdown lines: a fitted peak-risk table, per resource one row per fitted state (the
+    pooling level and bins that define it, the level it multiplies, the multiplier, the
+    training windows behind it); a window takes the first state along the rows' levels that
+    holds it."""
+    out = [f"## Risk table: {policy.name} (fitted for at most {100 * policy.max_risk:g} % of "
+           f"windows at risk, windows of {policy.window_} samples)", "",
+           "Each row: a state (the bins of its pooling level's features; finer levels first), "
+           "the level its multiplier multiplies (peak: the running maximum; last: the last "
+           "window's max), the multiplier (out-of-fold calibration included) and the training "
+           "windows it was fitted on.", ""]
+    rows_by_res: dict = {}
+    for row in policy.state_rows():
+        rows_by_res.setdefault(row["resource"], []).append(
+            [row["level"], row["state"], row["estimator"], f"{row['multiplier']:.3f}",
+             str(row["windows"])])
+    for r, res in enumerate(policy.resources_):
+        rep = policy.fit_report_[r] if policy.fit_report_ else {}
+        risk = rep.get("train_risk")
+        extra = f"; at risk on its training windows: {100 * risk:.2f} %" if risk is not None \
+            else ""
+        out += [f"### {res} (cold start: {policy.cold_start_[r]:.4g}; min_windows "
+                f"{int(policy.min_windows_[r])}; calibration × {policy.calibration_[r]:.3f}"
+                f"{extra})", "",
+                _table(["level", "state", "estimator", "multiplier", "windows"],
+                       rows_by_res.get(res, [])), ""]
     return out

@@ -185,6 +185,10 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
             tables[name] = build_candidate(name, data, window, model,
                                            table_fulfilment(objectives))
     model.policy_tables_ = [to_table(tables[n]) for n in LEARNED]
+    # a peak-risk winner is served from its table in the document (riskTables)
+    from ai4dl.policy.peak import to_table as risk_to_table
+
+    model.risk_tables_ = [risk_to_table(p) for p in choice.risk_tables] or None
     model.policy_choice_ = PolicyChoice(resources=list(resources),
                                         winners=list(choice.winners),
                                         targets=list(choice.targets), reason=choice.reason[:2000],

@@ -83,6 +83,20 @@ class AutoChoice:
     calibration: tuple = ()             # per resource: the served factor (1: none)
 
     @property
+    def risk_tables(self) -> list:
+        """The fitted peak-risk tables among the winners (distinct; refit on all training
+        executions, seen through a calibration): what the trainer stores in the model document
+        (``risk_tables_``)."""
+        from ai4dl.policy.peak import PeakRiskPolicy
+
+        out: list = []
+        for p in getattr(self.policy, "policies", None) or (self.policy,):
+            p = getattr(p, "policy", p)          # Calibrated wraps; peak-risk never is
+            if isinstance(p, PeakRiskPolicy) and all(p is not q for q in out):
+                out.append(p)
+        return out
+
+    @property
     def tables(self) -> list:
         """The fitted head-room tables among the winners (distinct; refit on all training
         executions): what the trainer stores in the model document (``policy_tables_``)."""
@@ -140,9 +154,11 @@ def build_candidate(name: str, train, window: int, model=None, target: float = D
         from ai4dl.policy.peak import PeakRiskPolicy
 
         use_phase = model is not None and all(train.phases[i] is not None for i in idx)
+        # out-of-fold calibration by workload: a job's executions are never on both sides
+        groups = [train.groups[i] for i in idx] if train.groups else None
         return PeakRiskPolicy(max_risk=1.0 - target, use_phase=use_phase).fit(
             [train.usage[i] for i in idx], [train.phases[i] for i in idx] if use_phase else None,
-            window, model.n_phases_ if use_phase else None, resources)
+            window, model.n_phases_ if use_phase else None, resources, groups=groups)
     if name in ("phase", "phase-proactive"):
         if model is None:
             raise ValueError(f"{name} needs a phase model")

@@ -11,7 +11,9 @@ from the past beyond the last window is small, and additive:
 - the run of the current phase: which phase, how many samples so far (phase-proactive's
   dwell rule);
 - per window: the maxima of the last two windows and their exponentially weighted average
-  (the head-room table's ``max-2w`` and ``ewma-max``).
+  (the head-room table's ``max-2w`` and ``ewma-max``);
+- per resource, the peak-risk policy's state (:class:`ai4dl.policy.peak.RunningPeak`): windows
+  seen, windows since the last new high and the lowest window max since then.
 
 :class:`OwnHistory` keeps exactly that (a few hundred bytes per container; the operator keeps
 it in memory and in the pod's state annotation), and :func:`next_allocation` computes, from the
@@ -29,6 +31,7 @@ import numpy as np
 
 from ai4dl.policy.auto import SERVABLE
 from ai4dl.policy.headroom import EWMA_WEIGHT, K_STD, HeadroomPolicy, burstiness
+from ai4dl.policy.peak import PeakRiskPolicy, state_codes
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
                                    PhasePolicy, PhaseProactive, read_phase, stat_bound)
 
@@ -54,6 +57,11 @@ class OwnHistory:
     window_max: np.ndarray = field(default=None)   # (R,) max of the last window (NaN: none)
     previous_max: np.ndarray = field(default=None)  # (R,) max of the window before it
     ewma_max: np.ndarray = field(default=None)     # (R,) EWMA of the window maxima
+    # peak-risk's state; -1 / NaN: unknown (a record written before they were kept, see
+    # from_json: served cautiously until known again)
+    windows: int = 0                               # windows added (-1: unknown)
+    since_high: np.ndarray = field(default=None)   # (R,) windows since the last new high
+    low_since_high: np.ndarray = field(default=None)  # (R,) lowest window max since then
 
     def __post_init__(self):
         k, R = self.n_phases, self.n_resources
@@ -67,6 +75,11 @@ class OwnHistory:
         for name in ("window_max", "previous_max", "ewma_max"):
             v = getattr(self, name)
             setattr(self, name, np.full(R, np.nan) if v is None else np.asarray(v, np.float64))
+        self.windows = int(self.windows)
+        self.since_high = (np.zeros(R, np.int64) if self.since_high is None
+                           else np.asarray(self.since_high, np.int64).reshape(R))
+        self.low_since_high = (np.full(R, np.nan) if self.low_since_high is None
+                               else np.asarray(self.low_since_high, np.float64).reshape(R))
 
     @classmethod
     def of(cls, usage: np.ndarray, phases: np.ndarray | None, n_phases: int,
@@ -77,7 +90,9 @@ class OwnHistory:
 
     def _windows(self) -> dict:
         return {"window_max": self.window_max.copy(), "previous_max": self.previous_max.copy(),
-                "ewma_max": self.ewma_max.copy()}
+                "ewma_max": self.ewma_max.copy(), "windows": self.windows,
+                "since_high": self.since_high.copy(),
+                "low_since_high": self.low_since_high.copy()}
 
     def copy(self) -> "OwnHistory":
         return OwnHistory(self.n_phases, self.n_resources, self.count.copy(), self.s1.copy(),
@@ -100,8 +115,19 @@ class OwnHistory:
         if not len(u):
             return self
         step = len(u) if window is None else int(window)
+        peak = self.peak.copy()
         for lo in range(0, len(u), step):
             mx = u[lo: lo + step].max(0)
+            # peak-risk's state (the running form of ai4dl.policy.peak.RunningPeak; an unknown
+            # since_high (-1) stays unknown until the next new high)
+            new = mx > peak
+            known = self.since_high >= 0
+            self.low_since_high = np.where(new, mx, np.where(
+                known, np.fmin(self.low_since_high, mx), np.nan))
+            self.since_high = np.where(new, 0, np.where(known, self.since_high + 1, -1))
+            peak = np.maximum(peak, mx)
+            if self.windows >= 0:
+                self.windows += 1
             self.previous_max = self.window_max
             self.window_max = mx
             self.ewma_max = np.where(np.isfinite(self.ewma_max), EWMA_WEIGHT * mx
@@ -161,7 +187,13 @@ class OwnHistory:
                 "max": r(np.where(np.isfinite(self.peak), self.peak, 0.0)),
                 "run": [self.run_phase, self.run_length],
                 **{key: r(v) for key, v in (("wm", self.window_max), ("wp", self.previous_max),
-                                            ("ew", self.ewma_max)) if np.all(np.isfinite(v))}}
+                                            ("ew", self.ewma_max)) if np.all(np.isfinite(v))},
+                # peak-risk's state, only where known (an absent key loads as unknown)
+                **({"nw": self.windows} if self.windows >= 0 else {}),
+                **({"hs": [int(v) for v in self.since_high],
+                    "hl": r(self.low_since_high)}
+                   if (self.since_high >= 0).all() and np.isfinite(self.low_since_high).all()
+                   else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "OwnHistory":
@@ -174,7 +206,18 @@ class OwnHistory:
                       np.asarray(d["t1"], float).reshape(R), np.asarray(d["t2"], float).reshape(R),
                       np.asarray(d["max"], float).reshape(R), int(d["run"][0]), int(d["run"][1]),
                       *(np.asarray(d[key], float).reshape(R) if key in d else None
-                        for key in ("wm", "wp", "ew")))
+                        for key in ("wm", "wp", "ew")),
+                      # written before peak-risk's state was kept: unknown (-1, NaN), unless
+                      # nothing was seen yet (then there is nothing to know)
+                      windows=int(d["nw"]) if "nw" in d else (0 if float(d["n"]) == 0 else -1),
+                      since_high=(np.asarray(d["hs"], np.int64).reshape(R) if "hs" in d else
+                                  np.full(R, 0 if float(d["n"]) == 0 else -1, np.int64)),
+                      low_since_high=(np.asarray(d["hl"], float).reshape(R) if "hl" in d
+                                      else None))
+            if ("hs" in d) != ("hl" in d) or out.windows < -1 or \
+                    (out.since_high < -1).any() or \
+                    ("hl" in d and not np.all(np.isfinite(out.low_since_high))):
+                raise ValueError("peak-risk state incomplete or out of range")
         except (KeyError, TypeError, ValueError, IndexError) as err:
             raise ValueError(f"not an own-history record: {err}") from None
         arrays = (out.count, out.s1, out.s2, out.t1, out.t2, out.peak,
@@ -249,6 +292,8 @@ def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
         lv = np.stack([last_max, lasts.mean(1) + K_STD * lasts.std(1), lasts[:, -1],
                        np.median(lasts, 1), own, max2, ewma], 1)           # (P, E, R)
         return policy._lookup(lv, burstiness(lasts), cur)
+    if isinstance(policy, PeakRiskPolicy):
+        return _peak_risk(policy, lasts, last_phases, owns)
     if isinstance(policy, (PhasePolicy, PhaseProactive)):
         out = np.empty((P, lasts.shape[2]))
         for i in range(P):
@@ -261,6 +306,31 @@ def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
         return out * _margin(policy)
     raise ValueError(f"policy {getattr(policy, 'name', policy)!r} cannot be served window by "
                      f"window (servable: {', '.join(SERVABLE)})")
+
+
+def _peak_risk(policy: PeakRiskPolicy, lasts: np.ndarray, last_phases: np.ndarray | None,
+               owns: list[OwnHistory]) -> np.ndarray:
+    """The peak-risk table for every container at once. A record that does not know its
+    windows seen (written before they were kept) counts them from its samples; one that does
+    not know its windows since the last new high gets, until its next new high, the largest
+    multiplier of any state with its windows seen and phase (:meth:`PeakRiskPolicy.cautious`)."""
+    W = lasts.shape[1]
+    peak = np.stack([o.peak for o in owns])                                    # (P, R)
+    since = np.stack([o.since_high for o in owns])
+    low = np.stack([o.low_since_high for o in owns])
+    windows = np.array([o.windows if o.windows >= 0 else max(1, int(o.n) // W)
+                        for o in owns], np.int64)
+    phase = (np.asarray(last_phases)[:, -1].astype(np.int64) if policy.use_phase else None)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(peak > 0, lasts.max(1) / np.where(peak > 0, peak, 1.0), 1.0)
+        dip = np.where(peak > 0, low / np.where(peak > 0, peak, 1.0), 1.0)
+    unknown = since < 0
+    code = state_codes(windows[:, None], np.maximum(since, 0), ratio,
+                       np.where(unknown, 1.0, dip))
+    out = policy.lookup(peak, lasts.max(1), code, phase)
+    if unknown.any():
+        out = np.where(unknown, peak * policy.cautious(windows, phase), out)
+    return out
 
 
 def _scoped(policy, own: OwnHistory) -> np.ndarray:

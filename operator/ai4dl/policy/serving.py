@@ -10,6 +10,9 @@ trainer (which scores what the operator would serve) and the evaluator's ``auto`
   ``adaptive-max`` is served, under the same safety chain, so a fresh install sizes pods from
   its first window on;
 - ``phase-headroom`` / ``burst-headroom``: the model's fitted head-room table of that name;
+- ``peak-risk`` / ``peak-risk-blind``: the model's fitted peak-risk table of that name
+  (``riskTables``: the running maximum × a multiplier per state, fitted for a share of windows
+  at risk; memory's policy);
 - ``phase`` / ``phase-proactive``: the model's phase statistics with the spec's statistic, k,
   margin, reader and scope;
 - ``adaptive-max`` / ``adaptive-stat``: the reactive policies (no model needed).
@@ -34,6 +37,7 @@ MANAGED = ("cpu", "memory")
 NATIVE_UNITS = {"cpu": "cores", "memory": "bytes"}
 BASELINE = "adaptive-max"
 TABLES = ("phase-headroom", "burst-headroom")
+RISK_TABLES = ("peak-risk", "peak-risk-blind")
 #: What ``auto`` serves the phase policies with: the execution's own statistics (the scope
 #: the trainer's choice scored; model-scope levels belong to other jobs' scale).
 AUTO_PHASE_OPTIONS = {"scope": "execution"}
@@ -129,13 +133,12 @@ class Served:
         table, or by the model's stored tables where another policy is served (a reactive
         policy has nothing to go on before a pod's first window); NaN where there is none,
         None when no resource has one. The admission webhook sets it at pod creation."""
-        from ai4dl.policy.headroom import HeadroomPolicy
-
         pols = getattr(self.policy, "policies", None) or (self.policy,) * len(self.resources)
         learned = (self.learned_cold_start if self.learned_cold_start is not None
                    else np.full(len(self.resources), np.nan))
-        out = np.array([p.cold_start_[j] if isinstance(p, HeadroomPolicy) else learned[j]
-                        for j, p in enumerate(pols)])
+        # the fitted tables (head-room, peak-risk) carry their own first-window level
+        out = np.array([p.cold_start_[j] if getattr(p, "cold_start_", None) is not None
+                        else learned[j] for j, p in enumerate(pols)])
         return None if np.isnan(out).all() else out
 
     def summary(self) -> str:
@@ -163,6 +166,23 @@ def build(name: str, model, resources: Sequence[str], window: int,
             raise ValueError(f"spec.model has no {name} table (fitted by the trainer from "
                              f"schema v2 on): retrain, or choose another spec.policy.kind")
         pol = from_table(table)
+        if tuple(pol.resources_) != tuple(resources):
+            raise ValueError(f"spec.model's {name} table is for {', '.join(pol.resources_)}, "
+                             f"the PhaseModel manages {', '.join(resources)}")
+        if pol.window_ != window:
+            raise ValueError(f"spec.model's {name} table was fitted for windows of "
+                             f"{pol.window_} samples, the PhaseModel's window is {window} "
+                             f"(windowSeconds / stepSeconds): retrain")
+        return pol
+    if name in RISK_TABLES:
+        from ai4dl.policy.peak import from_table as risk_from_table
+
+        table = next((t for t in getattr(model, "risk_tables_", None) or [] if t.name == name),
+                     None)
+        if table is None:
+            raise ValueError(f"spec.model has no {name} table (riskTables): retrain, or "
+                             f"choose another spec.policy.kind")
+        pol = risk_from_table(table)
         if tuple(pol.resources_) != tuple(resources):
             raise ValueError(f"spec.model's {name} table is for {', '.join(pol.resources_)}, "
                              f"the PhaseModel manages {', '.join(resources)}")
