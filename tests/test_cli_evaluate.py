@@ -311,3 +311,27 @@ def test_verdict_applies_the_bar_and_counts_seeds(full_run):
         c = r["first"]
         assert c["met"] == (c["cost"] <= c["reactive"] and c["short"] <= c["ref_short"]
                             and c["cost"] < c["vpa"])
+
+
+def test_restated_cpu_bar_is_the_mean_gap_within_one_standard_error():
+    from ai4dl.evaluation_report import restated_cpu_rows, restated_cpu_table
+
+    def with_krr(doc, krr):
+        doc["scores"]["krr"] = {"cpu": {"vs_oracle_at": {"0.97": krr}}}
+        return doc
+
+    # gaps to the better reactive policy: -1 %, +0.5 %, -0.5 %: mean -0.33 % <= 0
+    tie = [("t", with_krr(_doc(s, (c, 0), (1.0, 0), (1.01, 0), 1.2), 1.3))
+           for s, c in enumerate((0.99, 1.005, 0.995))]
+    (row,) = restated_cpu_rows(tie)
+    assert row["gap"] == pytest.approx(np.mean([-0.01, 0.005, -0.005]))
+    assert row["se"] == pytest.approx(np.std([-0.01, 0.005, -0.005], ddof=1) / np.sqrt(3))
+    assert row["met"] and row["vs_vpa"] < 0 and row["vs_krr"] < 0
+    # dearer by more than one standard error: missed
+    dear = [("d", _doc(s, (c, 0), (1.0, 0), (1.01, 0), 1.2))
+            for s, c in enumerate((1.02, 1.021, 1.019))]
+    assert not restated_cpu_rows(dear)[0]["met"]
+    # within the noise but above KRR on average: missed
+    above_krr = [("k", with_krr(d, 0.9)) for _, d in tie]
+    assert not restated_cpu_rows(above_krr)[0]["met"]
+    assert "**missed**" in restated_cpu_table(restated_cpu_rows(dear))

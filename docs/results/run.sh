@@ -54,7 +54,7 @@ for RD in majority max; do
      --policies adaptive-max,phase,oracle --markdown $R/gcd-execution-scope-reader-$RD.md
 done
 # The verdict: the default policy against the bar on four more split seeds (seed 0 is above)
-VP=adaptive-max,adaptive-stat,vpa,auto,oracle
+VP=adaptive-max,adaptive-stat,vpa,krr,auto,oracle
 for S in 1 2 3 4; do
   $A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 12 --seed $S --policies $VP --json $V/gcd-1h-s$S.json >/dev/null
   $A -q evaluate $D/gcd_vms/GCD_VMs.tar.gz --window 3 --seed $S --policies $VP --json $V/gcd-15min-s$S.json >/dev/null
