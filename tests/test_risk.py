@@ -162,3 +162,46 @@ def test_run_evaluation_reports_the_risk_view(synthetic_train):
             # more windows allowed at risk never costs more
             assert s.vs_oracle_risk_at[0.05] <= s.vs_oracle_risk_at[0.02]
     assert set(r.per_risk["burst-headroom"]) == {0.02, 0.05}
+
+
+def test_pick_at_risk_keeps_the_policy_fitted_to_the_share_unless_another_is_clearly_cheaper():
+    from ai4dl.policy.auto import bootstrap_risk_costs, pick_at_risk
+
+    rng = np.random.default_rng(3)
+    W, n_exec = 10, 30
+    scale = rng.uniform(1, 5, n_exec)
+    scale[1] = scale[0]
+    peak_windows = np.isin(np.arange(20), (5, 15))
+    usages = []
+    for L in scale:          # flat memory with a x2 peak in windows 5 and 15
+        mem = L * (1 + 0.001 * rng.random(200))
+        mem[np.repeat(peak_windows, W)] *= 2.0
+        usages.append(np.stack([np.full(200, 1.0), mem], 1))
+    data = _input(usages)
+
+    def rows(level_of):      # (21 rows: the replay keeps 20) per job
+        return Replay("x", [np.stack([np.ones(21), level_of(k)], 1) for k in range(n_exec)])
+
+    hold = lambda k: np.full(21, 2.1 * scale[k])                       # noqa: E731
+    knows = lambda k: np.where(np.append(peak_windows, False), 2.1, 1.05) * scale[k]  # noqa
+    reps = {"peak-risk": rows(hold),
+            # knows the peaks of every job: clearly cheaper
+            "far": rows(knows),
+            # knows them for one job and over-asks for another: cheaper on the point estimate,
+            # by less than the noise of which jobs were held out
+            "near": rows(lambda k: knows(k) if k == 0 else hold(k) * (1.3 if k == 1 else 1))}
+    only = list(range(n_exec))
+    sc = score(data, {**reps, "oracle": replay(data, Oracle(), W)}, W, targets=(),
+               risks=(0.02,))
+    costs = {n: sc[n][1].vs_oracle_risk_at[0.02] for n in reps}
+    assert costs["far"] < costs["near"] < costs["peak-risk"]
+    boot = bootstrap_risk_costs(data, reps, W, 1, 0.02, only, list(reps))
+    assert all(len(v) == 200 and np.isfinite(v).all() for v in boot.values())
+    assert costs["near"] - costs["peak-risk"] + np.std(boot["near"] - boot["peak-risk"]) > 0
+    assert pick_at_risk(data, reps, W, 1, 0.02, only, ["peak-risk", "near"], costs) == \
+        "peak-risk"
+    assert pick_at_risk(data, reps, W, 1, 0.02, only, ["peak-risk", "near", "far"],
+                        costs) == "far"
+    # without the fitted policy among the winners: the cheapest; none: the baseline
+    assert pick_at_risk(data, reps, W, 1, 0.02, only, ["near", "far"], costs) == "far"
+    assert pick_at_risk(data, reps, W, 1, 0.02, only, [], costs) == "adaptive-max"

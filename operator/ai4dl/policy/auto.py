@@ -236,6 +236,79 @@ def _scaled(rep, factor: float):
     return Replay(rep.policy, out)
 
 
+#: Bootstrap resamples (of the held-out executions) behind :func:`pick_at_risk`'s standard
+#: errors, and their seed.
+BOOTSTRAP = 200
+BOOTSTRAP_SEED = 0
+
+
+def bootstrap_risk_costs(data, replays: dict, window: int, j: int, share: float,
+                         only: Sequence[int], names: Sequence[str], n: int = BOOTSTRAP,
+                         seed: int = BOOTSTRAP_SEED) -> dict:
+    """name -> (n,) allocation ÷ oracle at the matched ``share`` of windows at risk on
+    resource ``j``, over ``n`` resamples (with replacement, seeded) of the executions ``only``:
+    the executions are the clusters (a job that peaks peaks in many of its windows), so the
+    spread of these costs is the cluster-robust noise of a comparison on these executions."""
+    from ai4dl.evaluate import matched_risk_multiplier
+
+    execs = [i for i in only if len(data.usage[i]) > window]
+    rng = np.random.default_rng(seed)
+    draws = [rng.integers(0, len(execs), len(execs)) for _ in range(n)] if execs else []
+
+    def parts(rep):
+        wm, al, cost, orc = [], [], [], []
+        for i in execs:
+            u = data.usage[i][:, j]
+            starts = np.arange(0, len(u), window)
+            mx = np.maximum.reduceat(u, starts)[1:]
+            size = np.diff(np.append(starts, len(u)))[1:]
+            a = rep.allocations[i][1: 1 + len(mx), j]
+            wm.append(mx)
+            al.append(a)
+            cost.append(float((a * size).sum()))
+            orc.append(float((mx * size).sum()))
+        return wm, al, np.array(cost), np.array(orc)
+
+    out = {}
+    for name in names:
+        wm, al, cost, orc = parts(replays[name])
+        vals = np.empty(len(draws))
+        for b, d in enumerate(draws):
+            m = matched_risk_multiplier(np.concatenate([wm[k] for k in d]),
+                                        np.concatenate([al[k] for k in d]), share)
+            o = orc[d].sum()
+            vals[b] = m * cost[d].sum() / o if o > 0 and np.isfinite(m) else np.inf
+        out[name] = vals
+    return out
+
+
+def pick_at_risk(data, replays: dict, window: int, j: int, share: float,
+                 only: Sequence[int], won: Sequence[str], costs: dict) -> str:
+    """Among the candidates that won against the baseline at the matched ``share`` (``won``,
+    their costs ``costs``), the one served. The candidate fitted to the share itself
+    (:data:`RISK_LEARNED`), when it won, is kept unless another is cheaper beyond one
+    cluster-robust standard error (:func:`bootstrap_risk_costs`): the others are fitted to
+    a share of samples and only rescaled, and a few windows decide a matched share on the
+    most recent executions. Without it, the cheapest. None won: the baseline."""
+    if not won:
+        return BASELINE
+    prior = next((n for n in RISK_LEARNED if n in won), None)
+    cheapest = min(won, key=lambda n: costs[n])
+    if prior is None or cheapest == prior:
+        return cheapest
+    boot = bootstrap_risk_costs(data, replays, window, j, share, only, won)
+    better = []
+    for name in won:
+        if name == prior:
+            continue
+        diff = boot[name] - boot[prior]
+        diff = diff[np.isfinite(diff)]
+        if len(diff) and costs[name] < costs[prior] and \
+                costs[name] - costs[prior] + float(np.std(diff)) < 0:
+            better.append(name)
+    return min(better, key=lambda n: costs[n]) if better else prior
+
+
 def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                   candidates: Sequence[str] = CANDIDATES, holdout: float = 0.3,
                   phase_options: dict | None = None,
@@ -316,7 +389,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                                                                   o.value, fit_idx)))
                        for n in (*names, "oracle")}
                 sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,))
-                best, best_cost = BASELINE, None
+                won = []
                 for name in names:
                     r = sc[name][j]
                     win = name != BASELINE and bool(wins_at_risk(sc, name, j, o.value,
@@ -326,9 +399,9 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                                                  float(r.oom_windows), float(r.risk_share),
                                                  win))
                     if win and (servable is None or name in servable):
-                        cost = r.vs_oracle_risk_at[o.value]
-                        if best_cost is None or cost < best_cost:
-                            best, best_cost = name, cost
+                        won.append(name)
+                best = pick_at_risk(train, cal, window, j, o.value, val_idx, won,
+                                    {n: sc[n][j].vs_oracle_risk_at[o.value] for n in won})
                 winners.append(best)
                 w = sc[best][j]
                 achieved.append({"fulfilment": float(w.fulfilment),
