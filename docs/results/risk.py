@@ -173,7 +173,7 @@ def cmd_table() -> int:
                      + (f" ± {100 * cal[1]:.2f} %" if math.isfinite(cal[1]) else "")
                      + f" of windows at risk against its {100 * OBJECTIVE:g} % objective ("
                      + ("within" if abs(cal[0] - OBJECTIVE) <= 0.005 else "outside")
-                     + f" ±0.5 points; one window is {100 / runs[0]["windows"]:.3f} points at "
+                     + f" ±0.5 points; one window is {100 / runs[0]['windows']:.3f} points at "
                      f"seed {seeds[0]}); {hist} of {runs[0]['executions']} held-out executions "
                      f"have workload history for the KRR replica at seed {seeds[0]}.")
     print("### The bars\n")
