@@ -614,17 +614,22 @@ def verdict_cell(doc: dict, resource: str, t: str, policy: str = "auto") -> dict
             "short_gap": (short - ref_short) / ref_short if ref_short else math.nan}
 
 
+def _runs_by_label(runs: Sequence[tuple[str, dict]]) -> dict[str, list[dict]]:
+    """label -> its documents in seed order."""
+    by_label: dict[str, list[dict]] = {}
+    for label, doc in runs:
+        by_label.setdefault(label, []).append(doc)
+    return {label: sorted(docs, key=lambda d: d["config"]["seed"])
+            for label, docs in by_label.items()}
+
+
 def verdict_rows(runs: Sequence[tuple[str, dict]], policy: str = "auto") -> list[dict]:
     """``runs``: (data-set label, ``ai4dl evaluate --json`` document), several split seeds per
     label. One row per (label, resource, target): the first seed's figures (the one the
     results tables show) and, over every seed, how often ``policy`` met the bar and its mean
     gaps (allocation vs the better reactive policy, windows short vs adaptive-max)."""
-    by_label: dict[str, list[dict]] = {}
-    for label, doc in runs:
-        by_label.setdefault(label, []).append(doc)
     rows = []
-    for label, docs in by_label.items():
-        docs = sorted(docs, key=lambda d: d["config"]["seed"])
+    for label, docs in _runs_by_label(runs).items():
         for resource in docs[0]["resources"]:
             for t in docs[0]["config"]["targets"]:
                 key = target_key(t)
@@ -688,12 +693,8 @@ def restated_cpu_rows(runs: Sequence[tuple[str, dict]], policy: str = "auto") ->
     its standard error over them (each seed holds out other jobs: the spread is the
     job-sampling noise), and its mean gaps to VPA and the KRR replica. Met when the mean gap is
     ≤ 0 within one standard error and ``policy`` is below VPA and the KRR replica on average."""
-    by_label: dict[str, list[dict]] = {}
-    for label, doc in runs:
-        by_label.setdefault(label, []).append(doc)
     rows = []
-    for label, docs in by_label.items():
-        docs = sorted(docs, key=lambda d: d["config"]["seed"])
+    for label, docs in _runs_by_label(runs).items():
         if "cpu" not in docs[0]["resources"]:
             continue
         for t in docs[0]["config"]["targets"]:

@@ -128,6 +128,26 @@ def _own_phase_levels(usage: np.ndarray, phases: np.ndarray | None, window: int)
     return mean + K_STD * np.sqrt(var)
 
 
+def check_table_call(policy, usage, phases, window) -> tuple[np.ndarray, np.ndarray | None]:
+    """The arguments of a fitted table's ``allocate`` (the head-room tables, peak-risk), checked
+    against what it was fitted for (window, resources, phases): (usage, phases or None)."""
+    policy._check_fitted()
+    if window != policy.window_:
+        raise ValueError(f"{policy.name} was fitted for windows of {policy.window_} samples, "
+                         f"not {window}")
+    usage = np.asarray(usage, np.float64)
+    if usage.ndim != 2 or usage.shape[1] != len(policy.multiplier_):
+        raise ValueError(f"usage must be (n, {len(policy.multiplier_)})")
+    if not policy.use_phase:
+        return usage, None
+    if phases is None:
+        raise ValueError(f"{policy.name} needs the phase of every sample")
+    phases = np.asarray(phases)
+    if len(phases) != len(usage):
+        raise ValueError("phases and usage must have one entry per sample")
+    return usage, phases
+
+
 def first_window_level(usages: Sequence[np.ndarray], window: int, target: float) -> np.ndarray:
     """The cold-start level (R,): the ``target`` quantile of the executions' first-window
     peaks, the level that would have covered that share of their first windows (zeros when
@@ -392,22 +412,7 @@ class HeadroomPolicy:
         return out
 
     def _check_call(self, usage, phases, window):
-        self._check_fitted()
-        if window != self.window_:
-            raise ValueError(f"{self.name} was fitted for windows of {self.window_} samples, "
-                             f"not {window}")
-        usage = np.asarray(usage, np.float64)
-        if usage.ndim != 2 or usage.shape[1] != len(self.multiplier_):
-            raise ValueError(f"usage must be (n, {len(self.multiplier_)})")
-        if self.use_phase:
-            if phases is None:
-                raise ValueError(f"{self.name} needs the phase of every sample")
-            phases = np.asarray(phases)
-            if len(phases) != len(usage):
-                raise ValueError("phases and usage must have one entry per sample")
-        else:
-            phases = None
-        return usage, phases
+        return check_table_call(self, usage, phases, window)
 
     def allocate(self, usage, phases, window, initial, step):
         """Rows 0..n//window: row 0 the learned cold-start level, row w the table's

@@ -68,7 +68,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ai4dl.policy.headroom import first_window_level
+from ai4dl.policy.headroom import check_table_call, first_window_level
 
 #: Bin edges of the state features (a bin holds [edge, next edge); values below the first
 #: edge fall in the first bin).
@@ -679,22 +679,7 @@ class PeakRiskPolicy:
         return m.max(3)[:, p, e].T
 
     def _check_call(self, usage, phases, window):
-        self._check_fitted()
-        if window != self.window_:
-            raise ValueError(f"{self.name} was fitted for windows of {self.window_} samples, "
-                             f"not {window}")
-        usage = np.asarray(usage, np.float64)
-        if usage.ndim != 2 or usage.shape[1] != len(self.multiplier_):
-            raise ValueError(f"usage must be (n, {len(self.multiplier_)})")
-        if self.use_phase:
-            if phases is None:
-                raise ValueError(f"{self.name} needs the phase of every sample")
-            phases = np.asarray(phases)
-            if len(phases) != len(usage):
-                raise ValueError("phases and usage must have one entry per sample")
-        else:
-            phases = None
-        return usage, phases
+        return check_table_call(self, usage, phases, window)
 
     def allocate(self, usage, phases, window, initial, step):
         """Rows 0..n//window: row 0 the learned cold-start level, row w the running maximum

@@ -160,40 +160,35 @@ def build(name: str, model, resources: Sequence[str], window: int,
     if name in TABLES:
         from ai4dl.policy.headroom import from_table
 
-        table = next((t for t in getattr(model, "policy_tables_", None) or [] if t.name == name),
-                     None)
-        if table is None:
-            raise ValueError(f"spec.model has no {name} table (fitted by the trainer from "
-                             f"schema v2 on): retrain, or choose another spec.policy.kind")
-        pol = from_table(table)
-        if tuple(pol.resources_) != tuple(resources):
-            raise ValueError(f"spec.model's {name} table is for {', '.join(pol.resources_)}, "
-                             f"the PhaseModel manages {', '.join(resources)}")
-        if pol.window_ != window:
-            raise ValueError(f"spec.model's {name} table was fitted for windows of "
-                             f"{pol.window_} samples, the PhaseModel's window is {window} "
-                             f"(windowSeconds / stepSeconds): retrain")
-        return pol
+        return _stored_table(model, "policy_tables_", name, from_table, resources, window,
+                             "(fitted by the trainer from schema v2 on)")
     if name in RISK_TABLES:
         from ai4dl.policy.peak import from_table as risk_from_table
 
-        table = next((t for t in getattr(model, "risk_tables_", None) or [] if t.name == name),
-                     None)
-        if table is None:
-            raise ValueError(f"spec.model has no {name} table (riskTables): retrain, or "
-                             f"choose another spec.policy.kind")
-        pol = risk_from_table(table)
-        if tuple(pol.resources_) != tuple(resources):
-            raise ValueError(f"spec.model's {name} table is for {', '.join(pol.resources_)}, "
-                             f"the PhaseModel manages {', '.join(resources)}")
-        if pol.window_ != window:
-            raise ValueError(f"spec.model's {name} table was fitted for windows of "
-                             f"{pol.window_} samples, the PhaseModel's window is {window} "
-                             f"(windowSeconds / stepSeconds): retrain")
-        return pol
+        return _stored_table(model, "risk_tables_", name, risk_from_table, resources, window,
+                             "(riskTables)")
     if name in ("phase", "phase-proactive"):
         return make_phase_policy(model, resources, name, **(phase_options or {}))
     raise ValueError(f"policy {name!r} cannot be served")
+
+
+def _stored_table(model, attribute: str, name: str, from_table, resources: Sequence[str],
+                  window: int, where: str):
+    """The fitted table ``name`` of the model document (``attribute`` of the model), rebuilt
+    with ``from_table`` and checked against the PhaseModel's resources and window."""
+    table = next((t for t in getattr(model, attribute, None) or [] if t.name == name), None)
+    if table is None:
+        raise ValueError(f"spec.model has no {name} table {where}: retrain, or choose another "
+                         f"spec.policy.kind")
+    pol = from_table(table)
+    if tuple(pol.resources_) != tuple(resources):
+        raise ValueError(f"spec.model's {name} table is for {', '.join(pol.resources_)}, "
+                         f"the PhaseModel manages {', '.join(resources)}")
+    if pol.window_ != window:
+        raise ValueError(f"spec.model's {name} table was fitted for windows of "
+                         f"{pol.window_} samples, the PhaseModel's window is {window} "
+                         f"(windowSeconds / stepSeconds): retrain")
+    return pol
 
 
 def learned_cold_start(model, resources: Sequence[str], window: int) -> np.ndarray | None:
