@@ -49,14 +49,14 @@ OBJECTIVE = RISKS[0]         # the default objective: at most 1 % of windows at 
 
 
 def _synthetic() -> None:
+    """run.sh's synthetic jobs (the same command), when run.sh has not written them."""
     path = Path("out/synthetic-dl.csv")
     if not path.exists():
-        from ai4dl import synthetic
-        from ai4dl.io.writers import write_long_csv
+        from ai4dl.cli import main as cli
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        traces, _ = synthetic.generate(200, seed=5)
-        write_long_csv(traces, path)
+        if cli(["-q", "synthetic", "-o", str(path), "--executions", "200", "--seed", "5"]):
+            raise SystemExit("could not write the synthetic jobs")
 
 
 def run_one(label: str, seed: int) -> dict:

@@ -1,0 +1,60 @@
+"""docs/results/risk.py (docs/results.md §7): one data set and seed scored as the evaluator
+scores it, and the bars computed from the stored runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+RESULTS_SCRIPT = "risk.py"
+
+
+@pytest.fixture(scope="module")
+def rk(results_script):
+    return results_script
+
+
+def test_one_run_scores_every_policy_at_every_share(rk):
+    doc = rk.run_one("dlcorpus", 0)
+    assert doc["executions"] > 0 and doc["windows"] > 0
+    assert set(doc["policies"]) == set(rk.POLICIES)
+    for name, p in doc["policies"].items():
+        assert set(p["vs_oracle_risk"]) == {str(s) for s in rk.RISKS}
+        assert 0.0 <= p["risk_share"] <= 1.0
+    # the clairvoyant static peak leaves no window at risk; the oracle is the floor
+    assert doc["policies"]["static"]["risk_share"] == 0.0
+    assert all(v == pytest.approx(1.0) for v in doc["policies"]["oracle"]["vs_oracle_risk"]
+               .values())
+    assert set(doc["auto_winner"]) == {str(s) for s in rk.RISKS}
+    assert 0 <= doc["with_history"] <= doc["executions"]
+
+
+def _doc(seed, auto, others, static=1.2, share=0.01):
+    pol = {n: {"risk_share": 0.5, "vs_oracle_risk": {str(s): v for s in (0.01, 0.02, 0.05)},
+               "worst_rel": {"0.01": 0.1}} for n, v in others.items()}
+    pol["auto"] = {"risk_share": share, "vs_oracle_risk": {str(s): auto
+                                                           for s in (0.01, 0.02, 0.05)},
+                   "worst_rel": {"0.01": 0.2}}
+    pol["static"] = {"risk_share": 0.0, "vs_oracle_risk": {str(s): static
+                                                           for s in (0.01, 0.02, 0.05)},
+                     "worst_rel": {"0.01": 0.0}}
+    return {"label": "synthetic", "seed": seed, "window": 40, "seconds": 1.0, "executions": 60,
+            "windows": 1000, "policies": pol, "auto_winner": {}, "with_history": 0}
+
+
+def test_the_table_computes_the_gaps_and_says_what_the_noise_allows(rk, tmp_path, monkeypatch,
+                                                                    capsys):
+    monkeypatch.setattr(rk, "OUT", tmp_path)
+    base = {"adaptive-max": 1.5, "adaptive-stat": 1.4, "vpa": 1.6, "krr": 1.2}
+    for seed, auto in enumerate((1.26, 1.24, 1.25)):       # 10 % below adaptive-stat
+        (tmp_path / f"synthetic-s{seed}.json").write_text(json.dumps(_doc(seed, auto, base)))
+    assert rk.cmd_table() == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| Synthetic DL jobs | 1 %"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2].startswith("-10.7 %")                    # 1.25 / 1.4 - 1
+    assert cells[3] == "cheaper beyond one s.e."
+    assert cells[4].startswith("+4.2 %") and cells[5] == "dearer beyond one s.e."
+    assert cells[6].startswith("1.042")                      # ÷ the clairvoyant static 1.2
+    assert "auto realised 1.00 %" in out and "within ±0.5 points" in out
