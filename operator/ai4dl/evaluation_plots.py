@@ -264,6 +264,10 @@ def workloads_figure(rows, policy: str, resources: Sequence[str], units: Sequenc
 
 
 # ----------------------------------------------------------------------------- risk
+#: The policies the cost-versus-risk figure draws (when scored): the baselines users pick, the
+#: reactive ones, the policy fitted to the risk and the default; ten lines read as none.
+RISK_FIGURE_POLICIES = ("static", "adaptive-max", "adaptive-stat", "vpa", "krr", "peak-risk",
+                        "auto")
 #: Shares of windows at risk the cost-versus-risk curves are drawn at.
 RISK_GRID = tuple(np.round(np.concatenate([np.arange(0.0025, 0.05, 0.0025),
                                            np.arange(0.05, 0.201, 0.01)]), 4))
@@ -288,7 +292,8 @@ def risk_curves(result: EvaluationResult, shares: Sequence[float] = RISK_GRID) -
 def risk_curve_figure(result: EvaluationResult, shares: Sequence[float] = RISK_GRID):
     """Cost versus risk, one panel per resource: each policy's allocation ÷ oracle at the
     multiplier that leaves a given share of windows at risk (lower and further left is
-    better); the objectives the evaluator reports are marked."""
+    better); the objectives the evaluator reports are marked. The policies of
+    :data:`RISK_FIGURE_POLICIES` that were scored (all when none was)."""
     curves = risk_curves(result, shares)
     data = result.data
     R = len(data.resources)
@@ -298,14 +303,17 @@ def risk_curve_figure(result: EvaluationResult, shares: Sequence[float] = RISK_G
     for j, res in enumerate(data.resources):
         ax = axes[0, j]
         finite = np.concatenate([c[j][np.isfinite(c[j])] for c in curves.values()])
-        for name in policy_order(list(curves)):
-            if name == "oracle":
-                continue
+        shown = [n for n in policy_order(list(curves)) if n in RISK_FIGURE_POLICIES] or \
+            [n for n in policy_order(list(curves)) if n != "oracle"]
+        for name in shown:
             y = curves[name][j]
             ok = np.isfinite(y)
             label = "static (clairvoyant peak)" if name == "static" and clairvoyant else name
-            ax.plot(x[ok], y[ok], color=policy_colour(name), lw=1.4, label=label,
-                    ls="--" if name == "static" else "-")
+            # the constants on top, dashed: KRR is the static peak wherever a job has no history
+            ax.plot(x[ok], y[ok], color=policy_colour(name), label=label,
+                    lw=2.2 if name == "static" else 1.4,
+                    ls={"static": "--", "krr": ":"}.get(name, "-"),
+                    zorder=3 if name in ("static", "krr") else 2)
         if len(finite):
             # the smallest shares can cost a reactive policy many times the oracle: keep the
             # range where the policies differ readable
