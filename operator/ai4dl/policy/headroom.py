@@ -128,6 +128,36 @@ def _own_phase_levels(usage: np.ndarray, phases: np.ndarray | None, window: int)
     return mean + K_STD * np.sqrt(var)
 
 
+def check_training(name: str, use_phase: bool, usages, phases, window, n_phases
+                   ) -> tuple[list[np.ndarray], list, int]:
+    """A table's training input (the head-room tables, peak-risk), checked: (usages as float
+    arrays, phases as int arrays or Nones, the number of phase rows). One line per fault."""
+    if not isinstance(window, (int, np.integer)) or window < 1:
+        raise ValueError(f"window must be at least 1 sample, got {window!r}")
+    usages = [np.asarray(u, np.float64) for u in usages]
+    if not usages:
+        raise ValueError("fit needs at least one training execution")
+    R = usages[0].shape[1] if usages[0].ndim == 2 else -1
+    if any(u.ndim != 2 or u.shape[1] != R for u in usages):
+        raise ValueError(f"every usage array must be (n, {R})")
+    if any(not np.all(np.isfinite(u)) or (u < 0).any() for u in usages):
+        raise ValueError("usage must be finite and non-negative")
+    if not use_phase:
+        return usages, [None] * len(usages), 1
+    if phases is None or len(phases) != len(usages) or any(p is None for p in phases):
+        raise ValueError(f"{name} needs the phase of every training sample")
+    phases = [np.asarray(p, np.int64) for p in phases]
+    if any(len(p) != len(u) for p, u in zip(phases, usages)):
+        raise ValueError("phases and usage must have one entry per sample")
+    if any(len(p) and p.min() < 0 for p in phases):
+        raise ValueError("phases must be non-negative")
+    seen = max((int(p.max()) for p in phases if len(p)), default=0) + 1
+    k = seen if n_phases is None else int(n_phases)
+    if k < seen:
+        raise ValueError(f"n_phases={k} but phase {seen - 1} occurs in the data")
+    return usages, phases, k
+
+
 def check_table_call(policy, usage, phases, window) -> tuple[np.ndarray, np.ndarray | None]:
     """The arguments of a fitted table's ``allocate`` (the head-room tables, peak-risk), checked
     against what it was fitted for (window, resources, phases): (usage, phases or None)."""
@@ -297,29 +327,9 @@ class HeadroomPolicy:
         for the phase-blind control), ``window`` samples per window, ``n_phases`` the phase
         model's k (default: the largest label seen + 1)."""
         self._check_params()
-        if window < 1:
-            raise ValueError(f"window must be at least 1 sample, got {window}")
-        usages = [np.asarray(u, np.float64) for u in usages]
-        if not usages:
-            raise ValueError("fit needs at least one training execution")
+        usages, phases, k = check_training(self.name, self.use_phase, usages, phases, window,
+                                           n_phases)
         R = usages[0].shape[1]
-        if any(u.ndim != 2 or u.shape[1] != R for u in usages):
-            raise ValueError(f"every usage array must be (n, {R})")
-        if any(not np.all(np.isfinite(u)) or (u < 0).any() for u in usages):
-            raise ValueError("usage must be finite and non-negative")
-        if self.use_phase:
-            if phases is None or len(phases) != len(usages) or any(p is None for p in phases):
-                raise ValueError(f"{self.name} needs the phase of every training sample")
-            phases = [np.asarray(p, np.int64) for p in phases]
-            if any(len(p) != len(u) for p, u in zip(phases, usages)):
-                raise ValueError("phases and usage must have one entry per sample")
-            seen = max((int(p.max()) for p in phases if len(p)), default=0) + 1
-            k = seen if n_phases is None else int(n_phases)
-            if k < seen:
-                raise ValueError(f"n_phases={k} but phase {seen - 1} occurs in the data")
-        else:
-            phases = [None] * len(usages)
-            k = 1
         self.window_ = int(window)
         self.n_phases_ = k
         self.resources_ = tuple(resources) if resources is not None else tuple(

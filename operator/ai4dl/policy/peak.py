@@ -68,7 +68,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ai4dl.policy.headroom import check_table_call, first_window_level
+from ai4dl.policy.headroom import check_table_call, check_training, first_window_level
 
 #: Bin edges of the state features (a bin holds [edge, next edge); values below the first
 #: edge fall in the first bin).
@@ -547,31 +547,9 @@ class PeakRiskPolicy:
         ``groups`` one workload key per execution for the out-of-fold split (default: each
         execution its own)."""
         self._check_params()
-        if not isinstance(window, (int, np.integer)) or window < 1:
-            raise ValueError(f"window must be at least 1 sample, got {window!r}")
-        usages = [np.asarray(u, np.float64) for u in usages]
-        if not usages:
-            raise ValueError("fit needs at least one training execution")
-        R = usages[0].shape[1] if usages[0].ndim == 2 else -1
-        if any(u.ndim != 2 or u.shape[1] != R for u in usages):
-            raise ValueError(f"every usage array must be (n, {R})")
-        if any(not np.all(np.isfinite(u)) or (u < 0).any() for u in usages):
-            raise ValueError("usage must be finite and non-negative")
-        if self.use_phase:
-            if phases is None or len(phases) != len(usages) or any(p is None for p in phases):
-                raise ValueError(f"{self.name} needs the phase of every training sample")
-            phases = [np.asarray(p, np.int64) for p in phases]
-            if any(len(p) != len(u) for p, u in zip(phases, usages)):
-                raise ValueError("phases and usage must have one entry per sample")
-            seen = max((int(p.max()) for p in phases if len(p)), default=0) + 1
-            if any(len(p) and p.min() < 0 for p in phases):
-                raise ValueError("phases must be non-negative")
-            k = seen if n_phases is None else int(n_phases)
-            if k < seen:
-                raise ValueError(f"n_phases={k} but phase {seen - 1} occurs in the data")
-        else:
-            phases = [None] * len(usages)
-            k = 1
+        usages, phases, k = check_training(self.name, self.use_phase, usages, phases, window,
+                                           n_phases)
+        R = usages[0].shape[1]
         if groups is None:
             groups = list(range(len(usages)))
         if len(groups) != len(usages):
