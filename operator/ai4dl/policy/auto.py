@@ -210,18 +210,27 @@ def calibration_factor(data, rep, window: int, j: int, share: float,
     each is the cold start, not a policy's). 1 when there is no such window."""
     from ai4dl.evaluate import matched_risk_multiplier
 
-    wm, al = [], []
-    for i in only:
-        u = data.usage[i][:, j]
-        if len(u) <= window:
-            continue
-        mx = np.maximum.reduceat(u, np.arange(0, len(u), window))[1:]
-        wm.append(mx)
-        al.append(rep.allocations[i][1: 1 + len(mx), j])
+    wm, al, _ = _scored_windows(data, rep, window, j, only)
     if not wm:
         return 1.0
     m = matched_risk_multiplier(np.concatenate(wm), np.concatenate(al), share)
     return float(m) if np.isfinite(m) and m > 0 else 1.0
+
+
+def _scored_windows(data, rep, window: int, j: int, only: Sequence[int]):
+    """Per execution of ``only`` longer than its cold-start window: the scored windows' maxima
+    of resource ``j``, ``rep``'s allocations for them, and their sizes in samples."""
+    wm, al, size = [], [], []
+    for i in only:
+        u = data.usage[i][:, j]
+        if len(u) <= window:
+            continue
+        starts = np.arange(0, len(u), window)
+        mx = np.maximum.reduceat(u, starts)[1:]
+        wm.append(mx)
+        al.append(rep.allocations[i][1: 1 + len(mx), j])
+        size.append(np.diff(np.append(starts, len(u)))[1:])
+    return wm, al, size
 
 
 def _scaled(rep, factor: float):
@@ -256,18 +265,9 @@ def bootstrap_risk_costs(data, replays: dict, window: int, j: int, share: float,
     draws = [rng.integers(0, len(execs), len(execs)) for _ in range(n)] if execs else []
 
     def parts(rep):
-        wm, al, cost, orc = [], [], [], []
-        for i in execs:
-            u = data.usage[i][:, j]
-            starts = np.arange(0, len(u), window)
-            mx = np.maximum.reduceat(u, starts)[1:]
-            size = np.diff(np.append(starts, len(u)))[1:]
-            a = rep.allocations[i][1: 1 + len(mx), j]
-            wm.append(mx)
-            al.append(a)
-            cost.append(float((a * size).sum()))
-            orc.append(float((mx * size).sum()))
-        return wm, al, np.array(cost), np.array(orc)
+        wm, al, size = _scored_windows(data, rep, window, j, execs)
+        return (wm, al, np.array([float((a * z).sum()) for a, z in zip(al, size)]),
+                np.array([float((m * z).sum()) for m, z in zip(wm, size)]))
 
     out = {}
     for name in names:
@@ -409,6 +409,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                 continue
             t = o.value
             sc = score(train, replays, window, targets=(t,), only=val_idx, risks=())
+            eligible = [BASELINE]
             for name in names:
                 r = sc[name][j]
                 win = name != BASELINE and bool(wins_over(sc, name, j, t, BASELINE))
@@ -417,9 +418,9 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                 scores.append(CandidateScore(name, res, t, float(r.vs_oracle_at[t]),
                                              float(r.short_windows_at[t]),
                                              float(r.short_window_share_at[t]), win))
-            ok = [c for c in names if c == BASELINE or any(
-                s.policy == c and s.resource == res and s.wins for s in scores)]
-            winners.append(pick_winner(sc, ok, j, t, servable=servable))
+                if win:
+                    eligible.append(name)
+            winners.append(pick_winner(sc, eligible, j, t, servable=servable))
             w = sc[winners[-1]][j]
             achieved.append({"fulfilment": float(w.fulfilment),
                              "riskWindows": float(w.risk_share)})
