@@ -28,8 +28,10 @@ template() { "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" "$@" 
 
 mkdir -p "$OUT"
 {
-  header "--include-crds --set prometheus.url=$PLACEHOLDER_URL"
+  header "--include-crds --set prometheus.url=$PLACEHOLDER_URL --set operator.stateKey.existingSecret=$RELEASE-state-key"
   printf '# Edit the Prometheus URL (--prometheus-url below), then: kubectl apply --server-side -f deploy/ai4dl-operator.yaml\n'
+  printf '# and make the key that seals the operator'"'"'s records on pods (once; the operator reads no Secret, the kubelet mounts it):\n'
+  printf '#   kubectl -n %s create secret generic %s-state-key --from-literal=key="$(head -c 32 /dev/urandom | base64)"\n' "$NAMESPACE" "$RELEASE"
   cat <<NS
 apiVersion: v1
 kind: Namespace
@@ -40,7 +42,8 @@ metadata:
     pod-security.kubernetes.io/enforce: restricted
 ---
 NS
-  template --include-crds --set "prometheus.url=$PLACEHOLDER_URL"
+  template --include-crds --set "prometheus.url=$PLACEHOLDER_URL" \
+    --set "operator.stateKey.existingSecret=$RELEASE-state-key"
 } > "$OUT/ai4dl-operator.yaml.tmp"
 {
   header "--show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml --show-only templates/admissionpolicy.yaml"

@@ -21,6 +21,18 @@ import yaml
 from ai4dl.crd import crd_manifest
 
 REPO = Path(__file__).resolve().parent.parent
+#: The key that seals the operator's records on pods, one per test session, so that an
+#: operator restarted by a test reads the records of the one before (as the chart's Secret
+#: makes it in a cluster).
+STATE_KEY = b"ai4dl-test-state-key-" + os.urandom(16).hex().encode()
+
+
+def state_key_file(folder: Path) -> Path:
+    path = folder / "state-key"
+    if not path.exists():
+        path.write_bytes(STATE_KEY)
+        path.chmod(0o600)
+    return path
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
@@ -146,7 +158,8 @@ class Operator:
         cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
                "--metrics-port", str(self.metrics_port), "--health-port", "0",
                "--prometheus-timeout", "2", "--prometheus-retries", "1",
-               "--settle-seconds", "1.5", *self.extra_args]
+               "--settle-seconds", "1.5",
+               "--state-key-file", str(state_key_file(self.log.parent)), *self.extra_args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "a"),
                                      stderr=subprocess.STDOUT)
         return self

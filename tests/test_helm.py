@@ -14,9 +14,9 @@ cannot be built the tests skip, unless ``CI`` is set (then they fail).
 
 from __future__ import annotations
 
-import json
-
+import base64
 import filecmp
+import json
 import os
 import subprocess
 import sys
@@ -120,8 +120,8 @@ def test_default_render(helm, helm_env):
     docs = template(helm, helm_env, "--set", f"prometheus.url={URL}")
     assert sorted(d["kind"] for d in docs) == ["ClusterRole", "ClusterRole", "ClusterRoleBinding",
                                                "ClusterRoleBinding", "Deployment",
-                                               "MutatingWebhookConfiguration", "Service",
-                                               "Service", "ServiceAccount",
+                                               "MutatingWebhookConfiguration", "Secret",
+                                               "Service", "Service", "ServiceAccount",
                                                "ValidatingAdmissionPolicy",
                                                "ValidatingAdmissionPolicy",
                                                "ValidatingAdmissionPolicyBinding",
@@ -295,6 +295,35 @@ def test_all_features_render(helm, helm_env):
         {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "patch"]},
         {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+
+
+def test_state_key_is_mounted_never_read_through_the_api(helm, helm_env):
+    """The key that seals the operator's records on pods: generated once into a Secret the
+    kubelet mounts (the ServiceAccount reads no Secret: test_default_render), or the user's
+    Secret, or none (a key per process: no flag, no volume)."""
+    def render(*extra):
+        docs = template(helm, helm_env, "--set", f"prometheus.url={URL}", *extra)
+        (dep,) = by_kind(docs, "Deployment")
+        pod = dep["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        volume = next((v for v in pod["volumes"] if v["name"] == "state-key"), None)
+        mount = next((m for m in c["volumeMounts"] if m["name"] == "state-key"), None)
+        return docs, c["args"], volume, mount
+
+    docs, args, volume, mount = render()
+    (secret,) = by_kind(docs, "Secret")
+    assert secret["metadata"]["name"] == "ai4dl-operator-state-key"
+    assert len(base64.b64decode(secret["data"]["key"])) >= 32
+    assert volume == {"name": "state-key", "secret": {"secretName": "ai4dl-operator-state-key",
+                                                      "defaultMode": 0o440}}
+    assert mount == {"name": "state-key", "mountPath": "/etc/ai4dl/state-key", "readOnly": True}
+    assert "--state-key-file=/etc/ai4dl/state-key/key" in args
+    docs, args, volume, mount = render("--set", "operator.stateKey.existingSecret=mine")
+    assert not by_kind(docs, "Secret") and volume["secret"]["secretName"] == "mine"
+    assert "--state-key-file=/etc/ai4dl/state-key/key" in args
+    docs, args, volume, mount = render("--set", "operator.stateKey.generate=false")
+    assert not by_kind(docs, "Secret") and volume is None and mount is None
+    assert not any(a.startswith("--state-key-file") for a in args)
 
 
 def test_deploy_manifests_are_rendered_from_the_chart(helm, tmp_path):
@@ -491,7 +520,20 @@ def start_installed_operator(kube_cluster, ns, deployment, sa, tmp_path) -> Oper
     entry = Path(sys.executable).parent / c.command[0]
     kubeconfig = kube_cluster.service_account_kubeconfig(ns, sa, tmp_path / "kubeconfig",
                                                         create=False)
-    return OperatorProcess([str(entry), *c.args], kubeconfig, tmp_path / "operator.log")
+    args = list(c.args)
+    mounts = {m.name: m.mount_path for m in c.volume_mounts or []}
+    volumes = {v.name: v for v in apps.read_namespaced_deployment(deployment, ns)
+               .spec.template.spec.volumes or []}
+    if "state-key" in mounts:
+        # what the kubelet does (there is none here): the Secret's files under the mount path
+        secret = kube_cluster.core.read_namespaced_secret(
+            volumes["state-key"].secret.secret_name, ns)
+        folder = tmp_path / "state-key"
+        folder.mkdir(exist_ok=True)
+        for name, data in (secret.data or {}).items():
+            (folder / name).write_bytes(base64.b64decode(data))
+        args = [a.replace(mounts["state-key"], str(folder)) for a in args]
+    return OperatorProcess([str(entry), *args], kubeconfig, tmp_path / "operator.log")
 
 
 @pytest.mark.integration
@@ -525,6 +567,13 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
         assert can("get", "secrets") == "no" and can("list", "secrets") == "no"
         assert can("delete", "pods") == "no" and can("create", "pods") == "no"
         assert can("update", "pods", "--subresource=resize") == "no"
+        # the state key: made once at install, the same after an upgrade (helm's lookup), so
+        # that the records sealed before the upgrade still verify
+        key = kube_cluster.core.read_namespaced_secret(f"{full}-state-key", ns).data["key"]
+        assert len(base64.b64decode(key)) >= 32
+        run([*helm_cmd, "upgrade", release, CHART, "--namespace", ns, "--reuse-values",
+             "--timeout", "60s"], helm_env)
+        assert kube_cluster.core.read_namespaced_secret(f"{full}-state-key", ns).data["key"] == key
 
         op = start_installed_operator(kube_cluster, ns, full, sa, tmp_path)
 

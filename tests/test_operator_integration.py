@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from ai4dl import synthetic
+from ai4dl.controller.podstate import peek
 from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
@@ -256,8 +257,8 @@ def test_restart_mid_run_loses_and_duplicates_no_resize(kube_cluster, k8s_namesp
     # Each pod: at most one resize per window, and every handled window recorded once.
     for pod in ("s1", "s2"):
         evs = [e for e in events(kube_cluster, ns, "Resized") if e.involved_object.name == pod]
-        state = json.loads(kube_cluster.core.read_namespaced_pod(pod, ns)
-                           .metadata.annotations[A_STATE])
+        state = peek(kube_cluster.core.read_namespaced_pod(pod, ns)
+                     .metadata.annotations[A_STATE])
         assert state["window"] % WINDOW == 0
         times = sorted(e.first_timestamp.timestamp() for e in evs)
         windows = [int(t // WINDOW) for t in times]

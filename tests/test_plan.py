@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from ai4dl.controller.plan import plan_window
-from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE, pod_info
+from ai4dl.controller.podstate import StateKey, state_scope
+from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE, pod_info, verify_pod
 from ai4dl.quantity import format_cpu, format_memory, parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION, PhaseModelSpec
 
 GiB = 2 ** 30
 WINDOW_START = 1_800_000_000.0
+KEY = StateKey(b"k" * 32)       # the operator's key in these tests
 
 
 def spec_for(model, **policy) -> PhaseModelSpec:
@@ -23,15 +25,21 @@ def spec_for(model, **policy) -> PhaseModelSpec:
 
 def pod(name, requests=None, limits=None, annotations=None, conditions=None, containers=None,
         started=None):
+    """A pod as the runtime hands it to the planner: its records verified (a state given as
+    plain JSON is sealed first, as the operator would have written it)."""
     containers = containers or [("main", requests, limits)]
-    return pod_info({
+    annotations = dict(annotations or {})
+    if A_STATE in annotations:
+        annotations[A_STATE] = KEY.seal(state_scope("ns", name, name + "-uid"),
+                                        json.loads(annotations[A_STATE]))
+    return verify_pod(pod_info({
         "metadata": {"name": name, "namespace": "ns", "uid": name + "-uid",
-                     "annotations": {MODEL_ANNOTATION: "pm", **(annotations or {})}},
+                     "annotations": {MODEL_ANNOTATION: "pm", **annotations}},
         "spec": {"containers": [{"name": c, "resources": {
             **({"requests": r} if r else {}), **({"limits": lim} if lim else {})}}
             for c, r, lim in containers]},
         "status": {"phase": "Running", "conditions": conditions or [],
-                   **({"startTime": started} if started else {})}})
+                   **({"startTime": started} if started else {})}}), KEY)
 
 
 @pytest.fixture(scope="module")

@@ -4,35 +4,70 @@ from __future__ import annotations
 
 import json
 
-from ai4dl.controller.admission import A_ADMITTED
 from ai4dl.controller.plan import ContainerPlan, PodPlan
-from ai4dl.controller.pods import A_STATE, pod_info
+from ai4dl.controller.podstate import StateKey, admitted_scope, state_scope
+from ai4dl.controller.pods import A_ADMITTED, A_STATE, pod_info, verify_pod
+from ai4dl.crd import MODEL_ANNOTATION
 from ai4dl.controller.savings import add_window, original_requests, summary, window_amounts
 
 
-def pod(requests, annotations=None):
-    return pod_info({"metadata": {"name": "p", "namespace": "ml", "uid": "u",
-                                  "annotations": annotations or {}},
-                     "spec": {"containers": [{"name": "main",
-                                              "resources": {"requests": requests}}]},
-                     "status": {"phase": "Running"}})
+KEY = StateKey(b"k" * 32)
 
 
-def test_original_requests_prefer_admission_then_the_first_write():
+def pod(requests, annotations=None, seal=True):
+    """A pod as the runtime reads it: records given as plain JSON are sealed with the
+    operator's key first (``seal``), then verified."""
+    ann = dict(annotations or {})
+    if seal and A_STATE in ann:
+        ann[A_STATE] = KEY.seal(state_scope("ml", "p", "u"), json.loads(ann[A_STATE]))
+    if seal and A_ADMITTED in ann:
+        ann[A_ADMITTED] = KEY.seal(admitted_scope("ml", "pm"), json.loads(ann[A_ADMITTED]))
+    return verify_pod(pod_info({
+        "metadata": {"name": "p", "namespace": "ml", "uid": "u",
+                     "annotations": {MODEL_ANNOTATION: "pm", **ann}},
+        "spec": {"containers": [{"name": "main", "resources": {"requests": requests}}]},
+        "status": {"phase": "Running"}}), KEY)
+
+
+def test_original_requests_from_the_operators_own_records():
     # never written: the current requests are the author's
     assert original_requests(pod({"cpu": "2", "memory": "4Gi"}))["main"] == \
         {"cpu": 2.0, "memory": 4 * 2 ** 30}
     # resized since: the state's record of the requests before the first write
     p = pod({"cpu": "500m"}, {A_STATE: json.dumps({"orig": {"main": {"cpu": 2.0}}})})
-    assert original_requests(p)["main"]["cpu"] == 2.0
-    # admitted: admission's record wins; a request the author never gave is no baseline
+    assert original_requests(p)["main"] == {"cpu": 2.0}
+    # admitted, not yet written: admission's record; a request the author never gave is no
+    # baseline
+    p = pod({"cpu": "500m", "memory": "1Gi"},
+            {A_ADMITTED: json.dumps({"main": {"cpu": "4", "memory": None}})})
+    assert original_requests(p)["main"] == {"cpu": 4.0}
+    # once the operator wrote the pod, its own record (which took admission's) decides
     p = pod({"cpu": "500m", "memory": "1Gi"},
             {A_ADMITTED: json.dumps({"main": {"cpu": "4", "memory": None}}),
-             A_STATE: json.dumps({"orig": {"main": {"cpu": 0.5}}})})
+             A_STATE: json.dumps({"orig": {"main": {"cpu": 4.0}}})})
     assert original_requests(p)["main"] == {"cpu": 4.0}
-    # garbage in the annotations: the current requests, no error
-    p = pod({"cpu": "1"}, {A_ADMITTED: "{not json", A_STATE: "[]"})
-    assert original_requests(p)["main"] == {"cpu": 1.0}
+
+
+def test_forged_records_never_become_a_baseline():
+    # a pod's owner writes an "original" of 1000 cores: not sealed, so not read, and the pod
+    # has no known baseline (left out of the savings, not counted at a made-up request)
+    p = pod({"cpu": "1"}, {A_ADMITTED: json.dumps({"main": {"cpu": "1000"}})}, seal=False)
+    assert p.admitted_problem == "unsigned" and original_requests(p)["main"] == {}
+    # ... nor in a state record, nor copied from another pod (sealed for another uid)
+    p = pod({"cpu": "1"}, {A_STATE: json.dumps({"orig": {"main": {"cpu": 1000.0}}})},
+            seal=False)
+    assert p.state_problem == "unsigned" and original_requests(p)["main"] == {"cpu": 1.0}
+    other = KEY.seal(state_scope("ml", "q", "u2"), {"orig": {"main": {"cpu": 1000.0}}})
+    p = pod({"cpu": "1"}, {A_STATE: other}, seal=False)
+    assert p.state_problem == "forged" and original_requests(p)["main"] == {"cpu": 1.0}
+    # garbage: the current requests, no error
+    p = pod({"cpu": "1"}, {A_STATE: "[]"}, seal=False)
+    assert p.state_problem == "unsigned" and original_requests(p)["main"] == {"cpu": 1.0}
+    # sealed by a key this process does not hold (an earlier process): the operator's own, but
+    # unknown: no baseline from it
+    old = StateKey(b"o" * 32).seal(admitted_scope("ml", "pm"), {"main": {"cpu": "4"}})
+    p = pod({"cpu": "1"}, {A_ADMITTED: old}, seal=False)
+    assert p.admitted_problem == "other-key" and original_requests(p)["main"] == {}
 
 
 def plans(mode_target):

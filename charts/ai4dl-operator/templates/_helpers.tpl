@@ -86,10 +86,22 @@ app.kubernetes.io/part-of: ai4dl
 - {{ printf "--webhook-configuration=%s" (include "ai4dl.fullname" .) | quote }}
 {{- end }}
 {{- end }}
+{{- if include "ai4dl.stateKeySecret" . }}
+- --state-key-file=/etc/ai4dl/state-key/key
+{{- end }}
 {{- if .Values.operator.verbose }}
 - --verbose
 {{- end }}
 {{- range .Values.operator.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end }}
+
+{{/* The Secret holding the state key ("" when the operator makes a key per process). */}}
+{{- define "ai4dl.stateKeySecret" -}}
+{{- if .Values.operator.stateKey.existingSecret -}}
+{{ .Values.operator.stateKey.existingSecret }}
+{{- else if .Values.operator.stateKey.generate -}}
+{{ include "ai4dl.fullname" . }}-state-key
+{{- end -}}
 {{- end }}

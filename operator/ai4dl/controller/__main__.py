@@ -83,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve tls.crt / tls.key from DIR instead (e.g. cert-manager's "
                         "Secret mounted as a volume; re-read when they change; the caBundle "
                         "is then cert-manager's business)")
+    g = p.add_argument_group("the operator's records on pods")
+    g.add_argument("--state-key-file", default=os.environ.get("AI4DL_STATE_KEY_FILE", ""),
+                   metavar="FILE",
+                   help="the key (at least 16 bytes) that seals the operator's records on pods "
+                        "(ai4dl.io/state, ai4dl.io/admitted), so that a pod's owner cannot "
+                        "forge them (env AI4DL_STATE_KEY_FILE; the Helm chart generates one "
+                        "into a Secret that the kubelet mounts). Default: a random key per "
+                        "process (after a restart the records read as absent)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
@@ -126,6 +134,14 @@ def main(argv=None) -> int:
             return fail(f"{flag} {text!r}: not a Kubernetes quantity")
         if not max_value[r] > 0:
             return fail(f"{flag} {text!r}: must be above 0")
+    state_key = None
+    if args.state_key_file:
+        from ai4dl.controller.podstate import StateKey
+
+        try:
+            state_key = StateKey.from_file(args.state_key_file)
+        except ValueError as err:
+            return fail(f"--state-key-file: {err}")
     webhook = None
     if args.webhook_port:
         if args.webhook_cert_dir:
@@ -165,7 +181,8 @@ def main(argv=None) -> int:
                            prometheus_retries=args.prometheus_retries,
                            settle_seconds=args.settle_seconds, max_value=max_value,
                            namespaces=list(args.namespace),
-                           orphan_check_seconds=args.orphan_check_seconds, webhook=webhook)
+                           orphan_check_seconds=args.orphan_check_seconds, webhook=webhook,
+                           state_key=state_key)
     if webhook is not None:
         handlers.register_admission()
     if args.metrics_port:

@@ -23,8 +23,9 @@ The rules, in order:
   (requests = limits) are left as they are; a Burstable pod whose new requests would all equal
   its limits keeps the request of every container-resource that would have reached its limit;
 - what was done, or why nothing was, is recorded on the pod: ``ai4dl.io/admitted`` keeps the
-  author's original requests (nothing the user gave is lost), ``ai4dl.io/admission`` says in one
-  line what was set or why nothing was.
+  author's original requests (nothing the user gave is lost), sealed with the operator's key
+  (a pod's owner could write any record there: ai4dl.controller.podstate), and
+  ``ai4dl.io/admission`` says in one line what was set or why nothing was.
 
 A PhaseModel without a model (or whose model has no learned first-window level) admits pods
 unchanged, with the reason in ``ai4dl.io/admission``.
@@ -37,12 +38,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ai4dl.controller.pods import Container, pod_info, qos_class
+from ai4dl.controller.podstate import StateKey, admitted_scope
+from ai4dl.controller.pods import A_ADMISSION, A_ADMITTED, Container, pod_info, qos_class
 from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector, PhaseModelSpec
 from ai4dl.quantity import format_resource, parse_quantity
-
-A_ADMITTED = "ai4dl.io/admitted"
-A_ADMISSION = "ai4dl.io/admission"
 ADMITTING_MODES = ("Initial", "InPlace")
 
 
@@ -121,9 +120,12 @@ def admission_target(body: Mapping) -> AdmissionTarget:
 
 
 def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
-          max_value: Mapping[str, float] | None = None) -> Admission:
+          max_value: Mapping[str, float] | None = None,
+          key: StateKey | None = None) -> Admission:
     """The decision for a pod being created (see the module doc). ``targets`` maps (namespace,
-    PhaseModel name) to the PhaseModels this operator serves (only ``.get`` is used)."""
+    PhaseModel name) to the PhaseModels this operator serves (only ``.get`` is used). ``key``
+    seals the record of the author's requests (``ai4dl.io/admitted``): without it the record is
+    plain JSON, which the operator never trusts (ai4dl.controller.podstate)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -198,6 +200,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     if not changes:
         return unchanged(f"PhaseModel {pm}'s first-window levels are the requests the pod has")
     return Admission(changes, {
-        A_ADMITTED: json.dumps(original, separators=(",", ":"), sort_keys=True),
+        A_ADMITTED: (key.seal(admitted_scope(ns, pm), original) if key is not None
+                     else json.dumps(original, separators=(",", ":"), sort_keys=True)),
         A_ADMISSION: f"set by PhaseModel {pm} (learned first-window level): "
                      + ", ".join(set_text)})

@@ -114,6 +114,20 @@ def _source():
                             retries=CONFIG["prometheus_retries"])
 
 
+def state_key():
+    """The key that seals the operator's records on pods (ai4dl.controller.podstate): from
+    ``--state-key-file`` (CONFIG), else one random key for this process, made once."""
+    from ai4dl.controller.podstate import StateKey
+
+    key = CONFIG.get("state_key")
+    if key is None:
+        key = CONFIG["state_key"] = StateKey.generate()
+        log.warning("no --state-key-file: the records on pods are sealed with a key of this "
+                    "process only; after a restart they read as absent (cool-downs and running "
+                    "statistics start again)")
+    return key
+
+
 def phasemodel_labels(text: str) -> dict[str, str] | None:
     """'shard=a,team=x' -> kopf's label filter; None (every PhaseModel) when empty."""
     pairs = [item.partition("=") for item in text.split(",") if item.strip()]
@@ -126,7 +140,7 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
     """One loop per PhaseModel: at each window boundary, process all its pods at once."""
     core, custom = _clients()
     runner = WindowRunner(core, custom, _source(), namespace, name,
-                          max_value=CONFIG.get("max_value"))
+                          max_value=CONFIG.get("max_value"), key=state_key())
     done = None     # the boundary handled last
     while not stopped:
         window = int((body.get("spec") or {}).get("windowSeconds") or 600)
@@ -208,7 +222,8 @@ def admit_pod(body, patch, admission_targets: kopf.Index, **_):
 
     started = time.perf_counter()
     try:
-        decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"))
+        decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"),
+                         state_key())
     except Exception:   # a bug must not block pod creation: admit unchanged, say so in the log
         log.exception("admission of a pod failed: admitted unchanged")
         m.ADMISSIONS.labels("error").inc()

@@ -27,6 +27,11 @@ PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel
 PODS_SKIPPED = Gauge("ai4dl_pods_skipped",
                      "Pods skipped in the last window for gaps or bad samples in their metrics",
                      ["namespace", "phasemodel", "reason"], registry=REGISTRY)
+STATE_REJECTED = Counter("ai4dl_pod_state_rejected_total",
+                         "Records on pods (ai4dl.io/state, ai4dl.io/admitted) not sealed by "
+                         "this operator's key, read as absent, per pod and window, by reason "
+                         "(unsigned, forged, malformed, other-key)",
+                         ["namespace", "phasemodel", "annotation", "reason"], registry=REGISTRY)
 NOTICES = Counter("ai4dl_pod_warnings_total",
                   "Warning Events about pods' own setup (once per pod), by reason",
                   ["namespace", "reason"], registry=REGISTRY)

@@ -8,8 +8,8 @@ Rules that make it safe to change other people's running jobs:
 - no resize on missing data: a container whose window has a missing sample is skipped;
 - no resize on absurd data: a window with a negative, infinite or physically impossible sample
   (above ``max_value``, the largest a container can have) is skipped as ``bad-sample``;
-- one handling per window: a pod whose state annotation already records this window is
-  skipped (an operator restart mid-window neither loses nor repeats a resize);
+- one handling per window: a pod whose state record (sealed by the operator's key:
+  ai4dl.controller.podstate) already records this window is skipped (an operator restart mid-window neither loses nor repeats a resize);
 - the QoS class never changes (Guaranteed pods move limits with requests; Burstable pods keep
   requests at or under their limits; BestEffort pods are left alone);
 - a pending or in-progress resize is not stacked on (Deferred / Infeasible / InProgress);
@@ -39,6 +39,7 @@ import numpy as np
 
 from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION,
                                    A_STATE, Container, PodInfo, qos_class)
+from ai4dl.controller.savings import original_requests
 from ai4dl.crd import PhaseModelSpec
 from ai4dl.policy.online import OwnHistory, next_allocations
 from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety
@@ -397,6 +398,10 @@ def _representable(resource: str, value: float) -> bool:
 
 def _windows_since_increase(pod: PodInfo, container: str, resource: str, window_start: float,
                             window_seconds: int) -> int:
+    if pod.state_untrusted:
+        # a record that is not the operator's (or sealed by a key it no longer holds): when
+        # the last increase was is unknown, so decreases wait for the cool-down
+        return 0
     t = pod.state().get("lastIncrease", {}).get(container, {}).get(resource)
     if t is None:
         return 1 << 30
@@ -459,10 +464,12 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     state = pod.state()
     state["window"] = window_start
     if "orig" not in state:
-        # the requests before the operator's first write: the baseline of the savings
-        # (ai4dl.controller.savings; admission's own record, when there is one, comes first)
-        state["orig"] = {c.name: {r: c.requests[r] for r in resources if r in c.requests}
-                         for c in pod.containers}
+        # the authors' requests before the operator's first write: the baseline of the savings
+        # (ai4dl.controller.savings: admission's verified record, else the pod's requests;
+        # none when admission's record cannot be trusted), moved into this pod's own record
+        orig = original_requests(pod)
+        state["orig"] = {c.name: {r: v for r, v in orig.get(c.name, {}).items()
+                                  if r in resources} for c in pod.containers}
     # the running statistics, kept with the pod whenever it is written anyway (an operator
     # restart then resumes from them; between writes the runtime keeps them in memory)
     own = {c.name: c.own.to_json() for c in plan.containers if c.own is not None}
@@ -475,8 +482,10 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     # annotation patch per pod per window would be the operator's main load on the API server.
     # (Handling a window twice without a resize is harmless, so the window id need not be
     # recorded then.)
-    unchanged = all(pod.annotations.get(k) == plan.annotations.get(k)
-                    for k in (A_PHASE, A_RECOMMENDATION))
+    # (a record that is not the operator's is replaced at once, by a sealed one)
+    unchanged = not pod.state_untrusted and all(pod.annotations.get(k) ==
+                                                plan.annotations.get(k)
+                                                for k in (A_PHASE, A_RECOMMENDATION))
     if mode != "InPlace" or not changes:
         if unchanged:
             plan.annotations = {}

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ai4dl.controller.podstate import (StateKey, admitted_scope, parse_admitted, parse_state,
+                                      state_scope)
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION
 
@@ -19,6 +20,9 @@ A_RECOMMENDATION = "ai4dl.io/recommendation"
 A_LAST_APPLIED = "ai4dl.io/last-applied"
 A_STATE = "ai4dl.io/state"
 OWNED_ANNOTATIONS = (A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION, A_LAST_APPLIED, A_STATE)
+# Written by admission at creation: the author's requests (sealed), what was done in one line.
+A_ADMITTED = "ai4dl.io/admitted"
+A_ADMISSION = "ai4dl.io/admission"
 
 
 @dataclass
@@ -44,7 +48,14 @@ class PodInfo:
     resize_error: str | None = None
     resource_version: str = ""              # of the object read: the precondition of a resize
     started: dict[str, float] = field(default_factory=dict)   # container -> start (unix s)
-    _state: dict | None = field(default=None, repr=False, compare=False)   # parsed once
+    # The operator's state record, once verified (verify_pod): {} until then, and when the
+    # record is absent or not the operator's; why not in state_problem (None: verified or
+    # absent). Admission's record of the author's requests likewise.
+    _state: dict | None = field(default=None, repr=False, compare=False)
+    state_problem: str | None = None
+    state_detail: str = ""
+    admitted: dict[str, dict[str, str | None]] | None = None
+    admitted_problem: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -55,16 +66,37 @@ class PodInfo:
         return qos_class(self.containers)
 
     def state(self) -> dict:
-        """The operator's state annotation (window handled last, last increases, running
-        statistics), or {}: parsed once per pod read (a window asks several times), a fresh
-        copy each time (callers build the next state from it)."""
-        if self._state is None:
-            try:
-                data = json.loads(self.annotations.get(A_STATE, "{}"))
-            except json.JSONDecodeError:
-                data = {}
-            self._state = data if isinstance(data, dict) else {}
-        return dict(self._state)
+        """The operator's verified state record (window handled last, last increases, the
+        author's original requests, running statistics), or {}: a fresh copy each time
+        (callers build the next state from it). Never the annotation as it stands: only what
+        :func:`verify_pod` found sealed by the operator's key for this very pod."""
+        return dict(self._state or {})
+
+    @property
+    def state_untrusted(self) -> bool:
+        """The pod carries a state record that is not (or no longer) the operator's."""
+        return self.state_problem is not None
+
+
+def verify_pod(pod: PodInfo, key: StateKey) -> PodInfo:
+    """Open the pod's sealed records with the operator's key (in place; returns the pod)."""
+    opened = key.open(state_scope(pod.namespace, pod.name, pod.uid),
+                      pod.annotations.get(A_STATE))
+    data, problem, detail = {}, opened.problem, opened.detail
+    if problem is None:
+        data, detail = parse_state(opened.data)
+        problem = "malformed" if detail else None
+    pod._state = data
+    pod.state_problem = None if problem == "absent" else problem
+    pod.state_detail = detail
+    opened = key.open(admitted_scope(pod.namespace, pod.phasemodel),
+                      pod.annotations.get(A_ADMITTED))
+    pod.admitted, problem = None, opened.problem
+    if problem is None:
+        pod.admitted, detail = parse_admitted(opened.data)
+        problem = "malformed" if detail else None
+    pod.admitted_problem = None if problem == "absent" else problem
+    return pod
 
 
 def _timestamp(text: str | None) -> float | None:

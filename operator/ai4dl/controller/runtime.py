@@ -24,7 +24,8 @@ from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window
 from ai4dl.controller.savings import add_window, original_requests, window_amounts
 from ai4dl.policy.serving import served_policy, window_samples
 from ai4dl.kube.raw import api_message, drain, paged_items, read_json, write_event
-from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
+from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey, state_scope
+from ai4dl.controller.pods import A_ADMITTED, A_STATE, PodInfo, pod_info, verify_pod
 from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
 from ai4dl.model import PhaseModel
@@ -95,9 +96,11 @@ class WindowRunner:
     """The I/O around :func:`plan_window` for one PhaseModel."""
 
     def __init__(self, core_api, custom_api, source, namespace: str, name: str,
-                 max_value: dict[str, float] | None = None):
+                 max_value: dict[str, float] | None = None, key: StateKey | None = None):
         self.core, self.custom, self.source = core_api, custom_api, source
         self.namespace, self.name = namespace, name
+        # seals the records the operator keeps on pods (ai4dl.controller.podstate)
+        self.key = key if key is not None else StateKey.generate()
         self.max_value = dict(DEFAULT_MAX_VALUE if max_value is None else max_value)
         self.models = ModelCache()
         # Warnings about a pod's own setup already sent, per pod: (uid, reason). Once per pod
@@ -169,6 +172,8 @@ class WindowRunner:
                                       skip=True)
         mine = [p for p in pods if p.running and not p.deleting and p.phasemodel == self.name
                 and spec.selector.matches(p.labels)]
+        for p in mine:
+            verify_pod(p, self.key)     # only records sealed by the operator are read
         report.pods = len(mine)
         m.PODS_TRACKED.labels(*labels).set(len(mine))
         refs = [(p.namespace, p.name, c.name) for p in mine for c in p.containers
@@ -200,6 +205,7 @@ class WindowRunner:
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
         report.plan = plan
+        self._rejected_records(plan)
         self._keep_histories(plan, model_key)
         # the authors' requests, read once per pod: for the metrics and the savings
         originals = [original_requests(p.pod) if p.containers else {} for p in plan.pods]
@@ -227,6 +233,32 @@ class WindowRunner:
                      extra=self._plan_conditions(body, plan), served=served.reason,
                      policy=served.summary(), savings=savings)
         return report
+
+    def _rejected_records(self, plan: WindowPlan) -> None:
+        """Records on a pod that are not the operator's: counted, and — when someone wrote them
+        (not merely an earlier key) — a Warning Event on that pod, once, naming the record. The
+        pod itself is planned as a new one (its decreases wait for the cool-down); the
+        PhaseModel and its other pods are not affected."""
+        for p in plan.pods:
+            for annotation, problem, detail in (
+                    (A_STATE, p.pod.state_problem, p.pod.state_detail),
+                    (A_ADMITTED, p.pod.admitted_problem, "")):
+                if problem is None:
+                    continue
+                m.STATE_REJECTED.labels(self.namespace, self.name, annotation, problem).inc()
+                if problem in FOREIGN_PROBLEMS:
+                    what = {"unsigned": "is not sealed by the operator",
+                            "forged": "does not carry the operator's signature for this pod",
+                            "malformed": "is malformed"}[problem]
+                    p.notices.append(("StateRejected", (
+                        f"annotation {annotation} {what}{': ' + detail if detail else ''}; "
+                        f"ignored: the operator keeps its own records (this pod is sized as a "
+                        f"new one, decreases held for the cool-down"
+                        f"{', and left out of the savings' if annotation == A_ADMITTED else ''})"
+                        )[:1000]))
+                else:
+                    log.info("%s/%s: %s sealed by another key (an earlier operator process?): "
+                             "read as absent", p.pod.namespace, p.pod.name, annotation)
 
     def _keep_histories(self, plan: WindowPlan, model_key: str) -> None:
         """Each planned container's running statistics, for the next window (memory only: the
@@ -362,6 +394,11 @@ class WindowRunner:
                              f"the resize {json.dumps(sent, sort_keys=True)}; not sent again "
                              f"until the target changes")] + [e for e in p.events
                                                               if e[1] != "Resized"]
+            if A_STATE in p.annotations:
+                # sealed for this very pod: its owner can read it, not forge it
+                p.annotations[A_STATE] = self.key.seal(
+                    state_scope(p.pod.namespace, p.pod.name, p.pod.uid),
+                    json.loads(p.annotations[A_STATE]))
             if p.annotations:
                 drain(self.core.patch_namespaced_pod(
                     p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}},

@@ -2,10 +2,12 @@
 
 Each window the runtime adds, per managed resource, over the containers it planned:
 
-- *original*: the author's request × the window's length. The author's request is what
-  admission recorded (``ai4dl.io/admitted``), else what the pod asked for when the operator
-  first wrote it (``orig`` in the pod's state annotation, kept from then on), else — a pod the
-  operator never changed — its current request;
+- *original*: the author's request × the window's length. The author's request is what the
+  operator recorded when it first wrote the pod (``orig`` in the pod's sealed state record, kept
+  from then on: admission's sealed record ``ai4dl.io/admitted`` when there is one, else the
+  requests the pod had), else admission's record, else — a pod the operator never changed — its
+  current request. Records that are not the operator's (ai4dl.controller.podstate) are never
+  read: a forged "original" cannot inflate the savings;
 - *allocated*: what the pod held: its current request (modes Initial and InPlace), or, in
   Recommend mode, what the operator recommends (what it *would* have held; the current request
   where it recommends nothing).
@@ -22,33 +24,32 @@ import json
 import math
 from typing import Mapping, Sequence
 
-from ai4dl.controller.admission import A_ADMITTED
 from ai4dl.quantity import parse_quantity
 
 
 def original_requests(pod) -> dict[str, dict[str, float]]:
-    """Per container, the author's requests (see the module doc); a resource the author gave
-    no request is absent (nothing to save against)."""
-    try:
-        admitted = json.loads(pod.annotations.get(A_ADMITTED, "{}"))
-    except json.JSONDecodeError:
-        admitted = {}
-    stored = pod.state().get("orig") or {}
+    """Per container, the author's requests (see the module doc), from the pod's verified
+    records only (``pod.state()``, ``pod.admitted``: ai4dl.controller.pods.verify_pod); a
+    resource the author gave no request is absent (nothing to save against). A pod whose
+    admission record is not the operator's (forged, or sealed by a key this process does not
+    hold) has no known baseline: it is left out of the savings rather than counted at a made-up
+    or an already lowered request."""
+    stored = pod.state().get("orig")
+    if isinstance(stored, dict):
+        return {c.name: dict(stored.get(c.name) or {}) for c in pod.containers}
+    if pod.admitted is None and pod.admitted_problem is not None:
+        return {c.name: {} for c in pod.containers}
     out: dict[str, dict[str, float]] = {}
     for c in pod.containers:
         o = dict(c.requests)
-        for r, v in (stored.get(c.name) or {}).items() if isinstance(stored, dict) else ():
-            if isinstance(v, (int, float)) and math.isfinite(v):
-                o[r] = float(v)
-        for r, q in ((admitted.get(c.name) or {}).items() if isinstance(admitted, dict)
-                     else ()):
+        for r, q in (pod.admitted or {}).get(c.name, {}).items():
             if q is None:
                 o.pop(r, None)          # admission set a request where the author had none
             else:
                 try:
                     o[r] = parse_quantity(str(q))
                 except ValueError:
-                    pass
+                    o.pop(r, None)
         out[c.name] = o
     return out
 

@@ -1,0 +1,196 @@
+"""The operator's state on a pod, sealed with a key only the operator holds.
+
+A pod's owner can write every annotation of their pod. The operator keeps two records there:
+``ai4dl.io/state`` (the window handled last, the last increases, the author's original requests,
+the running statistics) and ``ai4dl.io/admitted`` (the requests the author wrote, as admission
+saw them). Read back unchecked, a forged record could inflate the savings (an "original" of
+1000 cores), lift a pod's running statistics, or — one malformed value — stop a whole
+PhaseModel. So both are sealed: an HMAC-SHA256 over the record and the scope it belongs to (the
+pod's uid for the state: a record copied onto another pod does not verify), with a key that
+only the operator holds.
+
+Why a signature rather than moving the state elsewhere: the records must survive an operator
+restart (the window id is what keeps a restarted operator from resizing a pod twice in a window),
+they are per pod (thousands of them: too big for one PhaseModel's status, 1.5 MiB at most), and
+the pod is where a user looks. A signature keeps them where they are and makes them read-only in
+effect: a pod's owner may still delete or change them, and then the operator treats the record
+as absent, conservatively (see :func:`verify_pod`), and says so.
+
+The key comes from ``--state-key-file`` (the chart generates it once into a Secret that the
+kubelet mounts: the operator's ServiceAccount reads no Secret), else a random key per process
+(records sealed by an earlier process then read as absent: a restart forgets the cool-downs and
+the running statistics, never trusts a forgery).
+
+What a record that does not verify means, by :class:`Opened.problem`:
+
+- ``absent``: none (a new pod);
+- ``other-key``: sealed by another key (an earlier operator process without a key file, a
+  rotated key): the operator's own, no alarm (a log line, the metric);
+- ``unsigned``, ``forged``, ``malformed``: not the operator's (written by hand, copied from
+  another pod, changed): a Warning Event on the pod, once, naming the annotation, and the
+  metric ``ai4dl_pod_state_rejected_total{reason}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import math
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+KEY_BYTES = 32
+#: problems that are the operator's own (no Warning Event), and those that are not
+OWN_PROBLEMS = ("other-key",)
+FOREIGN_PROBLEMS = ("unsigned", "forged", "malformed")
+#: A sealed record larger than this is not read (an annotation can hold 256 KiB in all).
+MAX_RECORD_BYTES = 64 * 1024
+
+
+class StateKey:
+    """An HMAC key: ``seal`` a record for a scope, ``open`` it again."""
+
+    def __init__(self, key: bytes):
+        if len(key) < 16:
+            raise ValueError(f"the state key must have at least 16 bytes (got {len(key)})")
+        self._key = bytes(key)
+        self.kid = hashlib.sha256(b"ai4dl-state-key-id\0" + self._key).hexdigest()[:12]
+
+    @classmethod
+    def generate(cls) -> "StateKey":
+        return cls(secrets.token_bytes(KEY_BYTES))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "StateKey":
+        """The file's bytes (surrounding whitespace stripped: a key written by ``echo``)."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read().strip()
+        except OSError as err:
+            raise ValueError(f"state key file {path}: {err.strerror or err}") from None
+        try:
+            return cls(data)
+        except ValueError as err:
+            raise ValueError(f"state key file {path}: {err}") from None
+
+    def _mac(self, scope: str, payload: str) -> str:
+        digest = hmac.new(self._key, scope.encode() + b"\0" + payload.encode(),
+                          hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def seal(self, scope: str, data: Any) -> str:
+        """The annotation text: ``{"data": ..., "kid": ..., "mac": ...}`` (sorted, compact)."""
+        payload = _canonical(data)
+        return _canonical({"data": data, "kid": self.kid, "mac": self._mac(scope, payload)})
+
+    def open(self, scope: str, text: str | None) -> "Opened":
+        """The record's data when it verifies for ``scope``, else why not (``Opened.problem``)."""
+        if text is None:
+            return Opened(None, "absent")
+        if len(text) > MAX_RECORD_BYTES:
+            return Opened(None, "malformed", f"{len(text)} bytes (at most {MAX_RECORD_BYTES})")
+        try:
+            sealed = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            return Opened(None, "malformed", "not JSON")
+        if not isinstance(sealed, dict) or "mac" not in sealed or "data" not in sealed:
+            return Opened(None, "unsigned", "no signature")
+        if sealed.get("kid") != self.kid:
+            return Opened(None, "other-key", f"sealed by key {str(sealed.get('kid'))[:20]!r}")
+        mac = sealed.get("mac")
+        if not isinstance(mac, str) or not hmac.compare_digest(
+                mac, self._mac(scope, _canonical(sealed["data"]))):
+            return Opened(None, "forged", "the signature does not match")
+        return Opened(sealed["data"], None)
+
+
+@dataclass(frozen=True)
+class Opened:
+    data: Any
+    problem: str | None         # None: verified; else absent / other-key / unsigned / ...
+    detail: str = ""
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def state_scope(namespace: str, name: str, uid: str) -> str:
+    """A state record belongs to one pod object (its uid: a pod re-created under its name is
+    another pod)."""
+    return f"state\0{namespace}\0{name}\0{uid}"
+
+
+def admitted_scope(namespace: str, phasemodel: str) -> str:
+    """Admission's record belongs to a namespace and PhaseModel (a pod has no uid, and a
+    generated name no name, when admission sees it); once the operator first writes the pod it
+    moves the originals into the pod's own state record, bound to its uid."""
+    return f"admitted\0{namespace}\0{phasemodel}"
+
+
+def peek(text: str | None) -> dict:
+    """A sealed record's data, unverified: for people and tests reading a pod, never for
+    deciding anything."""
+    try:
+        sealed = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return {}
+    data = sealed.get("data") if isinstance(sealed, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+# ----------------------------------------------------------------------------- the records
+class PodState(BaseModel):
+    """What ``ai4dl.io/state`` holds (checked after it verified: a record of an older operator
+    version with other fields reads as malformed, and is then treated as absent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: float | None = None
+    model: str = Field("", max_length=64)
+    orig: dict[str, dict[str, float]] = {}
+    lastIncrease: dict[str, dict[str, float]] = {}
+    own: dict[str, dict[str, Any]] = {}
+    untaken: dict[str, Any] | None = None
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v):
+        if v is not None and not math.isfinite(v):
+            raise ValueError("not a finite number")
+        return v
+
+    @field_validator("orig", "lastIncrease")
+    @classmethod
+    def _values(cls, v):
+        for c, per in v.items():
+            for r, x in per.items():
+                if not math.isfinite(x) or x < 0:
+                    raise ValueError(f"{c}.{r}: {x!r} is not a finite non-negative number")
+        return v
+
+
+def parse_state(data: Any) -> tuple[dict, str]:
+    """A verified state record as the dict the planner reads, or ({}, what is wrong)."""
+    try:
+        return PodState.model_validate(data).model_dump(exclude_none=True,
+                                                        exclude_defaults=True), ""
+    except ValidationError as err:
+        e = err.errors()[0]
+        return {}, f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}"
+
+
+def parse_admitted(data: Any) -> tuple[dict[str, dict[str, str | None]] | None, str]:
+    """Admission's verified record, {container: {resource: quantity text or None}}."""
+    if not isinstance(data, Mapping) or not all(
+            isinstance(per, Mapping) and all(isinstance(q, (str, type(None)))
+                                             for q in per.values())
+            for per in data.values()):
+        return None, "not {container: {resource: quantity}}"
+    return {str(c): dict(per) for c, per in data.items()}, ""

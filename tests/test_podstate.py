@@ -1,0 +1,130 @@
+"""The operator's records on pods are sealed (ai4dl.controller.podstate): what a pod's owner
+writes there is never read as the operator's."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ai4dl.controller.podstate import (StateKey, admitted_scope, parse_state, peek,
+                                       state_scope)
+from ai4dl.controller.pods import A_ADMITTED, A_STATE, pod_info, verify_pod
+from ai4dl.crd import MODEL_ANNOTATION
+
+KEY = StateKey(b"s" * 32)
+SCOPE = state_scope("ml", "p", "uid-1")
+
+
+def pod(annotations, uid="uid-1", name="p"):
+    return verify_pod(pod_info({
+        "metadata": {"name": name, "namespace": "ml", "uid": uid,
+                     "annotations": {MODEL_ANNOTATION: "pm", **annotations}},
+        "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Running"}}), KEY)
+
+
+def test_seal_and_open_round_trip_bound_to_its_scope():
+    data = {"window": 1800.0, "orig": {"main": {"cpu": 2.0}}}
+    text = KEY.seal(SCOPE, data)
+    assert KEY.open(SCOPE, text).data == data and KEY.open(SCOPE, text).problem is None
+    assert peek(text) == data                        # readable by anyone
+    # another pod (uid), another namespace, another key: not the operator's record for it
+    assert KEY.open(state_scope("ml", "p", "uid-2"), text).problem == "forged"
+    assert KEY.open(state_scope("other", "p", "uid-1"), text).problem == "forged"
+    assert StateKey(b"t" * 32).open(SCOPE, text).problem == "other-key"
+
+
+@pytest.mark.parametrize("text, problem", [
+    (None, "absent"),
+    ('{"window": "soon"}', "unsigned"),              # the probe's malformed value, unsealed
+    ("soon", "malformed"),
+    ("[1, 2]", "unsigned"),
+    ("x" * 70000, "malformed"),
+])
+def test_what_is_not_sealed_is_not_read(text, problem):
+    assert KEY.open(SCOPE, text).problem == problem and KEY.open(SCOPE, text).data is None
+
+
+def test_a_changed_value_breaks_the_seal():
+    sealed = json.loads(KEY.seal(SCOPE, {"orig": {"main": {"cpu": 1.0}}}))
+    sealed["data"]["orig"]["main"]["cpu"] = 1000.0   # the owner inflates the "original"
+    assert KEY.open(SCOPE, json.dumps(sealed)).problem == "forged"
+    sealed["mac"] = 5                                 # not even a string
+    assert KEY.open(SCOPE, json.dumps(sealed)).problem == "forged"
+
+
+def test_keys_are_checked_and_read_from_files(tmp_path):
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        StateKey(b"short")
+    (tmp_path / "key").write_bytes(b"  " + b"k" * 32 + b"\n")
+    assert StateKey.from_file(tmp_path / "key").kid == StateKey(b"k" * 32).kid
+    with pytest.raises(ValueError, match="state key file .*missing"):
+        StateKey.from_file(tmp_path / "missing")
+    assert StateKey.generate().kid != StateKey.generate().kid
+
+
+def test_a_sealed_state_is_still_checked_field_by_field():
+    assert parse_state({"window": 1.0, "lastIncrease": {"main": {"cpu": 3.0}}})[1] == ""
+    for bad in ({"window": "soon"}, {"window": float("inf")}, {"orig": {"main": {"cpu": -1}}},
+                {"surprise": 1}, [1]):
+        data, why = parse_state(bad)
+        assert data == {} and why
+
+
+def test_verify_pod_reads_only_the_operators_records():
+    good = pod({A_STATE: KEY.seal(SCOPE, {"window": 1800.0}),
+                A_ADMITTED: KEY.seal(admitted_scope("ml", "pm"), {"main": {"cpu": "4"}})})
+    assert good.state() == {"window": 1800.0} and good.state_problem is None
+    assert good.admitted == {"main": {"cpu": "4"}} and good.admitted_problem is None
+    # the probe: "soon" in one pod's state; forged admitted of 1000 cores
+    bad = pod({A_STATE: json.dumps({"window": "soon"}),
+               A_ADMITTED: json.dumps({"main": {"cpu": "1000"}})})
+    assert bad.state() == {} and bad.state_problem == "unsigned" and bad.state_untrusted
+    assert bad.admitted is None and bad.admitted_problem == "unsigned"
+    # a record sealed for another pod, copied onto this one
+    copied = pod({A_STATE: KEY.seal(state_scope("ml", "q", "uid-9"), {"window": 1800.0})})
+    assert copied.state() == {} and copied.state_problem == "forged"
+    # sealed but not a state (an operator bug or an older version): malformed, not an error
+    odd = pod({A_STATE: KEY.seal(SCOPE, {"window": "soon"})})
+    assert odd.state() == {} and odd.state_problem == "malformed" and "window" in odd.state_detail
+    # none at all: a new pod, nothing untrusted
+    new = pod({})
+    assert new.state() == {} and new.state_problem is None and not new.state_untrusted
+
+
+def test_a_pod_with_a_rejected_record_is_planned_as_new_and_holds_its_decreases(fitted_model):
+    """Its window is planned (it is not skipped, nor is the PhaseModel stopped), without the
+    window id or last increases it claims, and decreases wait for the cool-down; the pods
+    beside it are planned as usual."""
+    from ai4dl.controller.plan import plan_window
+    from test_plan import WINDOW_START, spec_for
+
+    spec = spec_for(fitted_model, cooldownWindows=1)
+    rng = np.random.default_rng(0)
+    x = np.abs(rng.normal(1.0, 0.1, (43, len(fitted_model.features_))))
+    idx = {f: i for i, f in enumerate(fitted_model.features_)}
+    x[:, idx["memory"]] = 2 ** 30                    # 1 GiB used, 32 GiB requested: decrease
+    x[:, idx["cpu"]] = 0.5
+    samples = {("ml", n, "main"): x for n in ("forged", "honest")}
+
+    def make(name, annotations):
+        return verify_pod(pod_info({
+            "metadata": {"name": name, "namespace": "ml", "uid": name,
+                         "annotations": {MODEL_ANNOTATION: "pm", **annotations}},
+            "spec": {"containers": [{"name": "main", "resources": {
+                "requests": {"cpu": "8", "memory": "32Gi"}}}]},
+            "status": {"phase": "Running"}}), KEY)
+    forged = make("forged", {A_STATE: json.dumps({"window": WINDOW_START})})   # "handled"
+    honest = make("honest", {})
+    plan = plan_window(spec, fitted_model, [forged, honest], samples, 3, WINDOW_START,
+                       "2027-01-01T00:00:00Z")
+    by = {p.pod.name: p for p in plan.pods}
+    assert by["forged"].skipped != "already-handled"          # the forged window id is not read
+    assert by["honest"].resize is not None                    # decreased
+    held = by["forged"].containers[0]
+    assert held.target == held.current or by["forged"].resize is None   # decreases held
+    # the forged record is replaced at once by the operator's own (sealed by the runtime)
+    assert A_STATE in by["forged"].annotations
+    assert json.loads(by["forged"].annotations[A_STATE])["window"] == WINDOW_START
