@@ -333,3 +333,31 @@ def test_self_signed_certificates_verify_and_renew(tmp_path):
     new_ca = x509.load_pem_x509_certificate(certs.ca.cert_pem)
     x509.load_pem_x509_certificate(certs.certfile.read_bytes()).verify_directly_issued_by(new_ca)
     assert certs.ca_bundle(now + dt.timedelta(days=400)).count(b"BEGIN CERTIFICATE") == 1
+
+
+# ----------------------------------------------------------------------------- client authentication
+WEBHOOK_ARGS = ["--prometheus-url", "http://prometheus:9090", "--webhook-port", "9443",
+                "--webhook-host", "127.0.0.1", "--webhook-configuration", "ai4dl-operator"]
+
+
+def test_client_ca_flag_errors_are_one_line(tmp_path, capsys):
+    from ai4dl.controller.__main__ import main
+    from ai4dl.controller.webhook import make_ca, make_serving
+
+    ca, key = make_ca()
+    (tmp_path / "leaf.crt").write_bytes(make_serving(ca, key, ["x"]).cert_pem)
+    (tmp_path / "junk.crt").write_text("not a certificate\n")
+    cases = [
+        (["--webhook-client-ca-file", str(tmp_path / "none.crt")], "no such file"),
+        (["--webhook-client-ca-file", str(tmp_path / "junk.crt")], "not a PEM CA certificate"),
+        (["--webhook-client-ca-file", str(tmp_path / "leaf.crt")], "holds no CA certificate"),
+        (["--webhook-client-name", "kube-apiserver"],
+         "--webhook-client-name needs --webhook-client-ca-file"),
+    ]
+    for extra, message in cases:
+        assert main(WEBHOOK_ARGS + extra) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("ai4dl-operator: error: --webhook-client") and message in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert main(["--prometheus-url", "http://p:9090", "--webhook-client-ca-file", "x"]) == 2
+    assert "need --webhook-port" in capsys.readouterr().err
