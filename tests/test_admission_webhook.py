@@ -445,8 +445,10 @@ def test_the_webhook_answers_only_the_api_server(kube_cluster, k8s_namespace, we
     wait_admitted(kube_cluster, k8s_namespace)       # the API server's calls are answered
     body = review(k8s_namespace, pod_manifest(k8s_namespace, "forged"))
     # the API server's own certificate: answered, with the learned requests (the control)
-    status, answer = post_review(port, body, (cp.webhook_client_crt, cp.webhook_client_key))
-    assert status == 200 and request_writes(patched(answer)), answer
+    for tls12 in (False, True):
+        status, answer = post_review(port, body, (cp.webhook_client_crt, cp.webhook_client_key),
+                                     tls12=tls12)
+        assert status == 200 and request_writes(patched(answer)), answer
     other = PKI(tmp_path / "other-ca").generate()
     for what, cert in (("no client certificate", None),
                        ("a certificate of another CA, the API server's CN",
