@@ -206,7 +206,11 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     # Do it while kube-apiserver starts (that wait is mostly idle for this process).
     preload = threading.Thread(target=_preload_client_modules, daemon=True)
     preload.start()
-    cp = _cp.ControlPlane(startup_timeout=float(os.environ.get("AI4DL_CP_TIMEOUT", "90")))
+    # webhook_client_cert: the API server presents a client certificate to webhooks that ask for
+    # one (tests/test_admission_webhook.py's operator does; no other webhook asks, so nothing
+    # else changes)
+    cp = _cp.ControlPlane(startup_timeout=float(os.environ.get("AI4DL_CP_TIMEOUT", "90")),
+                          webhook_client_cert=True)
     try:
         cp.start()  # a start failure after a good build is a real error: never skipped
     finally:

@@ -10,8 +10,9 @@ import json
 import numpy as np
 import pytest
 
+from ai4dl.controller import admission
 from ai4dl.controller.admission import (A_ADMISSION, A_ADMITTED, AdmissionTarget, admission_target,
-                                        admit)
+                                        limit_range_rules)
 from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector
 
 GiB = 2.0 ** 30
@@ -34,6 +35,12 @@ def target(mode="InPlace", levels=(1.5, 3 * GiB), floor=(0.0, 0.0), ceiling=(np.
 
 
 BURSTABLE = {"requests": {"cpu": "4", "memory": "32Gi"}}
+
+
+def admit(p, targets, max_value=None, namespace="ml", limit_ranges=()):
+    """admission.admit for a review whose request.namespace is ``namespace`` (the pods here are
+    in "ml")."""
+    return admission.admit(p, targets, max_value, namespace=namespace, limit_ranges=limit_ranges)
 
 
 def requests_of(body, i=0):
@@ -101,12 +108,13 @@ def test_only_managed_containers_and_resources_with_a_level():
     assert requests_of(p, 0) == {"cpu": "4", "memory": "3072Mi"}
     assert requests_of(p, 1) == {"cpu": "100m"}
     assert json.loads(p["metadata"]["annotations"][A_ADMITTED]) == {"main": {"memory": "32Gi"}}
-    # a container without any requests gets them (the pod stays Burstable)
+    # a container without any requests gets none (its author asked for none)
     p = pod(("main", copy.deepcopy(BURSTABLE)), ("new", {}))
     admit(p, target()).apply(p)
-    assert requests_of(p, 1) == {"cpu": "1500m", "memory": "3072Mi"}
-    assert json.loads(p["metadata"]["annotations"][A_ADMITTED])["new"] == \
-        {"cpu": None, "memory": None}
+    assert "requests" not in p["spec"]["containers"][1]["resources"]
+    assert "new" not in json.loads(p["metadata"]["annotations"][A_ADMITTED])
+    assert "new cpu: it has no request (none is added)" in \
+        p["metadata"]["annotations"][A_ADMISSION]
 
 
 def test_pods_admission_cannot_serve_are_left_unchanged_with_a_reason():
@@ -138,6 +146,95 @@ def test_modes_that_do_not_admit_leave_the_pod_alone_silently():
     p = pod(("main", copy.deepcopy(BURSTABLE)))
     del p["metadata"]["labels"][OPT_IN_LABEL]          # not opted in: never touched
     assert admit(p, target()).annotations == {}
+
+
+def test_only_the_requests_namespace_is_served():
+    # the PhaseModel ml/pm exists; a review for namespace "other" naming it learns nothing
+    for meta_ns, request_ns in (("ml", "other"), ("other", "ml"), (None, "ml"), ("ml", None),
+                                ("ml", "")):
+        p = pod(("main", copy.deepcopy(BURSTABLE)), ns=meta_ns)
+        if meta_ns is None:
+            del p["metadata"]["namespace"]
+        a = admit(p, target(), namespace=request_ns)
+        assert not a.changes and A_ADMITTED not in a.annotations, (meta_ns, request_ns)
+        assert "is not the request's namespace" in a.annotations[A_ADMISSION]
+    # a PhaseModel of the same name in another namespace is never looked up
+    seen = []
+
+    class Spy(dict):
+        def get(self, key, default=None):
+            seen.append(key)
+            return super().get(key, default)
+    p = pod(("main", copy.deepcopy(BURSTABLE)), ns="other")
+    admit(p, Spy(target()), namespace="other")
+    assert seen == [("other", "pm")]
+    admit(pod(("main", copy.deepcopy(BURSTABLE))), Spy(target()), namespace="other")
+    assert seen == [("other", "pm")]                # mismatch: nothing read
+
+
+def test_limits_only_intent_is_kept():
+    # a memory limit only: the API server defaulted the memory request to it; no cpu at all
+    p = pod(("main", {"requests": {"memory": "8Gi"}, "limits": {"memory": "8Gi"}}),
+            ("side", {"requests": {"cpu": "2", "memory": "1Gi"}}))
+    before = copy.deepcopy(p["spec"]["containers"][0])
+    a = admit(p, target())
+    a.apply(p)
+    assert p["spec"]["containers"][0] == before
+    assert requests_of(p, 1) == {"cpu": "1500m", "memory": "3072Mi"}
+    note = p["metadata"]["annotations"][A_ADMISSION]
+    assert note.startswith("set by PhaseModel pm")
+    assert "main cpu: it has no request (none is added)" in note
+    assert "main memory: its request equals its limit" in note
+    assert "\n" not in note
+
+
+def limit_range(name="lr", **items):
+    return limit_range_rules({"metadata": {"name": name, "namespace": "ml"}, "spec": {"limits": [
+        {"type": kind, **fields} for kind, fields in items.items()]}})
+
+
+def test_limit_range_bounds_clamp_the_request():
+    lr = limit_range(Container={"min": {"cpu": "2", "memory": "4Gi"},
+                                "max": {"memory": "2500M"},
+                                "maxLimitRequestRatio": {"memory": "2"}})
+    # cpu 1.5 -> min 2; memory 3Gi above max 2500M -> the max itself
+    p = pod(("main", {"requests": {"cpu": "4", "memory": "2Gi"}, "limits": {"memory": "2500M"}}))
+    a = admit(p, target(), limit_ranges=(lr,))
+    a.apply(p)
+    assert requests_of(p) == {"cpu": "2000m", "memory": "2Gi"}, a.annotations
+    # memory: min 4Gi > max 2500M: no value fits, left as it was, said
+    assert "main memory: no request is within its limit and LimitRange bounds (lr)" in \
+        p["metadata"]["annotations"][A_ADMISSION]
+    # ratio: limit 10Gi / ratio 2 -> at least 5Gi (level 3Gi raised)
+    lr = limit_range(Container={"maxLimitRequestRatio": {"memory": "2", "cpu": "4"}})
+    p = pod(("main", {"requests": {"cpu": "4", "memory": "6Gi"},
+                      "limits": {"cpu": "8", "memory": "10Gi"}}))
+    admit(p, target(), limit_ranges=(lr,)).apply(p)
+    assert requests_of(p) == {"cpu": "2000m", "memory": "5120Mi"}
+
+
+def test_pod_level_resources_and_pod_limit_ranges_keep_the_sum():
+    # two containers of 1 core each, the pod 2.5 cores: 1.5 + 1.5 would be 3 > 2.5
+    p = pod(("a", {"requests": {"cpu": "1", "memory": "8Gi"}}),
+            ("b", {"requests": {"cpu": "1", "memory": "8Gi"}}))
+    p["spec"]["resources"] = {"requests": {"cpu": "2500m", "memory": "20Gi"}}
+    admit(p, target()).apply(p)
+    assert [requests_of(p, i) for i in (0, 1)] == [{"cpu": "1", "memory": "3072Mi"}] * 2
+    assert "cpu of every container: the containers' requests would sum above the pod's " \
+        "spec.resources (2500m)" in p["metadata"]["annotations"][A_ADMISSION]
+    # a Pod-type LimitRange min: 2 x 3Gi = 6Gi is below 10Gi: memory kept
+    p = pod(("a", {"requests": {"cpu": "1", "memory": "8Gi"}}),
+            ("b", {"requests": {"cpu": "1", "memory": "8Gi"}}))
+    admit(p, target(), limit_ranges=(limit_range(Pod={"min": {"memory": "10Gi"}}),)).apply(p)
+    assert [requests_of(p, i) for i in (0, 1)] == [{"cpu": "1500m", "memory": "8Gi"}] * 2
+    assert "memory of every container: the pod's total would break LimitRange lr Pod min " \
+        "10Gi" in p["metadata"]["annotations"][A_ADMISSION]
+    # nothing can be set at all: unchanged, with every reason
+    p = pod(("a", {"requests": {"cpu": "1", "memory": "8Gi"}}))
+    p["spec"]["resources"] = {"requests": {"cpu": "1", "memory": "8Gi"}}
+    a = admit(p, target(levels=(1.5, 9 * GiB)))
+    assert not a.changes and A_ADMITTED not in a.annotations
+    assert a.annotations[A_ADMISSION].startswith("unchanged: cpu of every container")
 
 
 # ----------------------------------------------------------------------------- targets
@@ -236,3 +333,31 @@ def test_self_signed_certificates_verify_and_renew(tmp_path):
     new_ca = x509.load_pem_x509_certificate(certs.ca.cert_pem)
     x509.load_pem_x509_certificate(certs.certfile.read_bytes()).verify_directly_issued_by(new_ca)
     assert certs.ca_bundle(now + dt.timedelta(days=400)).count(b"BEGIN CERTIFICATE") == 1
+
+
+# ----------------------------------------------------------------------------- client authentication
+WEBHOOK_ARGS = ["--prometheus-url", "http://prometheus:9090", "--webhook-port", "9443",
+                "--webhook-host", "127.0.0.1", "--webhook-configuration", "ai4dl-operator"]
+
+
+def test_client_ca_flag_errors_are_one_line(tmp_path, capsys):
+    from ai4dl.controller.__main__ import main
+    from ai4dl.controller.webhook import make_ca, make_serving
+
+    ca, key = make_ca()
+    (tmp_path / "leaf.crt").write_bytes(make_serving(ca, key, ["x"]).cert_pem)
+    (tmp_path / "junk.crt").write_text("not a certificate\n")
+    cases = [
+        (["--webhook-client-ca-file", str(tmp_path / "none.crt")], "no such file"),
+        (["--webhook-client-ca-file", str(tmp_path / "junk.crt")], "not a PEM CA certificate"),
+        (["--webhook-client-ca-file", str(tmp_path / "leaf.crt")], "holds no CA certificate"),
+        (["--webhook-client-name", "kube-apiserver"],
+         "--webhook-client-name needs --webhook-client-ca-file"),
+    ]
+    for extra, message in cases:
+        assert main(WEBHOOK_ARGS + extra) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("ai4dl-operator: error: --webhook-client") and message in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert main(["--prometheus-url", "http://p:9090", "--webhook-client-ca-file", "x"]) == 2
+    assert "need --webhook-port" in capsys.readouterr().err

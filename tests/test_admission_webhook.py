@@ -95,9 +95,18 @@ def webhook(kube_cluster, crd, operator_kubeconfig, tmp_path_factory):  # noqa: 
             raise
     adm.create_mutating_webhook_configuration(body)
     log = tmp_path_factory.mktemp("webhook") / "operator.log"
+    # the API server authenticates: its webhook client certificate (CN WEBHOOK_CLIENT_CN, signed
+    # by the cluster CA, which signs every user's certificate too: hence the name)
+    client_auth = ()
+    if client_auth_available(kube_cluster):
+        from e2e.controlplane.cluster import WEBHOOK_CLIENT_CN
+
+        client_auth = ("--webhook-client-ca-file", str(kube_cluster.control_plane.pki.ca_crt),
+                       "--webhook-client-name", WEBHOOK_CLIENT_CN)
     op = Operator(operator_kubeconfig, "http://127.0.0.1:9", log, extra_args=(
         "--webhook-port", str(port), "--webhook-host", "127.0.0.1",
-        "--webhook-configuration", CONFIGURATION, "--orphan-check-seconds", "0")).start()
+        "--webhook-configuration", CONFIGURATION, "--orphan-check-seconds", "0",
+        *client_auth)).start()
 
     def ca_written():
         hooks = adm.read_mutating_webhook_configuration(CONFIGURATION).webhooks
@@ -111,6 +120,13 @@ def webhook(kube_cluster, crd, operator_kubeconfig, tmp_path_factory):  # noqa: 
             adm.delete_mutating_webhook_configuration(CONFIGURATION)
         except ApiException:
             pass
+
+
+def client_auth_available(kube_cluster) -> bool:
+    """The test control plane presents a webhook client certificate (an existing cluster may
+    not: the module then runs without client authentication, and its TLS test is skipped)."""
+    cp = kube_cluster.control_plane
+    return cp is not None and cp.webhook_client_crt is not None
 
 
 def make_pm(kube_cluster, ns, name, spec):
@@ -364,6 +380,275 @@ def test_the_operator_may_write_only_its_configurations_ca_bundle(kube_cluster, 
             ROWS.append((f"the operator's token: {verb}", "refused (403)", "RBAC"))
     finally:
         api.close()
+
+
+# ----------------------------------------------------------------------------- only the API server
+FAULTS: list[tuple[str, str, str]] = []   # (bad input, wrong writes, signals)
+
+
+def review(ns: str, pod: dict) -> dict:
+    """An AdmissionReview as the API server sends it for the CREATE of ``pod`` in ``ns``."""
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "00000000-0000-0000-0000-000000000001",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": ns, "operation": "CREATE", "userInfo": {"username": "someone"},
+        "object": pod, "dryRun": True}}
+
+
+def post_review(port: int, body: dict, cert: tuple | None = None,
+                tls12: bool = False) -> tuple[int, dict]:
+    """POST a review to the operator's webhook (trusting any server certificate: what is tested
+    is the server's check of the client). Returns (HTTP status, the JSON answer or {}).
+    ``tls12``: in TLS 1.2 a refused client certificate fails the handshake itself (TLS 1.3
+    reports it after, as a closed connection)."""
+    import http.client
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if tls12:
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    if cert:
+        ctx.load_cert_chain(*map(str, cert))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    try:
+        conn.request("POST", "/admission", body=json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        text = resp.read()
+        return resp.status, (json.loads(text) if resp.status == 200 else {})
+    finally:
+        conn.close()
+
+
+def patched(answer: dict) -> list[dict]:
+    import base64
+
+    patch = (answer.get("response") or {}).get("patch")
+    return json.loads(base64.b64decode(patch)) if patch else []
+
+
+def request_writes(ops: list[dict]) -> list[dict]:
+    """The operations of a JSON patch that touch the pod's spec (its requests)."""
+    return [op for op in ops if op["path"].startswith("/spec")]
+
+
+def test_the_webhook_answers_only_the_api_server(kube_cluster, k8s_namespace, webhook, doc,
+                                                 tmp_path):
+    if not client_auth_available(kube_cluster):
+        pytest.skip("the cluster presents no webhook client certificate (existing cluster)")
+    from e2e.controlplane.cluster import PKI, WEBHOOK_CLIENT_CN
+
+    _, _, port = webhook
+    cp = kube_cluster.control_plane
+    make_pm(kube_cluster, k8s_namespace, "pm", spec_of(names(doc), {}, doc))
+    wait_admitted(kube_cluster, k8s_namespace)       # the API server's calls are answered
+    body = review(k8s_namespace, pod_manifest(k8s_namespace, "forged"))
+    # the API server's own certificate: answered, with the learned requests (the control)
+    for tls12 in (False, True):
+        status, answer = post_review(port, body, (cp.webhook_client_crt, cp.webhook_client_key),
+                                     tls12=tls12)
+        assert status == 200 and request_writes(patched(answer)), answer
+    other = PKI(tmp_path / "other-ca").generate()
+    for what, cert in (("no client certificate", None),
+                       ("a certificate of another CA, the API server's CN",
+                        other.client_cert("impostor", WEBHOOK_CLIENT_CN))):
+        with pytest.raises(ssl.SSLError) as err:
+            post_review(port, body, cert, tls12=True)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            post_review(port, body, cert)                  # TLS 1.3: no answer either
+        FAULTS.append((f"a forged AdmissionReview naming another namespace's PhaseModel, {what}",
+                       "none (no answer)", f"TLS handshake refused ({err.value.reason})"))
+    # a certificate of the cluster CA (every user's) with another common name: 403, no answer
+    status, answer = post_review(port, body, (cp.admin_crt, cp.admin_key))
+    assert status == 403 and answer == {}, (status, answer)
+    FAULTS.append(("the same review with a cluster user's certificate (CN admin)",
+                   "none (no answer)", "HTTP 403: --webhook-client-name"))
+    # and the API server still gets answers: a real pod is created with the learned requests
+    obj, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "after-tls"))
+    assert requests_of(obj) != BURSTABLE["requests"] and A_ADMITTED in annotations_of(obj)
+
+
+def test_a_review_is_answered_for_its_own_namespace_only(kube_cluster, k8s_namespace, webhook,
+                                                        doc):
+    """Even an authenticated caller (the worst case: client authentication off) learns nothing
+    of a PhaseModel outside the review's request.namespace."""
+    _, _, port = webhook
+    cert = None
+    if client_auth_available(kube_cluster):
+        cp = kube_cluster.control_plane
+        cert = (cp.webhook_client_crt, cp.webhook_client_key)
+    make_pm(kube_cluster, k8s_namespace, "pm", spec_of(names(doc), {}, doc))
+    wait_admitted(kube_cluster, k8s_namespace)
+    victim = pod_manifest(k8s_namespace, "v")
+    status, answer = post_review(port, review(k8s_namespace, victim), cert)
+    assert status == 200 and request_writes(patched(answer)), answer      # the control
+    cases = {
+        "request.namespace attacker, the pod's metadata.namespace the victim's":
+            review("attacker", victim),
+        "request.namespace the victim's, the pod's metadata.namespace attacker":
+            review(k8s_namespace, pod_manifest("attacker", "v")),
+        "request.namespace the victim's, the pod without metadata.namespace":
+            review(k8s_namespace, {**victim, "metadata": {
+                k: v for k, v in victim["metadata"].items() if k != "namespace"}}),
+        "request.namespace attacker, the pod in attacker naming the victim's PhaseModel name":
+            review("attacker", pod_manifest("attacker", "v")),
+    }
+    for what, body in cases.items():
+        status, answer = post_review(port, body, cert)
+        ops = patched(answer)
+        assert status == 200 and answer["response"]["allowed"] is True, (what, answer)
+        assert request_writes(ops) == [], (what, ops)
+        assert A_ADMITTED not in json.dumps(ops), (what, ops)
+        note = [op["value"] for op in ops if op["path"].startswith("/metadata/annotations")]
+        FAULTS.append((what, "0 requests written, no level in the answer",
+                       "ai4dl.io/admission: " + (json.dumps(note)[:90] if note else "none")))
+
+
+# ----------------------------------------------------------------------------- never refusing
+def create_limit_range(kube_cluster, ns: str, limits: list[dict], name="lr") -> None:
+    kube_cluster.core.create_namespaced_limit_range(ns, {
+        "metadata": {"name": name}, "spec": {"limits": limits}})
+
+
+def accepted_without_the_webhook(kube_cluster, manifest: dict) -> dict:
+    """The API server's own answer for ``manifest`` without the webhook (the opt-in label off,
+    so it is never sent): it must accept it, else the case tests nothing."""
+    plain = copy.deepcopy(manifest)
+    plain["metadata"]["labels"].pop(OPT_IN_LABEL)
+    r = kubectl(kube_cluster, "create", "--dry-run=server", "-o", "json", "-f", "-",
+                input_=json.dumps(plain))
+    assert r.returncode == 0, f"the API server refuses the pod even without the webhook: {r.stderr}"
+    return json.loads(r.stdout)
+
+
+def create_through_the_webhook(kube_cluster, manifest: dict) -> dict:
+    """Create the pod (opted in: sent to the webhook); it must be accepted."""
+    r = kubectl(kube_cluster, "create", "-o", "json", "-f", "-", input_=json.dumps(manifest))
+    assert r.returncode == 0, f"refused only because of the webhook: {r.stderr}"
+    return json.loads(r.stdout)
+
+
+@pytest.fixture
+def learned(kube_cluster, k8s_namespace, webhook, doc) -> dict:
+    """PhaseModel pm in the test's namespace, admitted; its learned levels {resource: value}."""
+    from ai4dl.quantity import format_resource, parse_quantity
+
+    make_pm(kube_cluster, k8s_namespace, "pm", spec_of(names(doc), {}, doc))
+    wait_admitted(kube_cluster, k8s_namespace)
+    return {r["resource"]: parse_quantity(format_resource(r["resource"], r["coldStart"]))
+            for r in doc["policyTables"][0]["resources"]}
+
+
+def containers(manifest_or_obj) -> list[dict]:
+    return manifest_or_obj["spec"]["containers"]
+
+
+def test_limit_range_min_and_ratio_are_kept(kube_cluster, k8s_namespace, learned):
+    """Container min above the learned cpu level; memory limit / maxLimitRequestRatio above the
+    learned memory level: the requests are raised to the bounds, never refused."""
+    from ai4dl.quantity import format_resource, parse_quantity
+
+    cpu, mem = learned["cpu"], learned["memory"]
+    cpu_min = format_resource("cpu", 2 * cpu)
+    mem_limit = format_resource("memory", 8 * mem)
+    create_limit_range(kube_cluster, k8s_namespace, [{
+        "type": "Container", "min": {"cpu": cpu_min},
+        "maxLimitRequestRatio": {"memory": "2"}}])
+    res = {"requests": {"cpu": format_resource("cpu", 4 * cpu),
+                        "memory": format_resource("memory", 6 * mem)},
+           "limits": {"memory": mem_limit}}
+    manifest = pod_manifest(k8s_namespace, "lr-0", resources=res)
+    accepted_without_the_webhook(kube_cluster, manifest)
+    obj = create_through_the_webhook(kube_cluster, manifest)
+    got = requests_of(obj)
+    assert parse_quantity(got["cpu"]) == parse_quantity(cpu_min), got          # raised to min
+    half = parse_quantity(mem_limit) / 2                                       # limit / ratio
+    assert half <= parse_quantity(got["memory"]) < half + 2 ** 20, got
+    assert annotations_of(obj)[A_ADMISSION].startswith("set by PhaseModel pm")
+    FAULTS.append(("a LimitRange: Container min cpu 2x the learned level, memory "
+                   "maxLimitRequestRatio 2 (limit 8x)", "0 refusals (was 403)",
+                   f"requests clamped to {got['cpu']} / {got['memory']}"))
+
+
+def test_limit_range_defaults_and_pod_min_are_kept(kube_cluster, k8s_namespace, learned):
+    """A Pod-type min on the pod's total memory above the learned level: memory keeps every
+    container's own request; a LimitRange defaultRequest for cpu is the request admission sees
+    and may set."""
+    from ai4dl.quantity import format_resource, parse_quantity
+
+    mem = learned["memory"]
+    own = format_resource("memory", 4 * mem)
+    pod_min = format_resource("memory", 3 * mem)
+    create_limit_range(kube_cluster, k8s_namespace, [
+        {"type": "Pod", "min": {"memory": pod_min}},
+        {"type": "Container", "defaultRequest": {"cpu": "3"}, "default": {"cpu": "6"}}])
+    manifest = pod_manifest(k8s_namespace, "lrpod-0", resources={"requests": {"memory": own}})
+    accepted_without_the_webhook(kube_cluster, manifest)
+    obj = create_through_the_webhook(kube_cluster, manifest)
+    got = requests_of(obj)
+    assert got["memory"] == own, got
+    assert parse_quantity(got["cpu"]) == learned["cpu"], got     # the defaulted request, set
+    note = annotations_of(obj)[A_ADMISSION]
+    assert f"memory of every container: the pod's total would break LimitRange lr Pod min " \
+           f"{pod_min}" in note, note
+    FAULTS.append((f"a LimitRange: Pod min memory {pod_min} above the learned level",
+                   "0 refusals (was 403), memory unchanged", "ai4dl.io/admission names the rule"))
+
+
+def test_pod_level_resources_are_kept(kube_cluster, k8s_namespace, learned):
+    """Pod-level spec.resources (PodLevelResources): two containers whose learned cpu would sum
+    above the pod's cpu keep their own; memory fits and is set."""
+    from ai4dl.quantity import format_resource, parse_quantity
+
+    cpu, mem = learned["cpu"], learned["memory"]
+    half = format_resource("cpu", cpu / 2)
+    manifest = pod_manifest(k8s_namespace, "plr-0", resources={
+        "requests": {"cpu": half, "memory": format_resource("memory", 4 * mem)}})
+    second = copy.deepcopy(containers(manifest)[0])
+    second["name"] = "second"
+    containers(manifest).append(second)
+    manifest["spec"]["resources"] = {"requests": {
+        "cpu": format_resource("cpu", 2 * parse_quantity(half)),
+        "memory": format_resource("memory", 8 * mem)}}
+    plain = accepted_without_the_webhook(kube_cluster, manifest)
+    assert plain["spec"].get("resources"), "PodLevelResources is off in this API server"
+    obj = create_through_the_webhook(kube_cluster, manifest)
+    for c in containers(obj):
+        assert c["resources"]["requests"]["cpu"] == half, c
+        assert parse_quantity(c["resources"]["requests"]["memory"]) == mem, c
+    assert "cpu of every container: the containers' requests would sum above the pod's " \
+           "spec.resources" in annotations_of(obj)[A_ADMISSION]
+    FAULTS.append(("pod-level spec.resources cpu = the containers' sum, below the learned sum",
+                   "0 refusals (was 422), cpu unchanged", "ai4dl.io/admission names the rule"))
+
+
+def test_a_limit_only_container_is_given_no_request(kube_cluster, k8s_namespace, learned):
+    """A memory limit and nothing else: the memory request (defaulted to the limit) stays, no
+    cpu request appears; the other container is set."""
+    manifest = pod_manifest(k8s_namespace, "lim-0",
+                            resources={"limits": {"memory": "8Gi"}})
+    second = {"name": "second", "image": "registry.k8s.io/pause:3.10",
+              "resources": copy.deepcopy(BURSTABLE)}
+    containers(manifest).append(second)
+    plain = accepted_without_the_webhook(kube_cluster, manifest)
+    obj = create_through_the_webhook(kube_cluster, manifest)
+    assert containers(obj)[0]["resources"] == containers(plain)[0]["resources"] == {
+        "limits": {"memory": "8Gi"}, "requests": {"memory": "8Gi"}}
+    assert requests_of({"spec": {"containers": containers(obj)[1:]}}) != BURSTABLE["requests"]
+    note = annotations_of(obj)[A_ADMISSION]
+    assert "main cpu: it has no request (none is added)" in note, note
+    assert "main memory: its request equals its limit" in note, note
+    FAULTS.append(("a container with a memory limit only (no cpu at all)",
+                   "0 requests added or changed on it", "ai4dl.io/admission names the rule"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fault_table(request):
+    yield
+    write_report(request, "admission: bad input", "| bad input | wrong writes | signals |",
+                 FAULTS, append=True)
 
 
 def test_report(request):

@@ -104,7 +104,12 @@ def test_helm_lint(helm, helm_env, values):
     (["--set", f"prometheus.url={URL}", "--set", "examplePhaseModel.enabled=true",
       "--set", "examplePhaseModel.policy.mode=Auto"], "at '/examplePhaseModel/policy/mode': value must be one of 'Off', 'Initial', 'Recommend', 'InPlace'"),
     (["--set", f"prometheus.url={URL}", "--set", "trainer.enabled=true"], "trainer.enabled needs at least one entry in trainer.phaseModels"),
-], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models"])
+    (["--set", f"prometheus.url={URL}", "--set", "webhook.networkPolicy.enabled=true"],
+     "webhook.networkPolicy.from: name the API server's sources"),
+    (["--set", f"prometheus.url={URL}", "--set", "webhook.clientAuth.caKey=../x"],
+     "at '/webhook/clientAuth/caKey': '../x' does not match pattern"),
+], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models",
+        "network-policy-without-sources", "ca-key-path"])
 def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
     r = run([helm, "template", "x", CHART, *args], helm_env, check=False)
     assert r.returncode != 0
@@ -177,7 +182,8 @@ def test_default_render(helm, helm_env):
     rules = {(g, r): set(rule["verbs"]) for rule in role["rules"]
              for g in rule["apiGroups"] for r in rule["resources"]}
     assert rules == {("", "pods"): {"get", "list", "patch"}, ("", "pods/resize"): {"patch"},
-                     ("", "events"): {"create"}, (GROUP, PLURAL): {"get", "list", "watch", "patch"},
+                     ("", "events"): {"create"}, ("", "limitranges"): {"list", "watch"},
+                     (GROUP, PLURAL): {"get", "list", "watch", "patch"},
                      (GROUP, f"{PLURAL}/status"): {"get", "patch"}}
     bindings = by_kind(docs, "ClusterRoleBinding")       # cluster-wide: no watchNamespaces
     assert sorted(b["roleRef"]["name"] for b in bindings) == \
@@ -240,6 +246,38 @@ def test_cert_manager_render(helm, helm_env):
     (dep,) = by_kind(docs, "Deployment")
     assert not any(a.startswith("--webhook") for a in dep["spec"]["template"]["spec"]
                    ["containers"][0]["args"])
+
+
+def test_webhook_client_auth_and_network_policy_render(helm, helm_env):
+    """webhook.clientAuth: the CA ConfigMap mounted by the kubelet (the operator reads no
+    ConfigMap) and the flags naming it; webhook.networkPolicy: the webhook port only from the
+    given sources, metrics and health as before. Both off by default."""
+    docs = template(helm, helm_env, "--set", f"prometheus.url={URL}")
+    assert not by_kind(docs, "NetworkPolicy")
+    args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--webhook-client") for a in args)
+    docs = template(helm, helm_env, "-f", ALL_FEATURES, release="r", namespace="ops")
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert {"--webhook-client-ca-file=/etc/ai4dl/webhook-client-ca/ca.crt",
+            "--webhook-client-name=kube-apiserver-webhook-client"} <= set(c["args"])
+    assert {"name": "webhook-client-ca", "mountPath": "/etc/ai4dl/webhook-client-ca",
+            "readOnly": True} in c["volumeMounts"]
+    assert {"name": "webhook-client-ca",
+            "configMap": {"name": "kube-apiserver-webhook-client-ca"}} in pod["volumes"]
+    (np_,) = by_kind(docs, "NetworkPolicy")
+    assert np_["spec"]["podSelector"]["matchLabels"] == \
+        by_kind(docs, "Deployment")[0]["spec"]["selector"]["matchLabels"]
+    assert np_["spec"]["policyTypes"] == ["Ingress"]
+    webhook_rule, open_rule = np_["spec"]["ingress"]
+    assert webhook_rule == {"from": [{"ipBlock": {"cidr": "10.0.0.2/32"}}],
+                            "ports": [{"port": 9443, "protocol": "TCP"}]}
+    assert open_rule == {"ports": [{"port": 8080, "protocol": "TCP"},
+                                   {"port": 8081, "protocol": "TCP"}]}
+    # the operator reads LimitRanges (admission keeps requests within them), nothing more
+    (role,) = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "r-ai4dl-operator"]
+    assert {"apiGroups": [""], "resources": ["limitranges"], "verbs": ["list", "watch"]} \
+        in role["rules"]
 
 
 def test_all_features_render(helm, helm_env):

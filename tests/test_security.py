@@ -207,6 +207,11 @@ CAN_I = [   # (verb, resource, namespace, expected)
     ("create", "pods/eviction", "default", "no"),
     ("create", "pods/exec", "default", "no"),
     ("create", "events", "default", "yes"),
+    # LimitRanges: read (the admission webhook keeps new requests within them), never written
+    ("list", "limitranges", "default", "yes"),
+    ("watch", "limitranges", "default", "yes"),
+    ("create", "limitranges", "default", "no"),
+    ("delete", "limitranges", "default", "no"),
     ("get", "secrets", "default", "no"),
     ("list", "secrets", "default", "no"),
     ("get", "configmaps", "default", "no"),

@@ -73,6 +73,10 @@ class BuildError(RuntimeError):
     """build.sh failed (no Go toolchain, no network to the Go proxy, compile error...)."""
 
 
+#: The common name of the webhook client certificate (``webhook_client_cert=True``).
+WEBHOOK_CLIENT_CN = "kube-apiserver-webhook-client"
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("AI4DL_CACHE") or Path.home() / ".cache" / "ai4dl")
 
@@ -261,6 +265,7 @@ class ControlPlane:
         startup_timeout: float = 60.0,
         extra_apiserver_args: Sequence[str] = (),
         keep_dir: bool = False,
+        webhook_client_cert: bool = False,
     ):
         self.bin_dir = Path(bin_dir) if bin_dir else cache_dir() / "bin"
         self._own_dir = workdir is None
@@ -268,6 +273,12 @@ class ControlPlane:
         self.startup_timeout = startup_timeout
         self.extra_apiserver_args = list(extra_apiserver_args)
         self.keep_dir = keep_dir
+        # Present a client certificate (CN=WEBHOOK_CLIENT_CN, signed by the cluster CA) to
+        # admission webhooks that ask for one, as a production API server configured with an
+        # --admission-control-config-file does; a webhook that asks for none sees no change.
+        self.webhook_client_cert = webhook_client_cert
+        self.webhook_client_crt: Path | None = None
+        self.webhook_client_key: Path | None = None
         self.dir: Path | None = None
         self.pki: PKI | None = None
         self.etcd: subprocess.Popen | None = None
@@ -309,6 +320,9 @@ class ControlPlane:
         try:
             self.pki = PKI(self.dir / "pki").generate()
             self.admin_crt, self.admin_key = self.pki.client_cert("admin", "admin", ["system:masters"])
+            if self.webhook_client_cert:
+                self.webhook_client_crt, self.webhook_client_key = self.pki.client_cert(
+                    "webhook-client", WEBHOOK_CLIENT_CN)
             self._start_etcd(etcd_bin)
             self._start_apiserver(kas_bin)
             self._wait_ready()
@@ -380,8 +394,30 @@ class ControlPlane:
             f"--service-account-issuer={self.url}/",
             f"--service-account-key-file={p.sa_pub}",
             f"--service-account-signing-key-file={p.sa_key}",
+            *self._webhook_client_args(),
             *self.extra_apiserver_args,
         ], "kube-apiserver.log")
+
+    def _webhook_client_args(self) -> list[str]:
+        """--admission-control-config-file giving both webhook plugins a kubeconfig whose user
+        "*" (every webhook host) is the webhook client certificate."""
+        if not self.webhook_client_cert:
+            return []
+        assert self.dir is not None and self.webhook_client_crt is not None
+        kubeconfig = self.dir / "webhook-client.kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config",
+            "users": [{"name": "*", "user": {
+                "client-certificate": str(self.webhook_client_crt),
+                "client-key": str(self.webhook_client_key)}}]}) + "\n")
+        config = self.dir / "admission-config.json"
+        config.write_text(json.dumps({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [{"name": name, "configuration": {
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "WebhookAdmissionConfiguration", "kubeConfigFile": str(kubeconfig)}}
+                for name in ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")]}) + "\n")
+        return [f"--admission-control-config-file={config}"]
 
     def _ssl_context(self) -> ssl.SSLContext:
         assert self.pki is not None and self.admin_crt is not None

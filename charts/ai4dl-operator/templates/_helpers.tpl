@@ -85,6 +85,14 @@ app.kubernetes.io/part-of: ai4dl
 {{- else }}
 - {{ printf "--webhook-configuration=%s" (include "ai4dl.fullname" .) | quote }}
 {{- end }}
+{{- with .Values.webhook.clientAuth }}
+{{- if .caConfigMap }}
+- {{ printf "--webhook-client-ca-file=/etc/ai4dl/webhook-client-ca/%s" .caKey | quote }}
+{{- range .allowedNames }}
+- {{ printf "--webhook-client-name=%s" . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if include "ai4dl.stateKeySecret" . }}
 - --state-key-file=/etc/ai4dl/state-key/key

@@ -83,6 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve tls.crt / tls.key from DIR instead (e.g. cert-manager's "
                         "Secret mounted as a volume; re-read when they change; the caBundle "
                         "is then cert-manager's business)")
+    g.add_argument("--webhook-client-ca-file", default="", metavar="FILE",
+                   help="authenticate the API server: accept only callers presenting a client "
+                        "certificate signed by a CA in FILE (PEM; the one that signs "
+                        "kube-apiserver's webhook client certificate, set by its "
+                        "--admission-control-config-file); others fail the TLS handshake. "
+                        "Re-read when it changes. Default: no client authentication")
+    g.add_argument("--webhook-client-name", action="append", default=[], metavar="CN",
+                   help="with --webhook-client-ca-file: accept only client certificates with "
+                        "this common name (repeatable; e.g. when the CA also signs users' "
+                        "certificates)")
     g = p.add_argument_group("the operator's records on pods")
     g.add_argument("--state-key-file", default=os.environ.get("AI4DL_STATE_KEY_FILE", ""),
                    metavar="FILE",
@@ -97,6 +107,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fmt(cores: float) -> str:
     return f"{cores:g}"
+
+
+def _client_ca_problem(path: str) -> str:
+    """Why ``path`` cannot verify client certificates ("" when it can)."""
+    import ssl
+
+    try:
+        ctx = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+        ctx.load_verify_locations(cafile=path)
+    except FileNotFoundError:
+        return "no such file"
+    except (OSError, ssl.SSLError) as err:
+        return f"not a PEM CA certificate ({getattr(err, 'reason', None) or err})"
+    if not ctx.get_ca_certs():
+        return "holds no CA certificate"
+    return ""
 
 
 def liveness_url(args: argparse.Namespace) -> str | None:
@@ -165,9 +191,19 @@ def main(argv=None) -> int:
         if not hosts and not args.webhook_cert_dir:
             return fail("--webhook-port needs --webhook-service or --webhook-host for the "
                         "self-signed certificate's names")
+        if args.webhook_client_ca_file:
+            problem = _client_ca_problem(args.webhook_client_ca_file)
+            if problem:
+                return fail(f"--webhook-client-ca-file {args.webhook_client_ca_file}: {problem}")
+        elif args.webhook_client_name:
+            return fail("--webhook-client-name needs --webhook-client-ca-file")
         webhook = {"port": args.webhook_port, "addr": args.webhook_bind_address,
                    "hosts": hosts, "configuration": args.webhook_configuration,
-                   "cert_dir": args.webhook_cert_dir}
+                   "cert_dir": args.webhook_cert_dir,
+                   "client_ca_file": args.webhook_client_ca_file,
+                   "client_names": list(args.webhook_client_name)}
+    elif args.webhook_client_ca_file or args.webhook_client_name:
+        return fail("--webhook-client-ca-file and --webhook-client-name need --webhook-port")
     # Read by the handlers module when it registers the PhaseModel daemon (import below).
     os.environ["AI4DL_PHASEMODEL_SELECTOR"] = ",".join(f"{k}={v}" for k, v in shard.items())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -22,10 +22,22 @@ The rules, in order:
 - the QoS class never changes: a BestEffort pod (no requests or limits) and a Guaranteed pod
   (requests = limits) are left as they are; a Burstable pod whose new requests would all equal
   its limits keeps the request of every container-resource that would have reached its limit;
+- only the request's namespace is served: the AdmissionReview's ``request.namespace`` picks the
+  PhaseModel, and a pod whose own metadata.namespace disagrees (a forged review) is admitted
+  unchanged without reading any PhaseModel;
+- a pod the API server would accept is never made one it refuses (admission runs before the
+  LimitRanger's and the pod validation's checks): the author's intent is kept (a container
+  without a request for a resource gets none; a request equal to its limit, which is what a
+  limit-only container's request defaults to, stays), each new request is clamped into the
+  container's LimitRange bounds (min, max, limit / maxLimitRequestRatio), and a resource whose
+  pod total would break the pod's own ``spec.resources`` (PodLevelResources) or a Pod-type
+  LimitRange keeps every container's own request; when no value fits, that container-resource
+  is left as it was;
 - what was done, or why nothing was, is recorded on the pod: ``ai4dl.io/admitted`` keeps the
   author's original requests (nothing the user gave is lost), sealed with the operator's key
   (a pod's owner could write any record there: ai4dl.controller.podstate), and
-  ``ai4dl.io/admission`` says in one line what was set or why nothing was.
+  ``ai4dl.io/admission`` says in one line what was set and what was left unchanged, each with
+  the container and the rule.
 
 A PhaseModel without a model (or whose model has no learned first-window level) admits pods
 unchanged, with the reason in ``ai4dl.io/admission``.
@@ -119,24 +131,110 @@ def admission_target(body: Mapping) -> AdmissionTarget:
                            floor=tuple(safety.floor), ceiling=tuple(safety.ceiling))
 
 
+@dataclass(frozen=True)
+class LimitRangeRules:
+    """One LimitRange's constraints on cpu and memory (types Container and Pod), parsed once per
+    LimitRange by a kopf index (the admission hot path reads nothing from the API server).
+    ``bounds[(type, field, resource)] = (value, text)``, field one of min, max, ratio."""
+    name: str
+    bounds: Mapping[tuple[str, str, str], tuple[float, str]] = field(default_factory=dict)
+
+    def get(self, kind: str, what: str, resource: str) -> tuple[float, str] | None:
+        return self.bounds.get((kind, what, resource))
+
+
+def limit_range_rules(body: Mapping) -> LimitRangeRules:
+    """From a LimitRange object. A quantity that does not parse is left out (the API server
+    validated it when the LimitRange was written, so this does not happen in practice)."""
+    from ai4dl.controller.pods import RESOURCES
+
+    bounds: dict[tuple[str, str, str], tuple[float, str]] = {}
+    for item in (body.get("spec") or {}).get("limits") or []:
+        kind = item.get("type")
+        if kind not in ("Container", "Pod"):
+            continue
+        for what, key in (("min", "min"), ("max", "max"), ("ratio", "maxLimitRequestRatio")):
+            for r in RESOURCES:
+                text = (item.get(key) or {}).get(r)
+                if text is None:
+                    continue
+                try:
+                    value = parse_quantity(text)
+                except ValueError:
+                    continue
+                old = bounds.get((kind, what, r))
+                # two items of one type: both apply, the tighter wins
+                if old is None or (value > old[0] if what == "min" else value < old[0]):
+                    bounds[(kind, what, r)] = (value, str(text))
+    return LimitRangeRules((body.get("metadata") or {}).get("name", ""), bounds)
+
+
+def _k8s_int(resource: str, value: float) -> int:
+    """The integer the LimitRanger compares: millicores for cpu, bytes (rounded up) else."""
+    return math.ceil(value * 1000 - 1e-6) if resource == "cpu" else math.ceil(value - 1e-6)
+
+
+def _within(resource: str, request: float, limit: float | None, rules: LimitRangeRules,
+            kind: str) -> str:
+    """Which of ``rules``' constraints of type ``kind`` (Container, or Pod for the pod's sums)
+    a request and its limit break, compared as the LimitRanger does ("" when none)."""
+    req = _k8s_int(resource, request)
+    mn, mx, ratio = (rules.get(kind, w, resource) for w in ("min", "max", "ratio"))
+    if mn is not None and req < _k8s_int(resource, mn[0]):
+        return f"min {mn[1]}"
+    if mx is not None and req > _k8s_int(resource, mx[0]):
+        return f"max {mx[1]}"
+    if ratio is not None and limit is not None and req > 0 and \
+            _k8s_int(resource, limit) / req > ratio[0] * (1 + 1e-12):
+        return f"maxLimitRequestRatio {ratio[1]}"
+    return ""
+
+
+def _pod_total(spec: Mapping, resource: str, regular: list[float]) -> float:
+    """The pod's aggregate request of ``resource`` as Kubernetes computes it (PodRequests):
+    the regular containers (``regular``, the values after admission) plus the sidecars
+    (restartable init containers), or the largest init container step if that is more."""
+    def req(c):
+        text = ((c.get("resources") or {}).get("requests") or {}).get(resource)
+        return parse_quantity(text) if text is not None else 0.0
+    sidecars = init_peak = 0.0
+    for c in spec.get("initContainers") or []:
+        if c.get("restartPolicy") == "Always":
+            sidecars += req(c)
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, req(c) + sidecars)
+    return max(sum(regular) + sidecars, init_peak)
+
+
 def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
-          max_value: Mapping[str, float] | None = None,
-          key: StateKey | None = None) -> Admission:
+          max_value: Mapping[str, float] | None = None, key: StateKey | None = None, *,
+          namespace: str | None,
+          limit_ranges: tuple[LimitRangeRules, ...] | list = ()) -> Admission:
     """The decision for a pod being created (see the module doc). ``targets`` maps (namespace,
-    PhaseModel name) to the PhaseModels this operator serves (only ``.get`` is used). ``key``
-    seals the record of the author's requests (``ai4dl.io/admitted``): without it the record is
-    plain JSON, which the operator never trusts (ai4dl.controller.podstate)."""
+    PhaseModel name) to the PhaseModels this operator serves (only ``.get`` is used).
+    ``key`` seals the record of the author's requests (``ai4dl.io/admitted``): without it the
+    record is plain JSON, which the operator never trusts (ai4dl.controller.podstate).
+    ``namespace``: the AdmissionReview's ``request.namespace`` (what the API server is creating
+    the pod in; never the pod's own metadata, which whoever sends a review writes);
+    ``limit_ranges``: the LimitRanges of that namespace."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     pm = annotations.get(MODEL_ANNOTATION)
     if labels.get(OPT_IN_LABEL) != "true" or not pm:
         return Admission()
-    ns = meta.get("namespace", "")
-    target = targets.get((ns, pm))
 
     def unchanged(why: str) -> Admission:
         return Admission(annotations={A_ADMISSION: f"unchanged: {why}"})
+    ns = meta.get("namespace")
+    if not namespace or ns != namespace:
+        # The API server fills the pod's namespace from the request before admission, so the
+        # two agree on every review it sends: a disagreement is a forged review, which must
+        # learn nothing of any PhaseModel (none is read).
+        return unchanged(f"the pod's metadata.namespace ({ns or 'none'}) is not the "
+                         f"request's namespace ({namespace or 'none'})")
+    target = targets.get((namespace, pm))
     if target is None:
         # not one of ours: another operator (a shard) may serve it, and its webhook decides;
         # a PhaseModel that does not exist at all is the orphan sweep's Warning Event
@@ -147,7 +245,8 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
         return unchanged(f"the pod does not match PhaseModel {pm}'s spec.selector")
     if target.reason:
         return unchanged(f"PhaseModel {pm}: {target.reason}")
-    specs = (pod.get("spec") or {}).get("containers") or []
+    spec = pod.get("spec") or {}
+    specs = spec.get("containers") or []
     containers = pod_info(dict(pod)).containers
     qos = qos_class(containers)
     if qos != "Burstable":
@@ -157,6 +256,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     if not managed:
         return unchanged(f"none of the pod's containers is in PhaseModel {pm}'s "
                          f"spec.policy.containers")
+    notes: list[str] = []          # what was left unchanged, and the rule that kept it
     # per managed container and resource: the request to set, as the quantity text written
     new: dict[int, dict[str, str]] = {i: {} for i in managed}
     for j, r in enumerate(target.resources):
@@ -166,11 +266,45 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
         value = min(max(level, target.floor[j]), target.ceiling[j],
                     (max_value or {}).get(r, math.inf))
         for i in managed:
-            q = format_resource(r, value)
-            lim_text = ((specs[i].get("resources") or {}).get("limits") or {}).get(r)
+            name = containers[i].name
+            res = specs[i].get("resources") or {}
+            if (res.get("requests") or {}).get(r) is None:
+                # the author asked for no request of r (BestEffort for r, or a limit the API
+                # server has not defaulted from): giving one would change what was asked
+                notes.append(f"{name} {r}: it has no request (none is added)")
+                continue
             lim = containers[i].limits.get(r)
-            if lim is not None and parse_quantity(q) > lim:
-                q = str(lim_text)            # never above the limit (rounding included)
+            if lim is not None and containers[i].requests.get(r) == lim:
+                # a limit without a request has been defaulted to request = limit before
+                # admission (the two cannot be told apart): both mean "reserve the limit"
+                notes.append(f"{name} {r}: its request equals its limit (a limit-only "
+                             f"container's request defaults to it)")
+                continue
+            # the bounds the API server will enforce: the limit, and every LimitRange's
+            # Container min / max / maxLimitRequestRatio (request >= limit / ratio)
+            lo, hi = 0.0, math.inf
+            hi_text = ""
+            if lim is not None:
+                hi, hi_text = lim, str((res.get("limits") or {}).get(r))
+            for rules in limit_ranges:
+                if (b := rules.get("Container", "min", r)) is not None:
+                    lo = max(lo, b[0])
+                if (b := rules.get("Container", "max", r)) is not None and b[0] < hi:
+                    hi, hi_text = b
+                if (b := rules.get("Container", "ratio", r)) is not None and lim is not None:
+                    lo = max(lo, lim / b[0])
+            if lo > hi:
+                notes.append(f"{name} {r}: no request is within its limit and LimitRange "
+                             f"bounds ({', '.join(x.name for x in limit_ranges)})")
+                continue
+            q = format_resource(r, min(max(value, lo), hi))
+            if parse_quantity(q) > hi:
+                q = hi_text                     # never above the bound (rounding included)
+            broken = [f"LimitRange {x.name} Container {w}" for x in limit_ranges
+                      if (w := _within(r, parse_quantity(q), lim, x, "Container"))]
+            if broken:
+                notes.append(f"{name} {r}: {broken[0]} (the learned level rounds outside it)")
+                continue
             new[i][r] = q
 
     def requests_after(keep: set) -> list[Container]:
@@ -184,8 +318,31 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
         # reach their limit keep their own request
         keep = {(i, r) for i in managed for r, q in new[i].items()
                 if containers[i].limits.get(r) == parse_quantity(q)}
-        if qos_class(requests_after(keep)) != qos:
-            return unchanged("setting the learned requests would change the pod's QoS class")
+        notes += [f"{containers[i].name} {r}: the learned level reaches its limit (the pod "
+                  f"would become Guaranteed)" for i, r in sorted(keep)]
+    # the pod as a whole: pod-level resources (spec.resources, PodLevelResources: the
+    # containers' requests must sum within the pod's) and Pod-type LimitRanges. The sum moves
+    # with every container, so a resource that would break one keeps every container's own.
+    pod_res = spec.get("resources") or {}
+    for r in sorted({r for i in managed for r in new[i]}):
+        after = requests_after(keep)
+        total = _pod_total(spec, r, [c.requests.get(r, 0.0) for c in after])
+        why = ""
+        bound = (pod_res.get("requests") or {}).get(r) or (pod_res.get("limits") or {}).get(r)
+        if bound is not None and _k8s_int(r, total) > _k8s_int(r, parse_quantity(bound)):
+            why = f"the containers' requests would sum above the pod's spec.resources ({bound})"
+        if not why:
+            lims = [c.limits.get(r) for c in after]
+            total_lim = sum(lims) if lims and None not in lims else None  # type: ignore
+            for x in limit_ranges:
+                if w := _within(r, total, total_lim, x, "Pod"):
+                    why = f"the pod's total would break LimitRange {x.name} Pod {w}"
+                    break
+        if why:
+            keep |= {(i, r) for i in managed if r in new[i]}
+            notes.append(f"{r} of every container: {why}")
+    if qos_class(requests_after(keep)) != qos:
+        return unchanged("setting the learned requests would change the pod's QoS class")
     changes, set_text, original = [], [], {}
     for i in managed:
         c = containers[i]
@@ -197,10 +354,12 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
             changes.append((i, r, q))
             set_text.append(f"{c.name} {r} {q}")
             original.setdefault(c.name, {})[r] = old.get(r)
+    kept = ("; unchanged: " + "; ".join(notes)) if notes else ""
     if not changes:
-        return unchanged(f"PhaseModel {pm}'s first-window levels are the requests the pod has")
+        return unchanged("; ".join(notes) if notes else
+                         f"PhaseModel {pm}'s first-window levels are the requests the pod has")
     return Admission(changes, {
         A_ADMITTED: (key.seal(admitted_scope(ns, pm), original) if key is not None
                      else json.dumps(original, separators=(",", ":"), sort_keys=True)),
         A_ADMISSION: f"set by PhaseModel {pm} (learned first-window level): "
-                     + ", ".join(set_text)})
+                     + ", ".join(set_text) + kept})

@@ -10,8 +10,10 @@ the operator wrote on its pods."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
+import ssl
 import time
 
 import kopf
@@ -68,9 +70,16 @@ async def _configure_webhook(settings: kopf.OperatorSettings, cfg: dict) -> None
         certfile, keyfile = str(certs.certfile), str(certs.keyfile)
         _TASKS.append(asyncio.create_task(_renew_certificates(certs, admission_api,
                                                               cfg["configuration"])))
-    settings.admission.server = kopf.WebhookServer(
+    client_ca = cfg.get("client_ca_file") or None
+    settings.admission.server = _ReviewServer(
         addr=cfg["addr"], port=cfg["port"], certfile=certfile, pkeyfile=keyfile,
-        host=cfg["hosts"][0] if cfg["hosts"] else None, file_check_interval=10.0)
+        host=cfg["hosts"][0] if cfg["hosts"] else None, file_check_interval=10.0,
+        # the API server authenticates with its webhook client certificate: a caller without
+        # one signed by this CA fails the TLS handshake and never reaches a handler
+        verify_mode=ssl.CERT_REQUIRED if client_ca else None, verify_cafile=client_ca,
+        # kopf re-reads ``cafile`` (only passed on as a caBundle, unused: managed is None)
+        # with the serving files when it changes: a rotated client CA is picked up too
+        cafile=client_ca, allowed_client_names=tuple(cfg.get("client_names") or ()))
     settings.admission.managed = None
 
 
@@ -213,7 +222,15 @@ def admission_targets(namespace, name, body, **_):
     return {(namespace, name): _admission_target(namespace, name, body)}
 
 
-def admit_pod(body, patch, admission_targets: kopf.Index, **_):
+def limit_ranges(namespace, name, body, **_):
+    """kopf index: namespace -> its LimitRanges' constraints (admission keeps new requests
+    within them; read from memory on the hot path)."""
+    from ai4dl.controller.admission import limit_range_rules
+
+    return {namespace: limit_range_rules(body)}
+
+
+def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Index, **_):
     """Mutating admission of a pod being created: set its requests from its PhaseModel's
     learned first-window level (ai4dl.controller.admission). Never refuses a pod: on any error
     it is admitted unchanged (the configuration's failurePolicy is Ignore besides)."""
@@ -222,8 +239,10 @@ def admit_pod(body, patch, admission_targets: kopf.Index, **_):
 
     started = time.perf_counter()
     try:
+        namespace = REQUEST_NAMESPACE.get()
+        ranges = tuple(limit_ranges.get(namespace) or ()) if namespace else ()
         decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"),
-                         state_key())
+                         state_key(), namespace=namespace, limit_ranges=ranges)
     except Exception:   # a bug must not block pod creation: admit unchanged, say so in the log
         log.exception("admission of a pod failed: admitted unchanged")
         m.ADMISSIONS.labels("error").inc()
@@ -232,6 +251,52 @@ def admit_pod(body, patch, admission_targets: kopf.Index, **_):
         patch.fns.append(decision.apply)
     m.ADMISSIONS.labels("set" if decision.changes else "unchanged").inc()
     m.ADMISSION_SECONDS.observe(time.perf_counter() - started)
+
+
+#: The AdmissionReview's ``request.namespace`` of the review being served. kopf hands its
+#: handlers the object only (whose metadata.namespace whoever sends the review writes), so the
+#: server below sets it per review; kopf copies the context into the handler's thread.
+REQUEST_NAMESPACE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "ai4dl_request_namespace", default=None)
+
+
+class _ReviewServer(kopf.WebhookServer):
+    """kopf's server, plus: the review's ``request.namespace`` for the handler, and, with
+    ``allowed_client_names``, only client certificates with one of these common names (the
+    client CA may sign other clients' certificates too: a cluster CA signs every user's)."""
+
+    def __init__(self, *, allowed_client_names: tuple[str, ...] = (), **kwargs):
+        super().__init__(**kwargs)
+        self.allowed_client_names = allowed_client_names
+
+    async def __call__(self, fn):
+        names = self.allowed_client_names
+
+        async def serve(request, *, sslpeer=None, **kwargs):
+            if names and _common_name(sslpeer) not in names:
+                import aiohttp.web
+
+                log.warning("webhook: a review from client certificate %r refused (allowed: "
+                            "%s)", _common_name(sslpeer), ", ".join(names))
+                raise aiohttp.web.HTTPForbidden(reason="client certificate not allowed")
+            payload = request.get("request") if isinstance(request, dict) else None
+            namespace = payload.get("namespace") if isinstance(payload, dict) else None
+            token = REQUEST_NAMESPACE.set(namespace if isinstance(namespace, str) else None)
+            try:
+                return await fn(request, sslpeer=sslpeer, **kwargs)
+            finally:
+                REQUEST_NAMESPACE.reset(token)
+        async for client_config in super().__call__(serve):
+            yield client_config
+
+
+def _common_name(peercert) -> str | None:
+    """The subject CN of ``ssl``'s getpeercert() dict (None without a certificate)."""
+    for rdn in (peercert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return value
+    return None
 
 
 class _FirstOfEach:
@@ -253,6 +318,8 @@ def register_admission() -> None:
 
     labels = phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", ""))
     kopf.index(GROUP, VERSION, PLURAL, labels=labels)(admission_targets)
+    # RBAC: limitranges list/watch (rbac.yaml); kopf serves no review until it is listed
+    kopf.index("", "v1", "limitranges")(limit_ranges)
     kopf.on.mutate("", "v1", "pods", id=WEBHOOK_PATH.strip("/"), operations=["CREATE"],
                    labels={OPT_IN_LABEL: "true"}, side_effects=False,
                    ignore_failures=True)(admit_pod)

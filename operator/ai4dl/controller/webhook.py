@@ -14,7 +14,13 @@ Two ways, chosen by ``--webhook-cert-dir``:
   mounted as a volume by the kubelet): kopf's server re-reads them when they change, and
   cert-manager's CA injector keeps the bundle; the operator patches nothing.
 
-Either way a webhook that is down, slow or broken never blocks pod creation: the chart's
+Either way, with ``--webhook-client-ca-file`` the server authenticates its caller: only a
+client certificate signed by that CA (the API server's webhook client certificate, configured
+by its ``--admission-control-config-file``; optionally with a common name from
+``--webhook-client-name``) gets past the TLS handshake, so nobody else can ask the webhook for a
+PhaseModel's learned levels (ai4dl.controller.handlers._ReviewServer).
+
+A webhook that is down, slow or broken never blocks pod creation: the chart's
 configuration has ``failurePolicy: Ignore``, a short timeout and selectors that send only
 opted-in pods outside the operator's own namespace.
 """
