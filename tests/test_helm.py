@@ -594,6 +594,8 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
                  "--set", "operator.settleSeconds=0.2", "--timeout", "60s"], helm_env)
         assert "STATUS: deployed" in r.stdout
         assert "kubectl get pm -A" in r.stdout   # NOTES.txt
+        # ... which warns while the webhook answers any caller (no client auth, no policy)
+        assert "WARNING: the admission webhook" in r.stdout
 
         # RBAC, as the API server decides it for the chart's ServiceAccount
         who = f"system:serviceaccount:{ns}:{sa}"
