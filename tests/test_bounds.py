@@ -38,8 +38,8 @@ REFUSED = [
      "prototypes.0.sequence: List should have at most 1000 items"),
     ("a feature name of 254 characters", lambda: doc(features=("x" * 254,)),
      "features.0.name: String should have at most 253 characters"),
-    ("546 KiB, every dimension within its bound", oversized,
-     "the document is 546 KiB serialised, more than the 512 KiB a model document may hold"),
+    ("202 KiB, every dimension within its bound", oversized,
+     "the document is 202 KiB serialised, more than the 192 KiB a model document may hold"),
 ]
 
 
@@ -48,18 +48,23 @@ def test_the_bounds_are_ten_times_what_the_trainer_produces():
     # units, --history 6 x 4 features, k <= 10 phases, 10 prototypes, 2 tables of a kind)
     assert (D.MAX_HIDDEN, D.MAX_HISTORY, D.MAX_HISTORY_ROWS) == (100, 60, 240)
     assert (D.MAX_PHASES, D.MAX_PROTOTYPES, D.MAX_TABLES) == (64, 100, 8)
-    assert D.MAX_DOCUMENT_BYTES == 512 * 1024
-    # two documents (model, previousModel) stay under etcd's ~1.5 MiB per object
-    assert 2 * D.MAX_DOCUMENT_BYTES < 1.5 * 2 ** 20 - 256 * 1024
+    assert D.MAX_DOCUMENT_BYTES == 192 * 1024
+    # under what `kubectl apply` can carry in its last-applied annotation (256 KiB), and two
+    # documents (model, previousModel) far under etcd's ~1.5 MiB per object
+    assert D.MAX_DOCUMENT_BYTES < 256 * 1024 - 32 * 1024
+    assert 2 * D.MAX_DOCUMENT_BYTES < 1.5 * 2 ** 20 / 2
     # the largest document the trainer wrote: 10 phases, --history 6, both kinds of tables
     assert len(json.dumps(doc(phases=10, history=6, prototypes=10, sequence=8),
                           separators=(",", ":"))) * 10 < D.MAX_DOCUMENT_BYTES
 
 
-def test_a_document_at_every_bound_loads():
-    d = doc(features=("cpu", "memory", "a", "b"), hidden=100, history=60, phases=64,
-            prototypes=10, sequence=20)
-    assert D.PhaseModelDocument.model_validate(d).crbm.n_hidden == 100
+@pytest.mark.parametrize("dims", [
+    {"hidden": 100}, {"history": 60}, {"features": ("cpu", "memory", "a", "b"), "history": 60},
+    {"phases": 64}, {"prototypes": 100}, {"sequence": 1000}, {"features": ("x" * 253,)}],
+    ids=lambda d: ",".join(f"{k}={v if isinstance(v, int) else len(v)}" for k, v in d.items()))
+def test_a_document_at_a_bound_loads(dims):
+    """Each bound is inclusive (the refusals above are one past it)."""
+    assert D.PhaseModelDocument.model_validate(doc(**dims))
 
 
 @pytest.mark.parametrize("what,make,message", REFUSED, ids=[r[0] for r in REFUSED])
@@ -83,8 +88,8 @@ def test_a_file_larger_than_any_document_is_not_read(tmp_path, capsys):
     path = tmp_path / "huge.json"
     with open(path, "wb") as f:
         f.truncate(MAX_FILE_BYTES + 1)          # sparse: nothing to parse, nothing to read
-    with pytest.raises(ModelError, match=r"huge.json: 4.0 MiB, larger than any model document "
-                                         r"\(512 KiB serialised; files above 4 MiB are not"):
+    with pytest.raises(ModelError, match=r"huge.json: 1.5 MiB, larger than any model document "
+                                         r"\(192 KiB serialised; files above 1.5 MiB are not"):
         read_document(path)
     assert main(["describe", str(path)]) == 2
     assert "Traceback" not in capsys.readouterr().err

@@ -51,13 +51,15 @@ MAX_BURST_EDGES = 32             # head-room burstiness bins - 1 (the trainer: <
 MAX_FIT_KEYS = 64                # numbers in one fit report entry
 MAX_NAME = 253                   # a feature, unit, resource or table name
 MAX_KS = 64                      # k values tried by --phases auto (the trainer: 2..10)
-#: The largest model document, serialised as the trainer writes it (compact JSON): 512 KiB,
-#: over 10 x the largest the trainer wrote on the shared data (7.2 KiB plain, ~40 KiB with
-#: tables at 10 phases). The API server keeps both spec.model and spec.previousModel in one
-#: object and etcd refuses objects above ~1.5 MiB: 2 x 512 KiB leaves room for the rest.
-#: The CRD cannot measure bytes (maxItems bound each array, not their product): a document
-#: between this bound and the API server's limit is stored, and every reader refuses it.
-MAX_DOCUMENT_BYTES = 512 * 1024
+#: The largest model document, serialised as the trainer writes it (compact JSON): 192 KiB,
+#: 14 x the largest the trainer wrote on the shared data (13.6 KiB: 10 phases, --history 6,
+#: both head-room tables). Two limits above it: `kubectl apply` (client-side) copies the object
+#: into its last-applied annotation, and annotations hold at most 256 KiB; etcd refuses an
+#: object above ~1.5 MiB, and the object holds spec.model and spec.previousModel. The CRD
+#: cannot measure bytes (maxItems bound each array, not their sum): a document between this
+#: bound and the API server's limits is stored, and every reader refuses it (the operator:
+#: Degraded, InvalidModel); above them the API server refuses it itself.
+MAX_DOCUMENT_BYTES = 192 * 1024
 
 
 # ----------------------------------------------------------------------------- CEL rules

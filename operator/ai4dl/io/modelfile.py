@@ -20,8 +20,9 @@ def save_model(model: PhaseModel | PhaseModelDocument, path: str | os.PathLike) 
     return write_text_atomic(path, doc.model_dump_json(by_alias=True, exclude_none=True))
 
 
-#: A file above this cannot hold a valid document, even indented (4-space JSON is under 3 x
-#: the compact size): refused before it is read, so a huge file costs no memory.
+#: A file above this cannot hold a valid document, even indented (4-space indented JSON
+#: measured at under 4 x the compact size): refused before it is read, so a huge file costs
+#: no memory.
 MAX_FILE_BYTES = 8 * MAX_DOCUMENT_BYTES
 
 
@@ -31,7 +32,7 @@ def read_document(path: str | os.PathLike) -> PhaseModelDocument:
         if size > MAX_FILE_BYTES:
             raise ModelError(f"{path}: {size / 2 ** 20:.1f} MiB, larger than any model document "
                              f"({MAX_DOCUMENT_BYTES // 1024} KiB serialised; files above "
-                             f"{MAX_FILE_BYTES // 2 ** 20} MiB are not read)")
+                             f"{MAX_FILE_BYTES / 2 ** 20:g} MiB are not read)")
         raw = Path(path).read_text()
     except OSError as err:
         raise ModelError(f"{path}: cannot read model: {err.strerror or err}") from None
