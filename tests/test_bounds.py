@@ -197,3 +197,18 @@ def test_max_rows_counts_data_rows_not_the_header(tmp_path):
         load_traces(path, max_rows=999)
     with pytest.raises(TraceError, match="max_rows must be a positive integer"):
         load_traces(path, max_rows=0)
+
+
+def test_every_command_reading_traces_takes_the_bound(tmp_path, capsys, model_file):
+    big = tmp_path / "big.csv"
+    _csv(big, 3000)
+    for argv in (["train", str(big), "-o", str(tmp_path / "m.json")],
+                 ["evaluate", str(big)],
+                 ["plot", str(model_file), str(big), "-o", str(tmp_path / "plots")],
+                 ["detect", str(model_file), str(big)]):
+        assert main([*argv, "--max-rows", "2000"]) == 2, argv
+        err = capsys.readouterr().err
+        assert err == (f"ai4dl: error: {big}: more than 2,000 data rows (read 3,000 so far): "
+                       f"above --max-rows 2000; raise it (about 0.5 GB of memory per million "
+                       f"rows) or split the input\n"), (argv, err)
+    assert not (tmp_path / "m.json").exists() and not (tmp_path / "plots").exists()

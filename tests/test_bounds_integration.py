@@ -17,7 +17,6 @@ Rows go to the fault table ($AI4DL_FAULT_REPORT), as tests/test_faults_bad_input
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import uuid
@@ -34,7 +33,7 @@ from e2e.prometheus.fake import FakePrometheus
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
                                    wait_for, write_report)
 from test_faults_bad_input import age
-from test_operator_integration import (WINDOW, condition, events, make_phasemodel, read_pm,
+from test_operator_integration import (WINDOW, condition, events, make_phasemodel,
                                        requests_of, wait_condition)
 
 pytestmark = pytest.mark.integration
