@@ -325,14 +325,21 @@ def test_all_features_render(helm, helm_env):
     parsed = operator_parser().parse_args(args)
     assert parsed.peering == "ai4dl" and parsed.namespace == ["ml", "vision"]
     assert c["securityContext"] == RESTRICTED
-    # the trainer may patch PhaseModels in the listed namespaces only
-    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")
-                  if b["roleRef"]["name"].endswith("-trainer")) == ["nlp", "ops"]
-    trole = next(d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-trainer"))
-    assert trole["rules"] == [
-        {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "patch"]},
-        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    # the trainer may patch the PhaseModels it trains only: a Role per listed namespace naming
+    # them (resourceNames), no ClusterRole; listing pods cannot be narrowed by name
+    tbind = [b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"].endswith("-trainer")]
+    assert sorted(b["metadata"]["namespace"] for b in tbind) == ["nlp", "ops"]
+    assert all(b["roleRef"]["kind"] == "Role" for b in tbind)
+    assert not [d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-trainer")]
+    troles = {d["metadata"]["namespace"]: d for d in by_kind(docs, "Role")
+              if d["metadata"]["name"].endswith("-trainer")}
+    for ns, name in (("nlp", "bert"), ("ops", "resnet")):
+        assert troles[ns]["rules"] == [
+            {"apiGroups": [GROUP], "resources": [PLURAL], "resourceNames": [name],
+             "verbs": ["get", "patch"]},
+            {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "resourceNames": [name],
+             "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
 
 
 def test_state_key_is_mounted_never_read_through_the_api(helm, helm_env):

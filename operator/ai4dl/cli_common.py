@@ -23,8 +23,19 @@ def _pairs(items: Sequence[str] | None, flag: str) -> dict[str, str] | None:
     return out
 
 
+def _max_rows(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a whole number of rows, got {text!r}") \
+            from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no bound) or more, got {n}")
+    return n
+
+
 def add_trace_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
-    from ai4dl.io.loaders import FORMATS
+    from ai4dl.io.loaders import DEFAULT_MAX_ROWS, FORMATS
 
     p.add_argument("traces", nargs="?" if optional else None,
                    help="trace file or folder (AI4DL CSV, long CSV, Parquet, GCD_VMs tar, "
@@ -43,6 +54,10 @@ def add_trace_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
     g.add_argument("--column", action="append", metavar="NAME=COLUMN",
                    help="long CSV/Parquet: read NAME (execution, timestamp, group or a feature) "
                         "from COLUMN; repeatable")
+    g.add_argument("--max-rows", type=_max_rows, default=None, metavar="N",
+                   help="refuse an input of more than N rows (or N samples once resampled) "
+                        "before reading it into memory (about 0.5 GB per million rows); "
+                        f"default {DEFAULT_MAX_ROWS}, 0: no bound")
     g.add_argument("--unit", action="append", metavar="FEATURE=UNIT",
                    help="long CSV/Parquet: the unit FEATURE is given in (millicores, MiB, ms, "
                         "...); repeatable")
@@ -51,7 +66,11 @@ def add_trace_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
 def load_from_args(args: argparse.Namespace):
     from ai4dl.io.loaders import load_traces
 
-    kwargs: dict = {"on_bad": args.on_bad}
+    from ai4dl.io.loaders import DEFAULT_MAX_ROWS
+
+    max_rows = getattr(args, "max_rows", None)
+    kwargs: dict = {"on_bad": args.on_bad,
+                    "max_rows": DEFAULT_MAX_ROWS if max_rows is None else (max_rows or None)}
     if args.step is not None:
         kwargs["step"] = args.step
     if args.max_gap_steps is not None:
@@ -87,6 +106,15 @@ def _model_from_args(args: argparse.Namespace):
         lo, hi = (int(v) for v in args.k_range.split("-"))
     except ValueError:
         raise Ai4dlError(f"--k-range expects LOW-HIGH, got {args.k_range!r}") from None
+    from ai4dl.document import MAX_HIDDEN, MAX_HISTORY, MAX_PHASES
+
+    # a model document holds at most these (ai4dl.document): refused before any data is read
+    for flag, value, bound in (("--hidden", args.hidden, MAX_HIDDEN),
+                               ("--history", args.history, MAX_HISTORY),
+                               ("--phases", n_phases if n_phases != "auto" else 1, MAX_PHASES),
+                               ("--k-range", hi, MAX_PHASES)):
+        if value is not None and value > bound:
+            raise Ai4dlError(f"{flag} {value} is above {bound}, the most a model document holds")
     return PhaseModel(n_hidden=args.hidden, n_history=args.history, n_phases=n_phases,
                       k_range=(lo, hi), k_rule=args.k_rule, epochs=args.epochs,
                       device=args.device, random_state=args.seed)

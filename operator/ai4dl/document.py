@@ -33,9 +33,33 @@ USAGE_UNITS = ("cores", "bytes", "percent", "fraction")
 PLAUSIBLE_MAX = {"cores": 4096.0, "bytes": float(2 ** 47)}
 # Arrays are written with 9 significant digits (float32-exact): orderings hold to this tolerance.
 _TOL = 1e-6
-# Sizes beyond any real model; the API server needs them to bound the cost of the CEL rules.
+# Sizes beyond any real model; the API server needs them to bound the cost of the CEL rules,
+# and every reader (the `ai4dl` commands, the trainer, the operator) refuses a document beyond
+# them, naming the field and the bound. Rule: about 10x the largest the trainer produces on the
+# shared data (docs/results/run.sh: 10 hidden units, --history 6, k <= 10 phases, 2-4
+# features, 10 prototypes of a few phases, 2 head-room and 2 peak-risk tables of <= 4 bins).
 MAX_FEATURES = 32
 MAX_PHASES = 64
+MAX_HIDDEN = 100                 # 10 x the default (and largest used) n_hidden, 10
+MAX_HISTORY = 60                 # 10 x the largest n_history used, 6 (run.sh's gcd-k6-history6)
+#: rows of crbm.B and crbm.A (n_history x n_visible): 10 x the largest used, 6 x 4
+MAX_HISTORY_ROWS = 240
+MAX_PROTOTYPES = 100             # the trainer keeps the 10 most common
+MAX_SEQUENCE = 1000              # phases in one prototype sequence (collapsed: a few)
+MAX_TABLES = 8                   # head-room / peak-risk tables of one kind (the trainer: 2)
+MAX_BURST_EDGES = 32             # head-room burstiness bins - 1 (the trainer: <= 3)
+MAX_FIT_KEYS = 64                # numbers in one fit report entry
+MAX_NAME = 253                   # a feature, unit, resource or table name
+MAX_KS = 64                      # k values tried by --phases auto (the trainer: 2..10)
+#: The largest model document, serialised as the trainer writes it (compact JSON): 192 KiB,
+#: 14 x the largest the trainer wrote on the shared data (13.6 KiB: 10 phases, --history 6,
+#: both head-room tables). Two limits above it: `kubectl apply` (client-side) copies the object
+#: into its last-applied annotation, and annotations hold at most 256 KiB; etcd refuses an
+#: object above ~1.5 MiB, and the object holds spec.model and spec.previousModel. The CRD
+#: cannot measure bytes (maxItems bound each array, not their sum): a document between this
+#: bound and the API server's limits is stored, and every reader refuses it (the operator:
+#: Degraded, InvalidModel); above them the API server refuses it itself.
+MAX_DOCUMENT_BYTES = 192 * 1024
 
 
 # ----------------------------------------------------------------------------- CEL rules
@@ -83,6 +107,8 @@ _DOCUMENT_CEL = [
                 f"{PLAUSIBLE_MAX['bytes'] / 2 ** 40:g} TiB)"},
     {"rule": "self.transitions.all(r, r.sum() >= 0.9999 && r.sum() <= 1.0001)",
      "message": "transitions: every row must be probabilities summing to 1"},
+    {"rule": f"self.crbm.n_history * self.crbm.n_visible <= {MAX_HISTORY_ROWS}",
+     "message": f"crbm.n_history x crbm.n_visible must be at most {MAX_HISTORY_ROWS}"},
 ]
 #: A float that must be finite (JSON has no NaN/Infinity, and a table must not hold one).
 Finite = Number
@@ -100,11 +126,16 @@ class _Strict(BaseModel):
 
 
 class Feature(_Strict):
-    name: str = Field(min_length=1)
-    unit: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    unit: str = Field(min_length=1, max_length=MAX_NAME)
 
 
 FeatureVector = Annotated[Vector, Field(max_length=MAX_FEATURES)]
+HiddenVector = Annotated[Vector, Field(max_length=MAX_HIDDEN)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
+#: a fit report entry: named numbers, a bounded few
+FitEntry = Annotated[dict[Annotated[str, Field(max_length=MAX_NAME)], Finite],
+                     Field(max_length=MAX_FIT_KEYS)]
 
 
 class Scaler(_Strict):
@@ -120,14 +151,21 @@ class Scaler(_Strict):
 
 
 class CRBMWeights(_Strict):
-    n_visible: int = Field(ge=1)
-    n_hidden: int = Field(ge=1)
-    n_history: int = Field(ge=1)
-    W: Matrix
-    B: Matrix
-    A: Matrix
-    b_visible: Vector
-    b_hidden: Vector
+    n_visible: int = Field(ge=1, le=MAX_FEATURES)
+    n_hidden: int = Field(ge=1, le=MAX_HIDDEN)
+    n_history: int = Field(ge=1, le=MAX_HISTORY)
+    W: list[HiddenVector] = Field(max_length=MAX_FEATURES)              # (V, H)
+    B: list[HiddenVector] = Field(max_length=MAX_HISTORY_ROWS)          # (n V, H)
+    A: list[FeatureVector] = Field(max_length=MAX_HISTORY_ROWS)         # (n V, V)
+    b_visible: FeatureVector
+    b_hidden: HiddenVector
+
+    @model_validator(mode="after")
+    def _history_rows(self) -> "CRBMWeights":
+        if self.n_history * self.n_visible > MAX_HISTORY_ROWS:
+            raise ValueError(f"n_history x n_visible = {self.n_history * self.n_visible}, at "
+                             f"most {MAX_HISTORY_ROWS}")
+        return self
 
 
 class Dwell(_Strict):
@@ -184,19 +222,19 @@ class PhaseStats(_Strict):
 
 
 class Prototype(_Strict):
-    sequence: list[int]
+    sequence: list[int] = Field(max_length=MAX_SEQUENCE)
     executions: int = Field(ge=0)
     share: Number = Field(ge=0, le=1)
 
 
 class KSelectionReport(_Strict):
-    ks: list[int]
-    wcss: list[float]
-    silhouette: list[float]
+    ks: list[int] = Field(max_length=MAX_KS)
+    wcss: list[float] = Field(max_length=MAX_KS)
+    silhouette: list[float] = Field(max_length=MAX_KS)
     elbow_k: int
     silhouette_k: int
     chosen_k: int
-    rule: str
+    rule: str = Field(max_length=2000)
 
 
 class FitReport(_Strict):
@@ -210,7 +248,7 @@ class FitReport(_Strict):
     silhouette: float | None = None
     novelty_rate: float
     k_selection: KSelectionReport | None = None
-    device: str = "cpu"
+    device: str = Field("cpu", max_length=MAX_NAME)
 
 
 #: Head-room table vocabularies (ai4dl.policy.headroom.ESTIMATORS / POOL_LEVELS).
@@ -218,15 +256,24 @@ ESTIMATOR_NAMES = ("max", "mean+2std", "last", "median", "phase-level", "max-2w"
 POOL_NAMES = ("state", "burstiness", "global")
 
 
+def _bins(item):
+    """A row of a head-room table: one entry per burstiness bin (at most edges + 1)."""
+    return Annotated[list[item], Field(max_length=MAX_BURST_EDGES + 1)]
+
+
 class HeadroomResourceTable(_Strict):
     """One resource of a fitted head-room table: per (phase, burstiness bin) state, which
     estimator of the next window to trust and the multiplier (head-room) it gets."""
-    resource: str = Field(min_length=1)
-    burst_edges: list[Finite] = Field(alias="burstEdges")       # bins: (e[b-1], e[b]]
-    estimators: list[list[Literal[ESTIMATOR_NAMES]]]           # (phases, bins)
-    multipliers: list[list[Annotated[float, Field(gt=0, allow_inf_nan=False)]]]
-    windows: list[list[Annotated[int, Field(ge=0)]]]            # training windows behind each
-    pooled: list[list[Literal[POOL_NAMES]]]                     # where each entry came from
+    resource: str = Field(min_length=1, max_length=MAX_NAME)
+    burst_edges: list[Finite] = Field(alias="burstEdges",       # bins: (e[b-1], e[b]]
+                                      max_length=MAX_BURST_EDGES)
+    estimators: list[_bins(Literal[ESTIMATOR_NAMES])] = Field(max_length=MAX_PHASES)
+    multipliers: list[_bins(Annotated[float, Field(gt=0, allow_inf_nan=False)])] = Field(
+        max_length=MAX_PHASES)                                  # (phases, bins)
+    windows: list[_bins(Annotated[int, Field(ge=0)])] = Field(  # training windows behind each
+        max_length=MAX_PHASES)
+    pooled: list[_bins(Literal[POOL_NAMES])] = Field(           # where each entry came from
+        max_length=MAX_PHASES)
     cold_start: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(alias="coldStart")
 
     @model_validator(mode="after")
@@ -249,12 +296,12 @@ class HeadroomResourceTable(_Strict):
 class HeadroomTable(_Strict):
     """A fitted :class:`ai4dl.policy.headroom.HeadroomPolicy` (``phase-headroom``, or the
     phase-blind control ``burst-headroom`` with one phase row)."""
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_NAME)
     uses_phase: bool = Field(alias="usesPhase")
     target: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
     window_samples: int = Field(ge=1, alias="windowSamples")
-    resources: list[HeadroomResourceTable] = Field(min_length=1)
-    fit: list[dict[str, Finite]] | None = None                 # per resource, the fit report
+    resources: list[HeadroomResourceTable] = Field(min_length=1, max_length=MAX_FEATURES)
+    fit: list[FitEntry] | None = Field(None, max_length=MAX_FEATURES)  # per resource
 
     @model_validator(mode="after")
     def _agree(self) -> "HeadroomTable":
@@ -297,7 +344,7 @@ class RiskState(_Strict):
     of the level's features (in the level's order), the level it multiplies (``estimator``),
     the multiplier and the training windows it was fitted on."""
     level: int = Field(ge=0)
-    bins: list[Annotated[int, Field(ge=0)]]
+    bins: list[Annotated[int, Field(ge=0)]] = Field(max_length=len(RISK_FEATURE_NAMES))
     estimator: Literal[RISK_ESTIMATOR_NAMES] = "peak"
     multiplier: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     windows: int = Field(ge=0)
@@ -305,7 +352,7 @@ class RiskState(_Strict):
 
 class RiskResourceTable(_Strict):
     """One resource of a peak-risk table."""
-    resource: str = Field(min_length=1)
+    resource: str = Field(min_length=1, max_length=MAX_NAME)
     cold_start: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(alias="coldStart")
     min_windows: int = Field(ge=1, alias="minWindows")
     calibration: Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -318,15 +365,17 @@ class RiskTable(_Strict):
     state, fitted for at most ``maxRisk`` of windows at risk. ``levels`` is the pooling chain,
     finest first: a state at level i is keyed by the bins of ``levels[i]``'s features; a window
     takes the first level whose key has a state (none: the largest multiplier)."""
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_NAME)
     uses_phase: bool = Field(alias="usesPhase")
     phases: int = Field(ge=1, le=MAX_PHASES)                   # phase rows (1: phase-blind)
     max_risk: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(alias="maxRisk")
     window_samples: int = Field(ge=1, alias="windowSamples")
     features: list[RiskFeature] = Field(min_length=1, max_length=len(RISK_FEATURE_NAMES))
-    levels: list[list[Literal[RISK_FEATURE_NAMES]]] = Field(min_length=1, max_length=16)
-    resources: list[RiskResourceTable] = Field(min_length=1)
-    fit: list[dict[str, Finite]] | None = None                 # per resource, the fit report
+    levels: list[Annotated[list[Literal[RISK_FEATURE_NAMES]],
+                           Field(max_length=len(RISK_FEATURE_NAMES))]] = Field(
+        min_length=1, max_length=16)
+    resources: list[RiskResourceTable] = Field(min_length=1, max_length=MAX_FEATURES)
+    fit: list[FitEntry] | None = Field(None, max_length=MAX_FEATURES)  # per resource
 
     @model_validator(mode="after")
     def _agree(self) -> "RiskTable":
@@ -374,7 +423,7 @@ SERVABLE_NAMES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-head
 class PolicyChoice(_Strict):
     """What ``auto`` serves with this model, per resource: the policy that won on the
     PhaseModel's own recent executions (ai4dl.policy.auto.choose_policy, run by the trainer)."""
-    resources: list[str] = Field(min_length=1, max_length=MAX_FEATURES)
+    resources: list[Name] = Field(min_length=1, max_length=MAX_FEATURES)
     winners: list[Literal[SERVABLE_NAMES]] = Field(min_length=1, max_length=MAX_FEATURES)
     targets: list[Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]] = Field(
         min_length=1, max_length=MAX_FEATURES)
@@ -416,18 +465,20 @@ class PhaseModelDocument(_Strict):
     features: list[Feature] = Field(min_length=1, max_length=MAX_FEATURES)
     scaler: Scaler
     crbm: CRBMWeights
-    centroids: list[list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]]] = Field(
+    centroids: list[Annotated[list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]],
+                              Field(max_length=MAX_HIDDEN)]] = Field(
         max_length=MAX_PHASES, description="hidden-unit probabilities, in [0, 1]")
     novelty_threshold: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
-        alias="noveltyThreshold")
+        alias="noveltyThreshold", max_length=MAX_PHASES)
     phases: list[PhaseStats] = Field(max_length=MAX_PHASES)
     transitions: list[Annotated[list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]],
                                 Field(max_length=MAX_PHASES)]] = Field(max_length=MAX_PHASES)
-    prototypes: list[Prototype] = []
+    prototypes: list[Prototype] = Field([], max_length=MAX_PROTOTYPES)
     fit: FitReport | None = None
-    policy_tables: list[HeadroomTable] | None = Field(None, alias="policyTables")
+    policy_tables: list[HeadroomTable] | None = Field(None, alias="policyTables",
+                                                      max_length=MAX_TABLES)
     #: fitted peak-risk tables (optional, additive in v2: documents without them load as before)
-    risk_tables: list[RiskTable] | None = Field(None, alias="riskTables")
+    risk_tables: list[RiskTable] | None = Field(None, alias="riskTables", max_length=MAX_TABLES)
     policy_choice: PolicyChoice | None = Field(None, alias="policyChoice")
 
     @model_validator(mode="after")
@@ -460,6 +511,10 @@ class PhaseModelDocument(_Strict):
                     raise ValueError(f"phases[{p.phase}].{f} has {len(getattr(p, f))} values, "
                                      f"expected {V}")
         self._sane()
+        size = len(self.model_dump_json(by_alias=True, exclude_none=True))
+        if size > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"the document is {size / 1024:.0f} KiB serialised, more than the "
+                             f"{MAX_DOCUMENT_BYTES // 1024} KiB a model document may hold")
         if self.policy_tables is not None:
             if self.schema_version == SCHEMA_V1:
                 raise ValueError(f"policyTables needs schemaVersion {SCHEMA_VERSION}")

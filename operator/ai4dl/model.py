@@ -203,7 +203,19 @@ class PhaseModel:
 
     # ------------------------------------------------------------------ document
     def to_document(self) -> PhaseModelDocument:
+        """The fitted model as its document; ModelError (one line) when the fit is beyond what
+        a document may hold (ai4dl.document's bounds: e.g. --hidden above MAX_HIDDEN)."""
         self._check_fitted()
+        try:
+            return self._document()
+        except ValidationError as err:
+            # the parts are built one by one: the part's name stands for the document's path
+            part = "" if err.title == "PhaseModelDocument" else f"{err.title} "
+            raise ModelError("the fitted model cannot be stored: " + part
+                             + validation_message(err).removeprefix("invalid phase model: ")) \
+                from None
+
+    def _document(self) -> PhaseModelDocument:
         c = self.crbm_
         return PhaseModelDocument(
             schemaVersion=SCHEMA_VERSION, stepSeconds=self.step_seconds_,

@@ -52,7 +52,8 @@ from ai4dl.errors import TraceError
 from ai4dl.traces import (CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS, Execution,
                           TraceSet, regularise)
 
-__all__ = ["FORMATS", "load_traces", "load_ai4dl_csv", "load_long_csv", "load_parquet",
+__all__ = ["FORMATS", "DEFAULT_MAX_ROWS", "load_traces", "check_rows", "load_ai4dl_csv",
+           "load_long_csv", "load_parquet",
            "load_gcd_tar", "load_alibaba", "load_dl_corpus", "load_corpus_phases", "DL_CORPUS"]
 
 FORMATS = ("auto", "ai4dl", "long", "parquet", "gcd", "alibaba", "corpus")
@@ -807,11 +808,96 @@ def _detect(path: Path) -> str:
                      f"{', '.join(FORMATS[1:])}", path=str(path))
 
 
-def load_traces(path: str | os.PathLike, *, format: str = "auto", **kwargs) -> TraceSet:
+# ----------------------------------------------------------------------------- size bound
+#: Data rows a trace input may hold (``--max-rows``). Every loader holds the parsed rows in
+#: memory; measured peak RSS (``/usr/bin/time -v``, a 4-column long CSV): ``ai4dl detect``
+#: 0.57 GB at 1 M rows and 1.09 GB at 2 M (about 0.52 GB per million rows), ``ai4dl train``
+#: 1.0 / 1.18 GB. 2 M rows keep either under 1.2 GB, a third of the 4 GiB the chart gives the
+#: trainer (margin for wider files: each column costs about as much as another row's cell).
+DEFAULT_MAX_ROWS = 2_000_000
+_CHUNK = 1 << 20
+
+
+def _too_many(label: str, rows: int, max_rows: int, what: str = "data rows") -> TraceError:
+    return TraceError(f"more than {max_rows:,} {what} (read {rows:,} so far): above --max-rows "
+                      f"{max_rows}; raise it (about 0.5 GB of memory per million rows) or split "
+                      f"the input", path=label)
+
+
+def _count_lines(stream, label: str, budget: int, max_rows: int, counted: int = 0) -> int:
+    """Newlines read from ``stream`` (chunk by chunk: nothing is held) added to ``counted``;
+    TraceError as soon as they pass ``budget``."""
+    try:
+        while True:
+            chunk = stream.read(_CHUNK)
+            if not chunk:
+                return counted
+            counted += chunk.count(b"\n")
+            if counted > budget:
+                raise _too_many(label, counted - (budget - max_rows), max_rows)
+    except (OSError, EOFError, zlib.error, tarfile.TarError):
+        return counted              # unreadable: the loader names the problem itself
+
+
+def _file_rows(path: Path, max_rows: int) -> None:
+    """A CSV file (gzip or not) has at most ``max_rows`` data rows (newlines - the header)."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        with (gzip.open if gz else open)(path, "rb") as f:
+            _count_lines(f, str(path), max_rows + 1, max_rows)
+    except OSError:
+        return
+
+
+def _tar_rows(paths: Sequence[Path], label: str, max_rows: int) -> None:
+    """Text members of tar archives (GCD_VMs, Alibaba) hold at most ``max_rows`` lines in
+    all (a header per member counts: a bound, not a census)."""
+    counted = 0
+    for path in paths:
+        try:
+            with tarfile.open(path, "r:*") as tf:
+                for m in tf:
+                    f = tf.extractfile(m) if m.isfile() else None
+                    if f is not None:
+                        counted = _count_lines(f, label, max_rows, max_rows, counted)
+        except (tarfile.TarError, OSError, EOFError, zlib.error):
+            return                  # the loader reports a damaged archive in its own words
+
+
+def check_rows(path: Path, fmt: str, max_rows: int) -> None:
+    """Refuse, before any parsing, an input holding more than ``max_rows`` rows: one line
+    naming the file and the bound (TraceError). Counted by streaming (no row is kept):
+    newlines of CSVs and tar members, Parquet's own row count."""
+    if fmt in ("ai4dl", "long"):
+        _file_rows(path, max_rows)
+    elif fmt == "corpus":
+        _file_rows(path / "traces.csv.gz", max_rows)
+    elif fmt == "gcd":
+        _tar_rows([path], str(path), max_rows)
+    elif fmt == "alibaba":
+        _tar_rows(sorted(path.glob("*.tar.gz")), str(path), max_rows)
+    elif fmt == "parquet":
+        try:
+            import pyarrow.dataset as ds
+
+            rows = ds.dataset(str(path), format="parquet").count_rows()
+        except Exception:           # noqa: BLE001 - unreadable: load_parquet says why
+            return
+        if rows > max_rows:
+            raise TraceError(f"{rows:,} data rows: above --max-rows {max_rows}; raise it "
+                             f"(about 0.5 GB of memory per million rows) or split the input",
+                             path=str(path))
+
+
+def load_traces(path: str | os.PathLike, *, format: str = "auto",
+                max_rows: int | None = DEFAULT_MAX_ROWS, **kwargs) -> TraceSet:
     """Load any supported trace file or folder, detecting the format from the path if asked.
 
     Options a format does not take are refused (rather than ignored) so a ``--step`` given for
-    a trace with a fixed step does not silently do nothing.
+    a trace with a fixed step does not silently do nothing. An input of more than ``max_rows``
+    rows is refused before it is parsed, and so is one whose resampled samples would exceed
+    ``max_rows`` (None: no bound).
     """
     p = Path(path)
     if not p.exists() and str(path) in BUNDLED:
@@ -827,4 +913,15 @@ def load_traces(path: str | os.PathLike, *, format: str = "auto", **kwargs) -> T
     if unknown:
         raise TraceError(f"format '{fmt}' does not take {', '.join(sorted(unknown))}",
                          path=str(path))
-    return loader(p, **kwargs)
+    if max_rows is not None:
+        if not (isinstance(max_rows, int) and max_rows > 0):
+            raise TraceError(f"max_rows must be a positive integer, not {max_rows!r}",
+                             path=str(path))
+        check_rows(p, fmt, max_rows)
+    traces = loader(p, **kwargs)
+    # Rows far apart (up to max_gap_steps) are filled in by resampling: the samples held
+    # afterwards are bounded too (each costs the model's work in detect and train).
+    if max_rows is not None and traces.n_samples > max_rows:
+        raise TraceError(f"{traces.n_samples:,} samples after resampling at the step: above "
+                         f"--max-rows {max_rows}; raise it, or a longer --step", path=str(path))
+    return traces

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ai4dl.document import PhaseModelDocument
+from ai4dl.document import MAX_DOCUMENT_BYTES, PhaseModelDocument
 from ai4dl.errors import ModelError
 from ai4dl.io.writers import write_text_atomic
 from ai4dl.model import PhaseModel, validation_message
@@ -20,8 +20,19 @@ def save_model(model: PhaseModel | PhaseModelDocument, path: str | os.PathLike) 
     return write_text_atomic(path, doc.model_dump_json(by_alias=True, exclude_none=True))
 
 
+#: A file above this cannot hold a valid document, even indented (4-space indented JSON
+#: measured at under 4 x the compact size): refused before it is read, so a huge file costs
+#: no memory.
+MAX_FILE_BYTES = 8 * MAX_DOCUMENT_BYTES
+
+
 def read_document(path: str | os.PathLike) -> PhaseModelDocument:
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ModelError(f"{path}: {size / 2 ** 20:.1f} MiB, larger than any model document "
+                             f"({MAX_DOCUMENT_BYTES // 1024} KiB serialised; files above "
+                             f"{MAX_FILE_BYTES / 2 ** 20:g} MiB are not read)")
         raw = Path(path).read_text()
     except OSError as err:
         raise ModelError(f"{path}: cannot read model: {err.strerror or err}") from None
