@@ -100,6 +100,7 @@ class LabelSelector(_Base):
 #: ``--allow-free-promql``) and for admission, which sends no query.
 PROMQL_UNCHECKED = {"promql": "unchecked"}
 MAX_QUERY_LENGTH = 4096
+MAX_FEATURES = 16
 # CEL can check what is safe to require even where the operator allows free PromQL
 # (--allow-free-promql): that the operator's matchers go into the query at all. Which
 # selectors carry them takes a PromQL parser (ai4dl.sources.promql: pydantic, and the operator
@@ -328,7 +329,9 @@ class PhaseModelSpec(_Base):
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
                               json_schema_extra={"x-kubernetes-validations": _SPEC_CEL})
     selector: LabelSelector = Field(default_factory=LabelSelector)
-    features: list[FeatureSource] = Field(default_factory=default_features, min_length=1)
+    # at most MAX_FEATURES: the API server sizes the cost of the features' CEL rule by it
+    features: list[FeatureSource] = Field(default_factory=default_features, min_length=1,
+                                          max_length=MAX_FEATURES)
     step_seconds: int = Field(15, ge=1, le=3600, alias="stepSeconds")
     window_seconds: int = Field(600, ge=1, le=86400, alias="windowSeconds")
     policy: Policy = Field(default_factory=Policy)
