@@ -21,7 +21,13 @@ All features are put into ONE expression, each tagged with a label::
 and the pods are selected with ``namespace=~"ns1|ns2", pod=~"a|b|...", container=~"..."``
 (names regex-escaped). The query goes as a POST form (2,000 pod names make ~100 kB, too long
 for a URL). Series Prometheus returns for pods not asked for (the regexes select the cross
-product of namespaces, pods and containers) are dropped. A window longer than ``max_points``
+product of namespaces, pods and containers) are dropped. Several series for one pod's feature
+are an error for that pod: its samples are all NaN and it is named in
+``PodSamples.duplicated`` (never a max, never the first series). With ``max_series`` or
+``max_series_factor`` an answer with more series than that is refused
+(:class:`SeriesLimitExceeded`), and one larger in bytes than they can take is not read further
+(the operator's window query; the templates themselves are confined to the PhaseModel's own
+pods by :mod:`ai4dl.sources.promql`). A window longer than ``max_points``
 grid points (Prometheus refuses more than 11,000 points per series) is split into consecutive
 queries, one per chunk.
 
@@ -116,7 +122,8 @@ class PrometheusQueryError(Ai4dlError):
 
 
 class SeriesLimitExceeded(PrometheusQueryError):
-    """An answer with more series (or bytes) than the query may give: refused unparsed."""
+    """An answer with more series than the query may give: refused (one beyond the bytes
+    that many series can take is refused before it is parsed)."""
 
     def __init__(self, url: str, message: str):
         self.url, self.error, self.error_type, self.status = url, message, "too many series", 0
