@@ -37,6 +37,12 @@ REFUSED = [
      "maxRiskWindows must be in (0, 1): the share of windows", "greater than 0"),
     ({"policy": {"objectives": {"memory": {"maxRiskWindows": 1}}}},
      "maxRiskWindows must be in (0, 1): the share of windows", "less than 1"),
+    # a query the operator cannot confine to the PhaseModel's namespace (issue 26; what CEL
+    # cannot see, a selector without {selector} beside one with it, the operator refuses at
+    # run time: tests/test_tenancy_promql.py)
+    ({"features": [{"name": "cpu", "query": 'sum by (namespace, pod, container) (rate('
+                    'container_cpu_usage_seconds_total{namespace="other"}[1m]))'}]},
+     "query must contain {selector}", "has no {selector}"),
 ]
 ACCEPTED = [
     {"policy": {"resources": {"memory": {"floor": "1Gi", "ceiling": "1Gi"}}}},
@@ -48,6 +54,8 @@ ACCEPTED = [
                                "memory": {"maxRiskWindows": 0.05}}}},
     {"policy": {"objectives": {"cpu": {"maxShortWindows": None}}}},
     {"policy": {"targetFulfilment": 0.9, "objectives": {"cpu": {"fulfilment": 0.95}}}},
+    {"features": [{"name": "cpu", "query": "sum by (namespace, pod, container) (rate("
+                   "container_cpu_usage_seconds_total{{{selector}}}[2m]))"}]},
 ]
 
 

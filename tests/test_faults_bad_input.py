@@ -162,7 +162,8 @@ def test_garbage_metrics_never_resize(kube_cluster, model_doc, operator_kubeconf
     assert condition(pm, "Degraded")["reason"] == "MetricsIncomplete"
     assert condition(pm, "Ready")["status"] == "True"          # the window itself was processed
     skipped_now = metric_values(metrics, "ai4dl_pods_skipped", namespace=ns)
-    assert skipped_now == {"bad-sample": 3.0, "no-data": 3.0, "partial-data": 1.0}, skipped_now
+    assert skipped_now == {"bad-sample": 3.0, "no-data": 3.0, "partial-data": 1.0,
+                           "duplicate-series": 0.0}, skipped_now
     totals = metric_values(metrics, "ai4dl_skipped_windows_total", namespace=ns)
     assert totals.get("bad-sample", 0) >= 3 * 2 and totals.get("no-data", 0) >= 3 * 2, totals
     assert condition(unavailable, "Degraded")["message"].endswith(

@@ -14,8 +14,12 @@ with values chosen per pod:
     empty     no series at all
     partial   every other point missing
     broken    series without the ``container`` label
+    duplicate two series per feature for the container, an inflated one (x 10) first, then
+              the good one (a template that does not aggregate, a relabelling)
 
-``answer = "not-json"`` makes every answer a 200 with a body that is not JSON.
+``answer = "not-json"`` makes every answer a 200 with a body that is not JSON; ``extra_series``
+adds that many series of pods nobody asked for (a query reading far more than it should).
+``asked`` keeps every query received.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 
 FEATURE_RE = re.compile(r'"ai4dl_feature",\s*"([^"]+)"')
 GOOD = {"cpu": 1.5, "memory": 2.0 * 2 ** 30}
-MODES = ("good", "negative", "huge", "inf", "nan", "empty", "partial", "broken")
+MODES = ("good", "negative", "huge", "inf", "nan", "empty", "partial", "broken", "duplicate")
 
 
 def _value(mode: str, feature: str, t: float) -> str | None:
@@ -55,6 +59,8 @@ class FakePrometheus:
         self.pods: dict[tuple[str, str, str], str] = {}
         self.answer = "matrix"
         self.queries = 0
+        self.extra_series = 0
+        self.asked: list[str] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +99,7 @@ class FakePrometheus:
         if not path.startswith("/api/v1/query_range"):
             return json.dumps({"status": "success", "data": []}).encode()
         query = (form.get("query") or [""])[0]
+        self.asked.append(query)
         start, end = float(form["start"][0]), float(form["end"][0])
         step = float(form["step"][0])
         times = np.arange(start, end + step / 2, step)
@@ -106,6 +113,13 @@ class FakePrometheus:
                     metric["container"] = ctr
                 values = [[round(float(t), 3), v] for t in times
                           if (v := _value(mode, feature, float(t))) is not None]
+                if mode == "duplicate":       # the inflated series first
+                    result.append({"metric": {**metric, "id": "inflated"}, "values": [
+                        [t, f"{10 * float(v):.6g}"] for t, v in values]})
                 result.append({"metric": metric, "values": values})
+        for i in range(self.extra_series):
+            result.append({"metric": {"namespace": "elsewhere", "pod": f"x-{i}",
+                                      "container": "main", "ai4dl_feature": "memory"},
+                           "values": [[round(float(t), 3), "1"] for t in times]})
         return json.dumps({"status": "success",
                            "data": {"resultType": "matrix", "result": result}}).encode()

@@ -15,7 +15,7 @@ import sys
 from typing import Any, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
-                      model_validator)
+                      ValidationInfo, field_validator, model_validator)
 
 from ai4dl.document import PhaseModelDocument
 from ai4dl.policy.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
@@ -94,12 +94,44 @@ class LabelSelector(_Base):
         return True
 
 
+#: ``model_validate(..., context=PROMQL_UNCHECKED)`` skips the PromQL confinement check of
+#: ``spec.features[].query``: for the operator, which checks it itself (a Degraded condition
+#: naming the feature, QueryRefused, rather than an invalid spec; skipped with
+#: ``--allow-free-promql``) and for admission, which sends no query.
+PROMQL_UNCHECKED = {"promql": "unchecked"}
+MAX_QUERY_LENGTH = 4096
+MAX_FEATURES = 16
+# CEL can check what is safe to require even where the operator allows free PromQL
+# (--allow-free-promql): that the operator's matchers go into the query at all. Which
+# selectors carry them takes a PromQL parser (ai4dl.sources.promql: pydantic, and the operator
+# at run time, for objects stored before this rule existed).
+_FEATURE_CEL = [{
+    "rule": "self.query.contains('{selector}')",
+    "message": "query must contain {selector}: the operator puts the PhaseModel's namespace and "
+               "pod matchers there (e.g. metric{{{selector}}})",
+}]
+
+
 class FeatureSource(_Base):
     """One model feature and the PromQL that yields it per (namespace, pod, container).
-    ``{selector}`` in the query stands for the label matchers the operator fills in."""
+    ``{selector}`` in the query stands for the label matchers the operator fills in: every
+    selector of the query must carry it (it reads the PhaseModel's own pods only)."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True,
+                              json_schema_extra={"x-kubernetes-validations": _FEATURE_CEL})
     name: str = Field(min_length=1)
-    query: str = Field(min_length=1, description="PromQL template; {selector} = pod matchers")
+    query: str = Field(min_length=1, max_length=MAX_QUERY_LENGTH,
+                       description="PromQL template; {selector} = the PhaseModel's namespace and "
+                                   "pod matchers, required in every selector")
     unit: str = "unknown"
+
+    @field_validator("query")
+    @classmethod
+    def _confined(cls, query: str, info: ValidationInfo) -> str:
+        if (info.context or {}).get("promql") != PROMQL_UNCHECKED["promql"]:
+            from ai4dl.sources.promql import check_template
+
+            check_template(query, info.data.get("name", ""))
+        return query
 
 
 def default_features() -> list[FeatureSource]:
@@ -297,7 +329,9 @@ class PhaseModelSpec(_Base):
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
                               json_schema_extra={"x-kubernetes-validations": _SPEC_CEL})
     selector: LabelSelector = Field(default_factory=LabelSelector)
-    features: list[FeatureSource] = Field(default_factory=default_features, min_length=1)
+    # at most MAX_FEATURES: the API server sizes the cost of the features' CEL rule by it
+    features: list[FeatureSource] = Field(default_factory=default_features, min_length=1,
+                                          max_length=MAX_FEATURES)
     step_seconds: int = Field(15, ge=1, le=3600, alias="stepSeconds")
     window_seconds: int = Field(600, ge=1, le=86400, alias="windowSeconds")
     policy: Policy = Field(default_factory=Policy)

@@ -67,6 +67,12 @@ app.kubernetes.io/part-of: ai4dl
 - {{ printf "--max-container-cpu=%v" .Values.operator.maxContainer.cpu | quote }}
 - {{ printf "--max-container-memory=%v" .Values.operator.maxContainer.memory | quote }}
 - {{ printf "--orphan-check-seconds=%v" .Values.operator.orphanCheckSeconds | quote }}
+{{- if .Values.operator.allowFreePromQL }}
+- --allow-free-promql
+{{- end }}
+{{- if .Values.operator.maxSeriesPerQuery }}
+- {{ printf "--max-series-per-query=%v" .Values.operator.maxSeriesPerQuery | quote }}
+{{- end }}
 {{- range .Values.operator.watchNamespaces }}
 - {{ printf "--namespace=%s" . | quote }}
 {{- end }}

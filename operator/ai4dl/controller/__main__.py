@@ -25,6 +25,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prometheus-retries", type=int, default=3, metavar="N",
                    help="attempts per query before the window is skipped as "
                         "PrometheusUnavailable (default 3)")
+    g.add_argument("--allow-free-promql", action="store_true",
+                   help="send PhaseModels' feature queries as written: a query may then read "
+                        "any namespace's series (default: every selector of a query must carry "
+                        "{selector}, the PhaseModel's own namespace and pods, else the "
+                        "PhaseModel is Degraded, QueryRefused, and nothing is queried)")
+    g.add_argument("--max-series-per-query", type=int, default=0, metavar="N",
+                   help="refuse a window's answer with more series than N, unparsed (the "
+                        "PhaseModel is Degraded, TooManySeries); default 0: 4 per container "
+                        "and feature asked for, plus 16")
     g.add_argument("--settle-seconds", type=float, default=1.0, metavar="SECONDS",
                    help="wait after a window boundary before querying, so the window's last "
                         "scrape is in (default 1)")
@@ -143,6 +152,9 @@ def main(argv=None) -> int:
 
     if not args.prometheus_url:
         return fail("--prometheus-url (or AI4DL_PROMETHEUS_URL) is required")
+    if args.max_series_per_query < 0:
+        return fail(f"--max-series-per-query {args.max_series_per_query}: must be 0 (automatic) "
+                    f"or more")
     shard = {}
     for item in args.phasemodel_selector:
         key, eq, value = item.partition("=")
@@ -218,7 +230,9 @@ def main(argv=None) -> int:
                            settle_seconds=args.settle_seconds, max_value=max_value,
                            namespaces=list(args.namespace),
                            orphan_check_seconds=args.orphan_check_seconds, webhook=webhook,
-                           state_key=state_key)
+                           state_key=state_key,
+                           allow_free_promql=args.allow_free_promql,
+                           max_series_per_query=args.max_series_per_query)
     if webhook is not None:
         handlers.register_admission()
     if args.metrics_port:

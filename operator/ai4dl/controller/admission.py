@@ -52,7 +52,8 @@ from typing import Mapping
 
 from ai4dl.controller.podstate import StateKey, admitted_scope
 from ai4dl.controller.pods import A_ADMISSION, A_ADMITTED, Container, pod_info, qos_class
-from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector, PhaseModelSpec
+from ai4dl.crd import (MODEL_ANNOTATION, OPT_IN_LABEL, PROMQL_UNCHECKED, LabelSelector,
+                       PhaseModelSpec)
 from ai4dl.quantity import format_resource, parse_quantity
 ADMITTING_MODES = ("Initial", "InPlace")
 
@@ -100,7 +101,8 @@ def admission_target(body: Mapping) -> AdmissionTarget:
     meta = body.get("metadata") or {}
     ns, name = meta.get("namespace", ""), meta.get("name", "")
     try:
-        spec = PhaseModelSpec.model_validate(body.get("spec") or {})
+        # admission sends no query: the PromQL confinement is the window loop's business
+        spec = PhaseModelSpec.model_validate(body.get("spec") or {}, context=PROMQL_UNCHECKED)
     except ValueError as err:
         first = str(err).splitlines()
         detail = first[1].strip() if len(first) > 1 else first[0]

@@ -26,7 +26,8 @@ log = logging.getLogger("ai4dl.operator")
 # Filled in by ai4dl.controller.__main__ (or tests) before kopf starts.
 CONFIG: dict = {"prometheus_url": os.environ.get("AI4DL_PROMETHEUS_URL", ""),
                 "prometheus_timeout": 10.0, "prometheus_retries": 3, "max_value": None,
-                "namespaces": [], "orphan_check_seconds": 0.0}
+                "namespaces": [], "orphan_check_seconds": 0.0, "allow_free_promql": False,
+                "max_series_per_query": 0}
 _TASKS: list[asyncio.Task] = []
 
 
@@ -119,8 +120,14 @@ def _source():
 
     if not CONFIG["prometheus_url"]:
         raise kopf.PermanentError("no Prometheus URL (--prometheus-url or AI4DL_PROMETHEUS_URL)")
+    from ai4dl.sources.prometheus import SERIES_FACTOR
+
+    # A window's answer is bounded: --max-series-per-query, else SERIES_FACTOR per container
+    # and feature asked for (more is refused unparsed: TooManySeries).
     return PrometheusSource(CONFIG["prometheus_url"], timeout=CONFIG["prometheus_timeout"],
-                            retries=CONFIG["prometheus_retries"])
+                            retries=CONFIG["prometheus_retries"],
+                            max_series=CONFIG.get("max_series_per_query") or None,
+                            max_series_factor=SERIES_FACTOR)
 
 
 def state_key():
@@ -149,7 +156,8 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
     """One loop per PhaseModel: at each window boundary, process all its pods at once."""
     core, custom = _clients()
     runner = WindowRunner(core, custom, _source(), namespace, name,
-                          max_value=CONFIG.get("max_value"), key=state_key())
+                          max_value=CONFIG.get("max_value"), key=state_key(),
+                          allow_free_promql=bool(CONFIG.get("allow_free_promql")))
     done = None     # the boundary handled last
     while not stopped:
         window = int((body.get("spec") or {}).get("windowSeconds") or 600)

@@ -48,7 +48,9 @@ from ai4dl.quantity import format_resource, parse_quantity
 # Why a container's window could not be used. The first three are gaps or garbage in the
 # metrics (counted by the MetricsIncomplete condition); a container that started during the
 # window simply has no full window yet. Worst first: a pod's reason is its worst container's.
-DATA_SKIPS = ("bad-sample", "partial-data", "no-data")
+# duplicate-series: the source gave several series for one container's feature (which is right
+# cannot be told: none is used).
+DATA_SKIPS = ("duplicate-series", "bad-sample", "partial-data", "no-data")
 SKIP_ORDER = (*DATA_SKIPS, "warming-up")
 # Grace after a container starts before its series is complete: the cpu feature is a rate over
 # one minute, which Prometheus answers only once two scrapes are in it.
@@ -209,7 +211,9 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 window_start: float, now_iso: str,
                 max_value: Mapping[str, float] | None = None,
                 histories: Mapping | None = None, model_key: str = "",
-                served: Served | None = None) -> WindowPlan:
+                served: Served | None = None,
+                rejected: Mapping[tuple[str, str, str], tuple[str, str]] | None = None
+                ) -> WindowPlan:
     """Decide, for every pod of one PhaseModel, phases, recommendations and resizes.
 
     ``samples[(namespace, pod, container)]`` is (n_context + W, F) in ``spec.features``
@@ -218,7 +222,9 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     ``max_value`` (cores, bytes per resource) is the largest a container can physically have:
     a sample above it is garbage, and no request is set above it. ``histories`` maps
     (pod uid, container) to (the model key it was counted under, its :class:`OwnHistory` so
-    far); each planned container's updated one is in ``ContainerPlan.own``.
+    far); each planned container's updated one is in ``ContainerPlan.own``. ``rejected``
+    maps (namespace, pod, container) to (skip reason, detail) for containers whose samples
+    the source refused (several series for one feature): skipped, never planned from.
     """
     served = served if served is not None else served_policy(spec, model)
     resources = served.resources
@@ -260,6 +266,11 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
         for c in managed:
             cp = ContainerPlan(c.name, current={r: c.requests.get(r, np.nan) for r in resources})
             plan.containers.append(cp)
+            refused = (rejected or {}).get((pod.namespace, pod.name, c.name))
+            if refused is not None:
+                cp.skipped, cp.detail = refused
+                plan.notices.append(("DuplicateSeries", f"container {c.name}: {refused[1]}"))
+                continue
             x = samples.get((pod.namespace, pod.name, c.name))
             if x is not None:
                 x = np.asarray(x, np.float64)[:, np.argsort(feature_idx)]   # model feature order

@@ -26,7 +26,8 @@ from ai4dl.policy.serving import served_policy, window_samples
 from ai4dl.kube.raw import api_message, drain, paged_items, read_json, write_event
 from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey, state_scope
 from ai4dl.controller.pods import A_ADMITTED, A_STATE, PodInfo, pod_info, verify_pod
-from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector, PhaseModelSpec
+from ai4dl.crd import (GROUP, OPT_IN_LABEL, PLURAL, PROMQL_UNCHECKED, VERSION, LabelSelector,
+                       PhaseModelSpec)
 from ai4dl.errors import Ai4dlError
 from ai4dl.model import PhaseModel
 
@@ -96,11 +97,18 @@ class WindowRunner:
     """The I/O around :func:`plan_window` for one PhaseModel."""
 
     def __init__(self, core_api, custom_api, source, namespace: str, name: str,
-                 max_value: dict[str, float] | None = None, key: StateKey | None = None):
+                 max_value: dict[str, float] | None = None, key: StateKey | None = None,
+                 allow_free_promql: bool = False):
         self.core, self.custom, self.source = core_api, custom_api, source
         self.namespace, self.name = namespace, name
         # seals the records the operator keeps on pods (ai4dl.controller.podstate)
         self.key = key if key is not None else StateKey.generate()
+        # --allow-free-promql: the feature queries are sent without the confinement check
+        # (ai4dl.sources.promql); off, a query that could read another namespace is refused.
+        self.allow_free_promql = allow_free_promql
+        # Containers already warned about (log) for getting several series for one feature:
+        # once per container, not every window.
+        self._duplicate_warned: set[tuple[str, str, str]] = set()
         self.max_value = dict(DEFAULT_MAX_VALUE if max_value is None else max_value)
         self.models = ModelCache()
         # Warnings about a pod's own setup already sent, per pod: (uid, reason). Once per pod
@@ -132,7 +140,8 @@ class WindowRunner:
         now = time.time() if now is None else now
         labels = (self.namespace, self.name)
         try:
-            spec = PhaseModelSpec.model_validate(body.get("spec") or {})
+            # the PromQL confinement is checked below, with its own reason (QueryRefused)
+            spec = PhaseModelSpec.model_validate(body.get("spec") or {}, context=PROMQL_UNCHECKED)
         except ValidationError as err:
             e = err.errors()[0]
             return self._degraded(body, WindowReport(now), "InvalidSpec",
@@ -144,6 +153,17 @@ class WindowRunner:
         if spec.policy.mode == "Off":
             self._status(body, report, ready=True, reason="Off", message="mode Off: not acting")
             return report
+        if not self.allow_free_promql:
+            from ai4dl.sources.promql import template_problem
+
+            for f in spec.features:
+                problem = template_problem(f.query)
+                if problem is not None:     # stored before the CRD's rule, or bypassing it
+                    m.ERRORS.labels(*labels, "promql-refused").inc()
+                    return self._degraded(
+                        body, report, "QueryRefused",
+                        f"spec.features[{f.name}].query {problem}; nothing is queried or "
+                        f"resized until it is fixed", skip=True)
         try:
             model = self.models.get(spec) if spec.model is not None else None
         except (ValueError, Ai4dlError) as err:
@@ -181,8 +201,10 @@ class WindowRunner:
         W = window_samples(spec)
         n_context = model.crbm_.n_history if model is not None else 0
         samples = {}
+        rejected: dict[tuple[str, str, str], tuple[str, str]] = {}
         if refs:
-            from ai4dl.sources.prometheus import FeatureQuery, PrometheusQueryError
+            from ai4dl.sources.prometheus import (FeatureQuery, PrometheusQueryError,
+                                                  SeriesLimitExceeded)
 
             step = spec.step_seconds
             # grid: n_context history samples, then the W samples of the window that just ended
@@ -191,6 +213,9 @@ class WindowRunner:
             try:
                 got = self.source.fetch([FeatureQuery(f.name, f.query) for f in spec.features],
                                         refs, begin, end, step)
+            except SeriesLimitExceeded as err:
+                m.ERRORS.labels(*labels, "too-many-series").inc()
+                return self._degraded(body, report, "TooManySeries", str(err), skip=True)
             except PrometheusQueryError as err:
                 m.ERRORS.labels(*labels, "promql").inc()
                 return self._degraded(body, report, "QueryError", str(err), skip=True)
@@ -198,10 +223,19 @@ class WindowRunner:
                 m.ERRORS.labels(*labels, "prometheus").inc()
                 return self._degraded(body, report, "PrometheusUnavailable", str(err), skip=True)
             samples = {tuple(ref): got[ref].values for ref in got}
+            for ref, features in got.duplicated.items():
+                key = tuple(ref)
+                detail = (f"more than one series for {', '.join(features)} (the query does "
+                          f"not give one series per container): its samples are not used")
+                rejected[key] = ("duplicate-series", detail)
+                if key not in self._duplicate_warned:
+                    self._duplicate_warned.add(key)
+                    log.warning("PhaseModel %s/%s: container %s: %s", self.namespace, self.name,
+                                "/".join(key), detail)
         try:
             plan = plan_window(spec, model, mine, samples, n_context, start, now_iso(now),
                                max_value=self.max_value, histories=self._own,
-                               model_key=model_key, served=served)
+                               model_key=model_key, served=served, rejected=rejected)
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
         report.plan = plan
@@ -315,6 +349,9 @@ class WindowRunner:
             if p.skipped:
                 report.skipped[p.skipped] = report.skipped.get(p.skipped, 0) + 1
                 m.SKIPPED_WINDOWS.labels(*labels, p.skipped).inc()
+            elif any(c.skipped == "duplicate-series" for c in p.containers):
+                # the pod is served for its other containers; this one's window is counted
+                m.SKIPPED_WINDOWS.labels(*labels, "duplicate-series").inc()
             for c in p.containers:
                 if c.phase is not None:
                     total += 1

@@ -21,7 +21,13 @@ All features are put into ONE expression, each tagged with a label::
 and the pods are selected with ``namespace=~"ns1|ns2", pod=~"a|b|...", container=~"..."``
 (names regex-escaped). The query goes as a POST form (2,000 pod names make ~100 kB, too long
 for a URL). Series Prometheus returns for pods not asked for (the regexes select the cross
-product of namespaces, pods and containers) are dropped. A window longer than ``max_points``
+product of namespaces, pods and containers) are dropped. Several series for one pod's feature
+are an error for that pod: its samples are all NaN and it is named in
+``PodSamples.duplicated`` (never a max, never the first series). With ``max_series`` or
+``max_series_factor`` an answer with more series than that is refused
+(:class:`SeriesLimitExceeded`), and one larger in bytes than they can take is not read further
+(the operator's window query; the templates themselves are confined to the PhaseModel's own
+pods by :mod:`ai4dl.sources.promql`). A window longer than ``max_points``
 grid points (Prometheus refuses more than 11,000 points per series) is split into consecutive
 queries, one per chunk.
 
@@ -54,11 +60,13 @@ import numpy as np
 import requests
 
 from ai4dl.errors import Ai4dlError
+from ai4dl.sources.promql import check_template, template_problem
 from ai4dl.traces import CANONICAL_UNITS, Execution
 
 __all__ = ["DEFAULT_QUERIES", "DEFAULT_RATE_WINDOW", "MAX_POINTS", "FeatureQuery", "PodRef",
            "PodSeries", "PodSamples", "PrometheusSource", "PrometheusUnavailable",
-           "PrometheusQueryError", "default_feature_queries"]
+           "PrometheusQueryError", "SeriesLimitExceeded", "check_template",
+           "default_feature_queries", "template_problem"]
 
 MAX_POINTS = 11000  # Prometheus's limit of points per series in one range query
 DEFAULT_RATE_WINDOW = "1m"
@@ -88,6 +96,19 @@ class PrometheusUnavailable(Ai4dlError):
         super().__init__(f"Prometheus at {url} unavailable{tries}: {reason}")
 
 
+#: The operator's bound on the series one window query may answer (--max-series-per-query 0):
+#: this many per (container, feature) asked for, plus a few. A template aggregated by
+#: (namespace, pod, container) gives one; cAdvisor's raw series a few more (a restarted
+#: container's old series); far more is a template reading what it was not asked for.
+SERIES_FACTOR = 4
+SERIES_SLACK = 16
+# A bounded answer is also bounded in bytes before anything is parsed: a point is written
+# as [1700000000.123,"12345.678"] (well under this many bytes), a series' labels below the
+# other figure unless a template keeps every label of a raw series.
+_BYTES_PER_POINT = 64
+_BYTES_PER_SERIES = 16384
+
+
 class PrometheusQueryError(Ai4dlError):
     """Prometheus rejected the query (HTTP 400/422); carries Prometheus's message. One line."""
 
@@ -98,6 +119,15 @@ class PrometheusQueryError(Ai4dlError):
             super().__init__(f"bad PromQL template: {error}")
         else:
             super().__init__(f"Prometheus at {url} rejected the query{kind}: {error}")
+
+
+class SeriesLimitExceeded(PrometheusQueryError):
+    """An answer with more series than the query may give: refused (one beyond the bytes
+    that many series can take is refused before it is parsed)."""
+
+    def __init__(self, url: str, message: str):
+        self.url, self.error, self.error_type, self.status = url, message, "too many series", 0
+        Ai4dlError.__init__(self, f"Prometheus at {url}: {message}")
 
 
 @dataclass(frozen=True)
@@ -210,6 +240,10 @@ class PodSamples(Mapping[PodRef, PodSeries]):
     values: np.ndarray                                       # (P, n, F)
     queries: int = 0                                         # range queries this fetch made
     warnings: list[str] = field(default_factory=list)
+    # Pods for which some feature came in more than one series (a template that does not give
+    # one series per container): {pod: features}. Their values are all NaN: which series is
+    # right cannot be told, so none is used (never a max, never the first).
+    duplicated: dict[PodRef, tuple[str, ...]] = field(default_factory=dict)
     _index: dict[PodRef, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -256,7 +290,14 @@ def _alternation(values: Iterable[str]) -> str:
 
 
 def pod_selector(pods: Sequence[PodRef]) -> str:
-    """Label matchers selecting ``pods`` (and possibly other combinations of their labels)."""
+    """Label matchers selecting ``pods`` (and possibly other combinations of their labels).
+    Pods of one namespace (a PhaseModel's, always) get ``namespace="<ns>"``: an equality, so
+    that what the query may read is that namespace and nothing a regex could widen."""
+    namespaces = {p.namespace for p in pods}
+    if len(namespaces) == 1:
+        return (f"namespace={_promql_string(next(iter(namespaces)))},"
+                f"pod=~{_alternation(p.pod for p in pods)},"
+                f"container=~{_alternation(p.container for p in pods)}")
     return (f"namespace=~{_alternation(p.namespace for p in pods)},"
             f"pod=~{_alternation(p.pod for p in pods)},"
             f"container=~{_alternation(p.container for p in pods)}")
@@ -274,6 +315,24 @@ def _seconds(t, what: str) -> float:
     if not math.isfinite(x):
         raise ValueError(f"{what} must be finite, not {t!r}")
     return x
+
+
+def _read_capped(r: requests.Response, max_bytes: int) -> bytes | None:
+    """A streamed answer's (decompressed) body, or None as soon as it exceeds ``max_bytes``
+    (the rest is not read: the connection is closed)."""
+    declared = r.headers.get("Content-Length")
+    if declared and declared.isdigit() and int(declared) > max_bytes \
+            and not r.headers.get("Content-Encoding"):
+        r.close()
+        return None
+    parts, size = [], 0
+    for chunk in r.iter_content(chunk_size=1 << 16):
+        size += len(chunk)
+        if size > max_bytes:
+            r.close()
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _one_line(text: str, limit: int = 1000) -> str:
@@ -401,7 +460,8 @@ class PrometheusSource:
     def __init__(self, url: str, timeout: float = 10.0, retries: int = 3, backoff: float = 0.5,
                  max_points: int = MAX_POINTS, *, rate_window: str = DEFAULT_RATE_WINDOW,
                  max_backoff: float = 30.0, headers: Mapping[str, str] | None = None,
-                 verify: bool | str = True, session: requests.Session | None = None):
+                 verify: bool | str = True, session: requests.Session | None = None,
+                 max_series: int | None = None, max_series_factor: float | None = None):
         if not isinstance(url, str) or not re.match(r"^https?://[^/]", url):
             raise ValueError(f"Prometheus URL must start with http:// or https://, not {url!r}")
         if not timeout > 0:
@@ -417,6 +477,13 @@ class PrometheusSource:
         self.max_backoff = float(max_backoff)
         self.max_points = int(max_points)
         self.rate_window = rate_window
+        # Bound on the series of one range query's answer: ``max_series``, else
+        # ``max_series_factor`` x pods x features + SERIES_SLACK, else none (the trainer's
+        # history: its own templates, sizes planned by ai4dl.sources.prometheus_history).
+        if max_series is not None and int(max_series) < 1:
+            raise ValueError(f"max_series must be at least 1, not {max_series!r}")
+        self.max_series = int(max_series) if max_series is not None else None
+        self.max_series_factor = max_series_factor
         self.headers = dict(headers or {})
         self._session = session or requests.Session()
         self._session.verify = verify
@@ -486,6 +553,14 @@ class PrometheusSource:
         return self._fetch(features, pods, start, end, step, rate_window, lean=True,
                            compress=compress)
 
+    def series_limit(self, n_pods: int, n_features: int) -> int | None:
+        """The most series one range query for ``n_pods`` x ``n_features`` may answer."""
+        if self.max_series is not None:
+            return self.max_series
+        if self.max_series_factor is not None:
+            return int(self.max_series_factor * n_pods * n_features) + SERIES_SLACK
+        return None
+
     def _fetch(self, features, pods, start, end, step, rate_window, *, lean: bool,
                compress: bool = True) -> PodSamples:
         fqs = self._feature_queries(features)
@@ -515,18 +590,30 @@ class PrometheusSource:
                                      m.get("container", "")))
                 col = feat_index.get(m.get(FEATURE_LABEL, ""))
                 return None if row is None or col is None else row * n_feat + col
-            duplicates = 0
+            limit = self.series_limit(len(pods), n_feat)
+            # cells (row * F + col) that came in more than one series of one answer
+            doubled: set[int] = set()
             flat = values.reshape(-1)
             headers = None if compress else {"Accept-Encoding": "identity"}
             for i0 in range(0, n, self.max_points):
                 i1 = min(n, i0 + self.max_points) - 1
                 q_start = start_ms + i0 * step_ms
+                max_bytes = (None if limit is None else
+                             limit * ((i1 - i0 + 1) * _BYTES_PER_POINT + _BYTES_PER_SERIES))
                 payload = self._post("/api/v1/query_range", {
                     "query": query, "start": f"{q_start / 1000:.3f}",
                     "end": f"{(start_ms + i1 * step_ms) / 1000:.3f}",
                     "step": f"{step_ms / 1000:.3f}", "timeout": f"{self.timeout:.3f}"},
-                    lean=lean, headers=headers)
+                    lean=lean, headers=headers, max_bytes=max_bytes)
                 n_queries += 1
+                got = (len(payload.series) if isinstance(payload, LeanMatrix) else
+                       len(((payload.get("data") or {}).get("result") or ())
+                           if isinstance(payload.get("data"), dict) else ()))
+                if limit is not None and got > limit:
+                    raise SeriesLimitExceeded(self.url, f"the answer has {got} series, more "
+                                              f"than the {limit} a query for {len(pods)} "
+                                              f"containers x {n_feat} features may give "
+                                              f"(--max-series-per-query)")
                 if isinstance(payload, LeanMatrix):
                     warnings.extend(_one_line(w, 300) for w in payload.warnings)
                     cells: list[int] = []
@@ -571,24 +658,32 @@ class PrometheusSource:
                     ts = np.fromiter((p[0] for p in points), dtype=np.float64, count=len(points))
                     ys = np.array([p[1] for p in points], dtype=np.float64)
                     del points
+                seen, counts = np.unique(np.asarray(cells, dtype=np.int64), return_counts=True)
+                doubled.update(int(c) for c in seen[counts > 1])
                 idx = np.rint((ts * 1000.0 - q_start) / step_ms).astype(np.int64) + i0
                 cell = np.repeat(np.asarray(cells, dtype=np.int64), lengths)
                 ok = (idx >= i0) & (idx <= i1)
                 # values[row, idx, col] is flat[(row * n + idx) * F + col]
                 lin = (cell // n_feat * n + idx) * n_feat + cell % n_feat
                 lin, ys = lin[ok], ys[ok]
-                uniq, first = np.unique(lin, return_index=True)
-                if len(uniq) != len(lin):  # keep the first series' value
-                    duplicates += len(lin) - len(uniq)
-                    lin, ys = uniq, ys[first]
-                flat[lin] = ys
-            if duplicates:
-                warnings.append(f"{duplicates} points came in more than one series for the same "
-                                "pod and feature (a template that does not aggregate by namespace, "
-                                "pod, container?); the first was kept")
+                flat[lin] = ys    # a doubled cell's row is blanked below, whichever came last
+            by_row: dict[int, list[str]] = {}
+            for c in sorted(doubled):
+                by_row.setdefault(c // n_feat, []).append(names[c % n_feat])
+            for row in by_row:
+                values[row] = np.nan
+            duplicated = {pods[row]: tuple(fs) for row, fs in by_row.items()}
+            if duplicated:
+                warnings.append(f"{len(duplicated)} containers got more than one series for one "
+                                f"feature (a template that does not aggregate by namespace, pod, "
+                                f"container?), e.g. {next(iter(duplicated))} "
+                                f"({', '.join(next(iter(duplicated.values())))}): their samples "
+                                f"are not used")
+        else:
+            duplicated = {}
         self.last_warnings = warnings
         return PodSamples(names, times, start_ms / 1000.0, end_ms / 1000.0, step_ms / 1000.0,
-                          pods, values, n_queries, warnings)
+                          pods, values, n_queries, warnings, duplicated)
 
     def series(self, matchers: Sequence[str], start, end) -> list[dict[str, str]]:
         """Label sets of the series matching any of ``matchers`` (PromQL series selectors such as
@@ -626,11 +721,12 @@ class PrometheusSource:
     # ------------------------------------------------------------------------ HTTP
 
     def _post(self, path: str, form: dict, *, lean: bool = False,
-              headers: Mapping[str, str] | None = None):
-        return self._send("POST", path, form, lean=lean, headers=headers)
+              headers: Mapping[str, str] | None = None, max_bytes: int | None = None):
+        return self._send("POST", path, form, lean=lean, headers=headers, max_bytes=max_bytes)
 
     def _send(self, method: str, path: str, form: dict | None, count: bool = True, *,
-              lean: bool = False, headers: Mapping[str, str] | None = None):
+              lean: bool = False, headers: Mapping[str, str] | None = None,
+              max_bytes: int | None = None):
         """The answer's JSON payload; with ``lean``, a :class:`LeanMatrix` when the answer is a
         successful range query :func:`_parse_matrix` recognises (else the payload, as without)."""
         url = self.url + path
@@ -646,7 +742,15 @@ class PrometheusSource:
             try:
                 r = self._session.request(method, url, data=form,
                                           headers={**self.headers, **(headers or {})},
-                                          timeout=self.timeout)
+                                          timeout=self.timeout,
+                                          **({"stream": True} if max_bytes is not None else {}))
+                if max_bytes is not None and r.status_code == 200:
+                    body = _read_capped(r, max_bytes)
+                    if body is None:
+                        raise SeriesLimitExceeded(self.url, f"the answer to {path} is larger "
+                                                  f"than {max_bytes} bytes (more series than "
+                                                  f"asked for?): refused unparsed")
+                    r._content = body   # what r.content / r.json() read below
             except requests.Timeout:
                 reason = f"no answer within {self.timeout:g} s"
                 continue
