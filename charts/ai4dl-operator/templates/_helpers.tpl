@@ -67,6 +67,9 @@ app.kubernetes.io/part-of: ai4dl
 - {{ printf "--max-container-cpu=%v" .Values.operator.maxContainer.cpu | quote }}
 - {{ printf "--max-container-memory=%v" .Values.operator.maxContainer.memory | quote }}
 - {{ printf "--orphan-check-seconds=%v" .Values.operator.orphanCheckSeconds | quote }}
+- {{ printf "--min-window-seconds=%v" .Values.operator.minWindowSeconds | quote }}
+- {{ printf "--window-workers=%v" .Values.operator.windowWorkers | quote }}
+- {{ printf "--window-late-seconds=%v" .Values.operator.windowLateSeconds | quote }}
 {{- range .Values.operator.watchNamespaces }}
 - {{ printf "--namespace=%s" . | quote }}
 {{- end }}
