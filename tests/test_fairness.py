@@ -172,3 +172,16 @@ def test_scheduler_withdraws_cancelled_jobs_and_passes_errors():
 
     asyncio.run(main())
     assert ran == ["blocker"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--window-workers", "0"], "--window-workers 0: must be 1 or more"),
+    (["--min-window-seconds", "-1"], "--min-window-seconds -1: must be a number of seconds"),
+    (["--window-late-seconds", "nan"], "--window-late-seconds nan: must be a number of seconds"),
+])
+def test_bad_flags_are_one_line_errors(args, message, capsys):
+    from ai4dl.controller.__main__ import main
+
+    assert main(["--prometheus-url", "http://127.0.0.1:9", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ai4dl-operator: error: {message}") and err.count("\n") == 1, err

@@ -15,7 +15,9 @@ with values chosen per pod:
     partial   every other point missing
     broken    series without the ``container`` label
 
-``answer = "not-json"`` makes every answer a 200 with a body that is not JSON.
+``answer = "not-json"`` makes every answer a 200 with a body that is not JSON; ``delay``
+seconds are slept before each range query's answer (a slow Prometheus: window work that takes
+time without using the operator's CPU).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -54,6 +57,7 @@ class FakePrometheus:
     def __init__(self):
         self.pods: dict[tuple[str, str, str], str] = {}
         self.answer = "matrix"
+        self.delay = 0.0
         self.queries = 0
         fake = self
 
@@ -64,6 +68,8 @@ class FakePrometheus:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                if fake.delay and self.path.startswith("/api/v1/query_range"):
+                    time.sleep(fake.delay)
                 body = fake._answer(self.path, form)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
