@@ -185,3 +185,55 @@ def test_bad_flags_are_one_line_errors(args, message, capsys):
     assert main(["--prometheus-url", "http://127.0.0.1:9", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"ai4dl-operator: error: {message}") and err.count("\n") == 1, err
+
+
+class _Runner:
+    """Stands in for WindowRunner: records what one window's work was asked to do."""
+
+    def __init__(self):
+        self.namespace, self.name = "ns", "pm"
+        self.conditions: list = []
+        self.calls: list[float] = []
+
+    def run(self, snapshot, now=None):
+        from ai4dl.controller.runtime import WindowReport
+
+        self.calls.append(now)
+        return WindowReport(now)
+
+
+def test_a_window_started_late_handles_the_latest_settled_window_and_says_why(monkeypatch):
+    """The work of a window due at 1001 (boundary 1000 + settle 1) that only starts at 1013.5,
+    for a PhaseModel served every 12 s: it handles the latest window of its period grid whose
+    boundary + settle has passed (1008, not the stale 1000), and WindowsLate says how late and
+    that it waited for a worker behind its own namespace's windows."""
+    from ai4dl.controller import handlers, metrics
+
+    runner = _Runner()
+    monkeypatch.setattr(handlers.time, "time", lambda: 1013.5)
+    monkeypatch.setitem(handlers.CONFIG, "window_late_seconds", 5.0)
+    throttled = throttled_condition(4, 12, 10.0)
+    boundary = handlers._run_window(runner, {}, due=1001.0, grid=12, settle=1.0,
+                                    throttled=throttled, ahead=(40, 1, 40), workers=2,
+                                    queued=1001.0)
+    assert boundary == 1008.0 and runner.calls == [1009.0]
+    assert runner.conditions[0] == throttled
+    late = runner.conditions[1]
+    assert late[:3] == ("WindowsLate", "True", "WaitedForWorker")
+    assert "started 12.5 s after it was due" in late[3]
+    assert "40 windows of 1 namespaces were queued when it was due, 40 of them from this " \
+           "namespace" in late[3]
+    assert metrics.WINDOW_LATENESS.labels("ns", "pm", "started")._value.get() == 12.5
+    metrics.forget_phasemodel("ns", "pm")
+
+
+def test_a_window_started_on_time_is_on_time(monkeypatch):
+    from ai4dl.controller import handlers
+
+    runner = _Runner()
+    monkeypatch.setattr(handlers.time, "time", lambda: 1001.2)
+    boundary = handlers._run_window(runner, {}, due=1001.0, grid=10, settle=1.0,
+                                    throttled=throttled_condition(10, 10, 0.0),
+                                    ahead=(0, 0, 0), workers=4, queued=1001.0)
+    assert boundary == 1000.0 and runner.calls == [1001.0]
+    assert runner.conditions[1][:3] == ("WindowsLate", "False", "OnTime")

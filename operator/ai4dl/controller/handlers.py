@@ -1,7 +1,10 @@
 """kopf registration: one daemon per PhaseModel (one loop per model, never one timer per pod).
 kopf does not watch pods at all: each window lists the model's opted-in pods once, filtered by
 the API server (ai4dl.controller.runtime.WindowRunner.list_pods), so the operator never reads
-or caches other pods, and kopf writes none of its last-handled annotations onto pods.
+or caches other pods, and kopf writes none of its last-handled annotations onto pods. The
+daemons only wait for their boundaries: the windows' blocking work runs on a bounded pool of
+window workers that namespaces take in turn (ai4dl.controller.fairness), so no namespace's
+PhaseModels can delay another's windows or starve the event loop that serves admission.
 
 Besides: one sweep per operator for opted-in pods that no PhaseModel serves
 (ai4dl.controller.orphans), and, when a PhaseModel is deleted, the removal of the annotations
