@@ -195,7 +195,8 @@ class OperatorProcess:
         cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
                "--metrics-port", str(self.metrics_port), "--health-port", "0",
                "--prometheus-timeout", str(self.timeout), "--prometheus-retries", "1",
-               "--settle-seconds", str(self.settle)]
+               "--settle-seconds", str(self.settle),
+               "--min-window-seconds", "0"]     # --window (10 s) is below the default minimum
         self._out = open(self.logfile, "ab")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)

@@ -120,6 +120,7 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
              "--set", f"metrics.port={free_port()}", "--set", f"probes.port={free_port()}",
              "--set", f"webhook.port={free_port()}",
              "--set", f"operator.settleSeconds={SETTLE}", "--set", "trainer.enabled=true",
+             "--set", f"operator.minWindowSeconds={WINDOW}",
              "--set", "trainer.since=15m", "--set-json", 'trainer.extraArgs=["--epochs=30","--phases=4"]',
              "--set-json", "trainer.phaseModels=" + json.dumps(
                  [{"name": "workloads", "namespace": ns, "selector": selector}]),

@@ -18,8 +18,9 @@ with values chosen per pod:
               the good one (a template that does not aggregate, a relabelling)
 
 ``answer = "not-json"`` makes every answer a 200 with a body that is not JSON; ``extra_series``
-adds that many series of pods nobody asked for (a query reading far more than it should).
-``asked`` keeps every query received.
+adds that many series of pods nobody asked for (a query reading far more than it should);
+``asked`` keeps every query received; ``delay`` seconds are slept before each range query's
+answer (a slow Prometheus: window work that takes time without using the operator's CPU).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -58,6 +60,7 @@ class FakePrometheus:
     def __init__(self):
         self.pods: dict[tuple[str, str, str], str] = {}
         self.answer = "matrix"
+        self.delay = 0.0
         self.queries = 0
         self.extra_series = 0
         self.asked: list[str] = []
@@ -70,6 +73,8 @@ class FakePrometheus:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                if fake.delay and self.path.startswith("/api/v1/query_range"):
+                    time.sleep(fake.delay)
                 body = fake._answer(self.path, form)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

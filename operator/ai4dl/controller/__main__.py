@@ -37,6 +37,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--settle-seconds", type=float, default=1.0, metavar="SECONDS",
                    help="wait after a window boundary before querying, so the window's last "
                         "scrape is in (default 1)")
+    g = p.add_argument_group("fair shares (a namespace with many PhaseModels cannot delay "
+                             "another's windows nor admission)")
+    g.add_argument("--min-window-seconds", type=float, default=60.0, metavar="SECONDS",
+                   help="serve no PhaseModel more often than this: one whose windowSeconds is "
+                        "below it has one window processed per period (the smallest multiple "
+                        "of its window not below this) and its condition WindowThrottled says "
+                        "so (default 60: a window of cAdvisor scrapes every 15-30 s holds 2-4 "
+                        "samples below that, and the CRD allows 4 s windows, which would cost "
+                        "a query and a status write per PhaseModel every 4 s; 0 turns it off)")
+    g.add_argument("--window-workers", type=int, default=4, metavar="N",
+                   help="threads that process windows; namespaces take turns for them and one "
+                        "namespace holds at most N-1 at once (default 4)")
+    g.add_argument("--window-late-seconds", type=float, default=5.0, metavar="SECONDS",
+                   help="a window whose work starts more than this after its boundary + "
+                        "--settle-seconds is late: condition WindowsLate True, "
+                        "ai4dl_windows_late_total (default 5)")
     g = p.add_argument_group("what is served")
     g.add_argument("--namespace", action="append", default=[],
                    help="serve only PhaseModels and pods in this namespace (repeatable); "
@@ -180,6 +196,12 @@ def main(argv=None) -> int:
             state_key = StateKey.from_file(args.state_key_file)
         except ValueError as err:
             return fail(f"--state-key-file: {err}")
+    for flag, value in (("--min-window-seconds", args.min_window_seconds),
+                        ("--window-late-seconds", args.window_late_seconds)):
+        if not value >= 0 or value == float("inf"):
+            return fail(f"{flag} {value:g}: must be a number of seconds, 0 or more")
+    if args.window_workers < 1:
+        return fail(f"--window-workers {args.window_workers}: must be 1 or more")
     webhook = None
     if args.webhook_port:
         if args.webhook_cert_dir:
@@ -232,7 +254,10 @@ def main(argv=None) -> int:
                            orphan_check_seconds=args.orphan_check_seconds, webhook=webhook,
                            state_key=state_key,
                            allow_free_promql=args.allow_free_promql,
-                           max_series_per_query=args.max_series_per_query)
+                           max_series_per_query=args.max_series_per_query,
+                           min_window_seconds=args.min_window_seconds,
+                           window_workers=args.window_workers,
+                           window_late_seconds=args.window_late_seconds)
     if webhook is not None:
         handlers.register_admission()
     if args.metrics_port:

@@ -1,7 +1,10 @@
 """kopf registration: one daemon per PhaseModel (one loop per model, never one timer per pod).
 kopf does not watch pods at all: each window lists the model's opted-in pods once, filtered by
 the API server (ai4dl.controller.runtime.WindowRunner.list_pods), so the operator never reads
-or caches other pods, and kopf writes none of its last-handled annotations onto pods.
+or caches other pods, and kopf writes none of its last-handled annotations onto pods. The
+daemons only wait for their boundaries: the windows' blocking work runs on a bounded pool of
+window workers that namespaces take in turn (ai4dl.controller.fairness), so no namespace's
+PhaseModels can delay another's windows or starve the event loop that serves admission.
 
 Besides: one sweep per operator for opted-in pods that no PhaseModel serves
 (ai4dl.controller.orphans), and, when a PhaseModel is deleted, the removal of the annotations
@@ -15,9 +18,12 @@ import logging
 import os
 import ssl
 import time
+from functools import partial
 
 import kopf
 
+from ai4dl.controller.fairness import (WindowScheduler, late_condition, period_seconds,
+                                       throttled_condition)
 from ai4dl.controller.runtime import WindowRunner, window_start
 from ai4dl.crd import GROUP, PLURAL, VERSION
 
@@ -27,7 +33,8 @@ log = logging.getLogger("ai4dl.operator")
 CONFIG: dict = {"prometheus_url": os.environ.get("AI4DL_PROMETHEUS_URL", ""),
                 "prometheus_timeout": 10.0, "prometheus_retries": 3, "max_value": None,
                 "namespaces": [], "orphan_check_seconds": 0.0, "allow_free_promql": False,
-                "max_series_per_query": 0}
+                "max_series_per_query": 0, "min_window_seconds": 60.0,
+                "window_workers": 4, "window_late_seconds": 5.0}
 _TASKS: list[asyncio.Task] = []
 
 
@@ -85,8 +92,6 @@ async def _configure_webhook(settings: kopf.OperatorSettings, cfg: dict) -> None
 
 
 async def _orphan_sweeps(interval: float) -> None:
-    from functools import partial
-
     from ai4dl.kube.raw import write_event
     from ai4dl.controller.orphans import OrphanSweep
 
@@ -153,42 +158,110 @@ def phasemodel_labels(text: str) -> dict[str, str] | None:
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0,
              labels=phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", "")))
 async def phasemodel_windows(namespace, name, body, stopped, **_):
-    """One loop per PhaseModel: at each window boundary, process all its pods at once."""
+    """One loop per PhaseModel: at each window boundary (each period's, when its window is
+    below the operator's minimum), queue the processing of all its pods at once for the
+    window workers, which take namespaces in turn (ai4dl.controller.fairness)."""
+    from ai4dl.controller import metrics as m
+
     core, custom = _clients()
     runner = WindowRunner(core, custom, _source(), namespace, name,
                           max_value=CONFIG.get("max_value"), key=state_key(),
                           allow_free_promql=bool(CONFIG.get("allow_free_promql")))
+    scheduler = _scheduler()
+    minimum = float(CONFIG.get("min_window_seconds") or 0.0)
     done = None     # the boundary handled last
-    while not stopped:
-        window = int((body.get("spec") or {}).get("windowSeconds") or 600)
-        settle = CONFIG.get("settle_seconds", 1.0)
-        now = time.time()
-        boundary = window_start(now, window)
-        since = now - boundary
-        if boundary != done and since < window / 2:
-            # (Re)started, or the last window overran, shortly after a boundary: handle the
-            # window that just ended now rather than skip it. Pods another run already
-            # handled carry its id in their state annotation and are skipped.
-            delay = max(0.0, settle - since)
-        else:
-            # Wake just after the next boundary, so the window's last samples are in Prometheus.
-            delay = window - since + settle
-        # A plain sleep: kopf cancels the daemon when it stops it. kopf's ``stopped.wait(delay)``
-        # runs the wait as a task of its own, which outlives a cancelled daemon and, when its
-        # delay runs out during the operator's shutdown, ends in a TimeoutError that kopf
-        # re-raises as the operator's exit status (seen in CI: exit 1 after a clean SIGTERM).
-        await asyncio.sleep(delay)
-        done = window_start(time.time(), window)
-        if stopped:
-            break
-        snapshot = {"spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {}),
-                    "metadata": dict(body.get("metadata") or {})}
-        try:
-            report = await asyncio.to_thread(runner.run, snapshot)
-            log.info("PhaseModel %s/%s window %s: %d pods, %d resized, skipped %s", namespace,
-                     name, report.window_start, report.pods, report.resized, report.skipped)
-        except Exception:   # one bad window must not end the loop of this PhaseModel
-            log.exception("PhaseModel %s/%s: window failed", namespace, name)
+    try:
+        while not stopped:
+            window = int((body.get("spec") or {}).get("windowSeconds") or 600)
+            period = period_seconds(window, minimum)
+            settle = min(float(CONFIG.get("settle_seconds", 1.0)), window / 2)
+            now = time.time()
+            if done is None:
+                # (Re)started: handle the last window that ended (on the window's own grid)
+                # now, rather than wait up to a period. Pods another run already handled
+                # carry its id in their state annotation and are skipped.
+                due, grid = now, window
+            else:
+                boundary = window_start(now - settle, period)
+                if not (boundary > done and now - boundary - settle < period / 2):
+                    boundary += period      # wait for the next one, so its samples are in
+                # else the last run overran shortly past a boundary: handle that window now
+                due, grid = boundary + settle, period
+            # A plain sleep: kopf cancels the daemon when it stops it. kopf's
+            # ``stopped.wait(delay)`` runs the wait as a task of its own, which outlives a
+            # cancelled daemon and, when its delay runs out during the operator's shutdown,
+            # ends in a TimeoutError that kopf re-raises as the operator's exit status (seen
+            # in CI: exit 1 after a clean SIGTERM).
+            await asyncio.sleep(max(0.0, due - time.time()))
+            if stopped:
+                break
+            snapshot = {"spec": dict(body.get("spec") or {}),
+                        "status": dict(body.get("status") or {}),
+                        "metadata": dict(body.get("metadata") or {})}
+            runner.period_seconds = period
+            throttled = throttled_condition(window, period, minimum)
+            ahead = (len(scheduler.queue), scheduler.queue.tenants_waiting(),
+                     scheduler.queue.depth(namespace))
+            done = await scheduler.run(namespace, partial(
+                _run_window, runner, snapshot, due, grid, settle, throttled, ahead,
+                scheduler.workers, time.time()))
+    finally:
+        m.forget_phasemodel(namespace, name)
+
+
+def _run_window(runner: WindowRunner, snapshot: dict, due: float, grid: int, settle: float,
+                throttled: tuple, ahead: tuple[int, int, int], workers: int,
+                queued: float) -> float:
+    """One window's blocking work, on a window worker: the latest window whose boundary (on
+    ``grid``) + settle has passed (the one that was due, or a later one when the work waited
+    past it), with its lateness measured, shown (metric, WindowsLate) and logged. Returns the
+    boundary handled."""
+    from ai4dl.controller import metrics as m
+
+    ns, name = runner.namespace, runner.name
+    started = time.time()
+    boundary = window_start(started - settle, grid)
+    lateness, wait = max(0.0, started - due), started - queued
+    tolerance = float(CONFIG.get("window_late_seconds", 5.0))
+    if lateness - wait > tolerance:
+        cause = "the previous window's work overran its period"
+    else:
+        n, k, own = ahead
+        cause = (f"it waited {wait:.1f} s for one of the operator's {workers} window workers "
+                 f"({n} windows of {k} namespaces were queued when it was due, {own} of them "
+                 f"from this namespace; namespaces take turns)")
+    late = late_condition(lateness, tolerance, cause)
+    runner.conditions = [throttled, late]
+    m.WINDOW_WAIT_SECONDS.labels(ns).observe(max(0.0, wait))
+    m.WINDOW_LATENESS.labels(ns, name, "started").set(lateness)
+    if late[1] == "True":
+        m.WINDOWS_LATE.labels(ns, name).inc()
+        log.warning("PhaseModel %s/%s: window late: %s", ns, name, late[3])
+    try:
+        report = runner.run(snapshot, now=boundary + settle)
+        log.info("PhaseModel %s/%s window %s: %d pods, %d resized, skipped %s; started %.2f s "
+                 "after due", ns, name, report.window_start, report.pods, report.resized,
+                 report.skipped, lateness)
+    except Exception:   # one bad window must not end the loop of this PhaseModel
+        log.exception("PhaseModel %s/%s: window failed", ns, name)
+    m.WINDOW_LATENESS.labels(ns, name, "finished").set(time.time() - due)
+    return boundary
+
+
+_SCHEDULER: WindowScheduler | None = None
+
+
+def _scheduler() -> WindowScheduler:
+    """The operator's one pool of window workers (--window-workers), made on first use."""
+    global _SCHEDULER
+    if _SCHEDULER is None:
+        from ai4dl.controller import metrics as m
+
+        def gauges(s: WindowScheduler) -> None:
+            m.WINDOW_QUEUE_DEPTH.set(len(s.queue))
+            m.WINDOWS_RUNNING.set(s.queue.in_flight())
+        _SCHEDULER = WindowScheduler(int(CONFIG.get("window_workers") or 4), on_change=gauges)
+    return _SCHEDULER
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL,

@@ -64,6 +64,24 @@ ADMISSION_SECONDS = Histogram("ai4dl_admission_duration_seconds",
                               buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1))
 
 
+# Fair shares (ai4dl.controller.fairness): is any PhaseModel's window late, and why.
+WINDOW_LATENESS = Gauge("ai4dl_window_lateness_seconds",
+                        "How long after it was due (its boundary + --settle-seconds) the last "
+                        "window's work started (stage=started) and finished (stage=finished)",
+                        ["namespace", "phasemodel", "stage"], registry=REGISTRY)
+WINDOWS_LATE = Counter("ai4dl_windows_late_total",
+                       "Windows whose work started more than --window-late-seconds after it was "
+                       "due", ["namespace", "phasemodel"], registry=REGISTRY)
+WINDOW_WAIT_SECONDS = Histogram("ai4dl_window_queue_wait_seconds",
+                                "Time a window's work waited for a worker, by namespace",
+                                ["namespace"], registry=REGISTRY,
+                                buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+WINDOW_QUEUE_DEPTH = Gauge("ai4dl_window_queue_depth",
+                           "Windows waiting for a worker (all namespaces)", registry=REGISTRY)
+WINDOWS_RUNNING = Gauge("ai4dl_windows_running", "Windows being processed by a worker",
+                        registry=REGISTRY)
+
+
 def serve(port: int, addr: str = "127.0.0.1") -> None:
     start_http_server(port, addr=addr, registry=REGISTRY)
 
@@ -82,3 +100,12 @@ def forget_pod(namespace: str, pod: str, container: str, phasemodel: str,
                 gauge.remove(namespace, pod, container, r, phasemodel)
             except KeyError:
                 pass
+
+
+def forget_phasemodel(namespace: str, phasemodel: str) -> None:
+    """Drop a stopped PhaseModel's lateness series (its daemon ended)."""
+    for stage in ("started", "finished"):
+        try:
+            WINDOW_LATENESS.remove(namespace, phasemodel, stage)
+        except KeyError:
+            pass

@@ -121,6 +121,13 @@ class WindowRunner:
         # Containers given metrics last window (memory only: after a restart the first
         # window's vanished pods keep their series until the process ends, nothing worse).
         self._in_metrics: set[tuple[str, str, str]] = set()
+        # Set by the scheduler (ai4dl.controller.handlers, ai4dl.controller.fairness) before
+        # each run: conditions it decides (WindowThrottled, WindowsLate), written with every
+        # status of the run, and how often this PhaseModel is served (its window, or more when
+        # below the operator's minimum): the pods hold their requests that long, so savings
+        # count that long.
+        self.conditions: list[tuple[str, str, str, str]] = []
+        self.period_seconds: int = 0
 
     # ------------------------------------------------------------------ one window
     def list_pods(self, spec: PhaseModelSpec) -> list[PodInfo]:
@@ -250,7 +257,7 @@ class WindowRunner:
                                   report.novel, report.classified, spec.refit)
                    if model is not None else None)
         amounts = window_amounts(plan.pods, plan.resources, spec.policy.mode,
-                                 spec.window_seconds, originals)
+                                 max(spec.window_seconds, self.period_seconds), originals)
         savings = add_window((body.get("status") or {}).get("savings"), amounts, start,
                              now_iso(start))
         if savings is not None:
@@ -537,6 +544,7 @@ class WindowRunner:
             degraded = cond("Degraded", "False", reason, "")
         conditions = [cond("Ready", "True" if ready else "False", reason, message), degraded]
         conditions += [cond(*x) for x in extra]
+        conditions += [cond(*x) for x in self.conditions]
         if novelty is not None:
             conditions.append(cond(NOVELTY_CONDITION, "True" if novelty.recommended else "False",
                                    novelty.reason, novelty.message))

@@ -1,0 +1,206 @@
+"""Benchmark of the 300-PhaseModel flood against the real operator (issue 26 item 4), before
+and after the fair shares. Prints a markdown table; asserts nothing.
+
+    PYTHONPATH=operator .venv/bin/python bench/bench_fairness_operator.py \
+        [--flood 300] [--seconds 40] [--before-ref COMMIT]
+
+A real kube-apiserver + etcd (e2e/controlplane), the CRD, the operator's RBAC (deploy/rbac.yaml)
+and its ServiceAccount, the chart's MutatingWebhookConfiguration reaching the webhook by URL on
+127.0.0.1; --flood PhaseModels with 4 s windows (the CRD's smallest) in one namespace and one
+with a 12 s window in another (no pods: each window lists none and writes its status, the
+cheapest window there is). For each scenario the operator runs as a subprocess (webhook on)
+for --seconds, while AdmissionReview requests go straight to its webhook over TLS every 50 ms:
+
+* before: the operator's code at --before-ref (default: the parent of the commit that brought
+  the fair shares; ``git archive`` into a temporary folder), as it ran then: every PhaseModel
+  every 4 s, its work through asyncio.to_thread;
+* after (no minimum): this tree with --min-window-seconds 0 (the fair queue only);
+* after (defaults): this tree with its defaults (--min-window-seconds 60, 4 window workers),
+  run at least 70 s (the tenant's 12 s window is served every 60 s too).
+
+Measured: when the tenant's windows finished after their boundary (the operator's log line
+time minus the window id; the probe of issue 26 saw 1.6 s alone, 6-11 s under the flood), and
+the webhook's round trip (p50, p95). Everything started here is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import http.client
+import json
+import os
+import re
+import shutil
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+TENANT_WINDOW = 12
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def phasemodel(name, window):
+    from ai4dl.crd import GROUP, VERSION
+
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel", "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": "none"}}, "stepSeconds": 1,
+                     "windowSeconds": window, "policy": {"mode": "InPlace"}}}
+
+
+def tenant_lateness(log: Path, ns: str) -> list[float]:
+    """Seconds after its boundary each of the tenant's windows finished (its log line)."""
+    out = []
+    for stamp, w in re.findall(rf"^(\S+ \S+) INFO \S+: PhaseModel {ns}/pm window ([0-9.]+):",
+                               log.read_text(), re.M):
+        # logging's asctime is local time, as a naive datetime's timestamp() reads it
+        t = dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        out.append(t - float(w))
+    return out[1:]        # the first is the start-up window, handled late on purpose
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flood", type=int, default=300)
+    ap.add_argument("--seconds", type=float, default=40.0, help="length of each scenario")
+    ap.add_argument("--before-ref", default="",
+                    help="git commit of the operator before the change (default: the parent "
+                         "of the fair shares' first commit)")
+    args = ap.parse_args()
+
+    from kubernetes import client, config, utils
+
+    from ai4dl.crd import GROUP, PLURAL, VERSION, crd_manifest
+    from e2e.controlplane.cluster import ControlPlane, ensure_binaries
+    from e2e_fixtures_operator import free_port, stop_process, wait_for
+
+    ensure_binaries(quiet=True)
+    work = Path(tempfile.mkdtemp(prefix="ai4dl-bench-fairness-"))
+    ref = args.before_ref or subprocess.run(
+        ["git", "-C", str(REPO), "log", "-1", "--format=%H^", "--grep",
+         "fair shares between namespaces (issue 26 item 4)"], capture_output=True, text=True,
+        check=True).stdout.strip()
+    before = work / "before"
+    before.mkdir()
+    subprocess.run(f"git -C {REPO} archive {ref} operator | tar -x -C {before}", shell=True,
+                   check=True)
+    cp = ControlPlane().start()
+    rows = []
+    try:
+        api = config.new_client_from_config(config_file=str(cp.kubeconfig))
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        adm = client.AdmissionregistrationV1Api(api)
+        ext = client.ApiextensionsV1Api(api)
+        ext.create_custom_resource_definition(crd_manifest())
+        for ns in ("ai4dl-system", "flood", "tenant"):
+            core.create_namespace({"metadata": {"name": ns}})
+        for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
+            utils.create_from_dict(api, doc)
+        kubeconfig = cp.service_account_kubeconfig("ai4dl-system", "ai4dl-operator",
+                                                   work / "operator.kubeconfig")
+        port = free_port()
+        docs = yaml.safe_load_all((REPO / "deploy" / "ai4dl-operator.yaml").read_text())
+        mwc = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
+        for hook in mwc["webhooks"]:
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/admission"}
+        adm.create_mutating_webhook_configuration(mwc)
+        wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
+                             ext.read_custom_resource_definition("phasemodels.ai4dl.io")
+                             .status.conditions or []), 30, what="CRD")
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: custom.create_namespaced_custom_object(
+                GROUP, VERSION, "flood", PLURAL, phasemodel(f"pm{i}", 4)), range(args.flood)))
+        custom.create_namespaced_custom_object(GROUP, VERSION, "tenant", PLURAL,
+                                               phasemodel("pm", TENANT_WINDOW))
+        review = json.dumps({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "x", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "namespace": "tenant", "operation": "CREATE",
+                        "userInfo": {"username": "bench"}, "dryRun": False,
+                        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                            "name": "p", "namespace": "tenant",
+                            "labels": {"ai4dl.io/managed": "true", "app": "none"},
+                            "annotations": {"ai4dl.io/phasemodel": "pm"}},
+                            "spec": {"containers": [{"name": "main", "image": "pause",
+                                                     "resources": {"requests": {"cpu": "1"}}}]}}}})
+        scenarios = [("before (to_thread, every window)", str(before / "operator"), (),
+                      args.seconds),
+                     ("after, --min-window-seconds 0 (fair queue only)", str(REPO / "operator"),
+                      ("--min-window-seconds", "0"), args.seconds),
+                     ("after, defaults (minimum 60 s, 4 workers)", str(REPO / "operator"), (),
+                      max(args.seconds, 70.0))]
+        def ca():
+            return adm.read_mutating_webhook_configuration(
+                mwc["metadata"]["name"]).webhooks[0].client_config.ca_bundle
+
+        for label, src, extra, seconds in scenarios:
+            old_ca = ca()
+            log = work / f"operator-{len(rows)}.log"
+            env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1",
+                       PYTHONPATH=src)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ai4dl.controller", "--prometheus-url",
+                 "http://127.0.0.1:9", "--metrics-port", "0", "--health-port", "0",
+                 "--orphan-check-seconds", "0", "--webhook-port", str(port),
+                 "--webhook-host", "127.0.0.1", "--webhook-configuration",
+                 mwc["metadata"]["name"], *extra], env=env, stdout=open(log, "w"),
+                stderr=subprocess.STDOUT)
+            try:
+                # each operator makes its own self-signed CA and writes it into the
+                # configuration
+                wait_for(lambda: ca() and ca() != old_ca, 60, what="the CA bundle")
+                ctx = ssl.create_default_context(cadata=base64.b64decode(ca()).decode())
+                rtt = []
+                deadline = time.time() + seconds
+                while time.time() < deadline:
+                    t = time.perf_counter()
+                    try:
+                        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx,
+                                                           timeout=10)
+                        conn.request("POST", "/admission", review,
+                                     {"Content-Type": "application/json"})
+                        conn.getresponse().read()
+                        conn.close()
+                        rtt.append(time.perf_counter() - t)
+                    except (OSError, ssl.SSLError):
+                        pass                     # not serving yet (a fresh CA): next one
+                    time.sleep(0.05)
+            finally:
+                stop_process(proc)
+            late = tenant_lateness(log, "tenant")
+            rows.append((label, len(late), statistics.median(late) if late else float("nan"),
+                         max(late) if late else float("nan"), pct(rtt, 0.5) * 1000,
+                         pct(rtt, 0.95) * 1000, len(rtt)))
+    finally:
+        cp.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{args.flood} PhaseModels with 4 s windows in one namespace, one {TENANT_WINDOW} s "
+          f"PhaseModel in another (no pods); {args.seconds:g} s per scenario; "
+          f"{os.cpu_count()} CPUs (shared)\n")
+    print("| operator | tenant windows | tenant finished after boundary p50 (s) | max (s) | "
+          "webhook round trip p50 (ms) | p95 (ms) | requests |")
+    print("|---|---|---|---|---|---|---|")
+    for label, n, l50, lmax, a50, a95, nreq in rows:
+        print(f"| {label} | {n} | {l50:.2f} | {lmax:.2f} | {a50:.1f} | {a95:.1f} | {nreq} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
