@@ -33,7 +33,6 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -54,16 +53,16 @@ def main() -> int:
     ap.add_argument("--pods", type=int, default=200, help="pod creations per series (200)")
     args = ap.parse_args()
 
-    from kubernetes import client, config, utils
+    from kubernetes import client, config
 
     from ai4dl import synthetic
     from ai4dl.controller.admission import A_ADMITTED
     from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, \
-        PhaseModelSpec, crd_manifest
+        PhaseModelSpec
     from ai4dl.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
     from e2e.controlplane.cluster import ControlPlane, ensure_binaries
-    from e2e_fixtures_operator import Operator, free_port, wait_for
+    from e2e_fixtures_operator import Operator, free_port, install_for_operator, wait_for
 
     ensure_binaries(quiet=True)
     work = Path(tempfile.mkdtemp(prefix="ai4dl-bench-admission-"))
@@ -73,19 +72,8 @@ def main() -> int:
         api = config.new_client_from_config(config_file=str(cp.kubeconfig))
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         adm = client.AdmissionregistrationV1Api(api)
-        client.ApiextensionsV1Api(api).create_custom_resource_definition(crd_manifest())
-        core.create_namespace({"metadata": {"name": "ai4dl-system"}})
-        core.create_namespace({"metadata": {"name": "bench"}})
-        for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
-            utils.create_from_dict(api, doc)
-        kubeconfig = cp.service_account_kubeconfig("ai4dl-system", "ai4dl-operator",
-                                                   work / "operator.kubeconfig")
         port = free_port()
-        docs = yaml.safe_load_all((REPO / "deploy" / "ai4dl-operator.yaml").read_text())
-        mwc = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
-        for hook in mwc["webhooks"]:
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/admission"}
-        adm.create_mutating_webhook_configuration(mwc)
+        kubeconfig, mwc = install_for_operator(cp, api, work, ["bench"], port)
 
         # a model with a learned first-window level (the trainer's tables)
         traces, _ = synthetic.generate(24, seed=11)

@@ -42,8 +42,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
@@ -84,11 +82,11 @@ def main() -> int:
                          "of the fair shares' first commit)")
     args = ap.parse_args()
 
-    from kubernetes import client, config, utils
+    from kubernetes import client, config
 
-    from ai4dl.crd import GROUP, PLURAL, VERSION, crd_manifest
+    from ai4dl.crd import GROUP, PLURAL, VERSION
     from e2e.controlplane.cluster import ControlPlane, ensure_binaries
-    from e2e_fixtures_operator import free_port, stop_process, wait_for
+    from e2e_fixtures_operator import free_port, install_for_operator, stop_process, wait_for
 
     ensure_binaries(quiet=True)
     work = Path(tempfile.mkdtemp(prefix="ai4dl-bench-fairness-"))
@@ -107,19 +105,8 @@ def main() -> int:
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         adm = client.AdmissionregistrationV1Api(api)
         ext = client.ApiextensionsV1Api(api)
-        ext.create_custom_resource_definition(crd_manifest())
-        for ns in ("ai4dl-system", "flood", "tenant"):
-            core.create_namespace({"metadata": {"name": ns}})
-        for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
-            utils.create_from_dict(api, doc)
-        kubeconfig = cp.service_account_kubeconfig("ai4dl-system", "ai4dl-operator",
-                                                   work / "operator.kubeconfig")
         port = free_port()
-        docs = yaml.safe_load_all((REPO / "deploy" / "ai4dl-operator.yaml").read_text())
-        mwc = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
-        for hook in mwc["webhooks"]:
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/admission"}
-        adm.create_mutating_webhook_configuration(mwc)
+        kubeconfig, mwc = install_for_operator(cp, api, work, ["flood", "tenant"], port)
         wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
                              ext.read_custom_resource_definition("phasemodels.ai4dl.io")
                              .status.conditions or []), 30, what="CRD")

@@ -132,6 +132,30 @@ def wait_admission_policy(kube_cluster, kubeconfig: Path, namespace: str = "ai4d
         api.close()
 
 
+def install_for_operator(control_plane, api, folder: Path, namespaces,
+                         webhook_port: int) -> tuple[Path, dict]:
+    """What the chart installs, on a bare control plane (the benchmarks): the CRD, the
+    namespaces, the operator's ServiceAccount, RBAC and admission policies (deploy/rbac.yaml),
+    and the chart's webhook configuration pointed at 127.0.0.1:``webhook_port``. Returns the
+    operator's kubeconfig (its own ServiceAccount) and the webhook configuration created."""
+    from kubernetes import client, utils
+
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(crd_manifest())
+    core = client.CoreV1Api(api)
+    for ns in ("ai4dl-system", *namespaces):
+        core.create_namespace({"metadata": {"name": ns}})
+    for doc in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()):
+        utils.create_from_dict(api, doc)
+    kubeconfig = control_plane.service_account_kubeconfig("ai4dl-system", "ai4dl-operator",
+                                                          folder / "operator.kubeconfig")
+    docs = yaml.safe_load_all((REPO / "deploy" / "ai4dl-operator.yaml").read_text())
+    mwc = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
+    for hook in mwc["webhooks"]:
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}/admission"}
+    client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(mwc)
+    return kubeconfig, mwc
+
+
 def stop_process(proc: subprocess.Popen | None, sig=signal.SIGTERM, timeout: float = 15) -> None:
     """Send ``sig`` and wait; SIGKILL when it has not ended after ``timeout`` seconds."""
     if proc is not None and proc.poll() is None:
