@@ -396,7 +396,7 @@ def test_a_v1_document_cannot_carry_risk_tables(model_with_risk_tables):
     (lambda t: t["resources"][0]["states"][0].__setitem__("multiplier", -1.0),
      "greater than or equal to 0"),
     (lambda t: t["resources"][0]["states"][0].__setitem__("level", 99), "level 99"),
-    (lambda t: t["resources"][0]["states"][0]["bins"].append(0), "do not fit level"),
+    (lambda t: t["resources"][0]["states"][0]["bins"].pop(), "do not fit level"),
     (lambda t: t["resources"][0]["states"].append(t["resources"][0]["states"][0]),
      "listed twice"),
     (lambda t: t["resources"][0].__setitem__("resource", "gpu"), "no feature 'gpu'"),

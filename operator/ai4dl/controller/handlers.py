@@ -176,14 +176,18 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
             period = period_seconds(window, minimum)
             settle = min(float(CONFIG.get("settle_seconds", 1.0)), window / 2)
             now = time.time()
-            if done is None:
-                # (Re)started: handle the last window that ended (on the window's own grid)
-                # now, rather than wait up to a period. Pods another run already handled
-                # carry its id in their state annotation and are skipped.
+            last = window_start(now - settle, window)
+            if done is None and now - last - settle < window / 2:
+                # (Re)started shortly after a boundary: handle the window that just ended (on
+                # the window's own grid) now, rather than wait up to a period. Pods another run
+                # already handled carry its id in their state record and are skipped. Later in
+                # a window, the next boundary is nearer: handling the old window now would
+                # resize pods twice within seconds (now, and again at the boundary).
                 due, grid = now, window
             else:
                 boundary = window_start(now - settle, period)
-                if not (boundary > done and now - boundary - settle < period / 2):
+                if not (done is not None and boundary > done
+                        and now - boundary - settle < period / 2):
                     boundary += period      # wait for the next one, so its samples are in
                 # else the last run overran shortly past a boundary: handle that window now
                 due, grid = boundary + settle, period
