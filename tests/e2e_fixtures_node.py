@@ -84,7 +84,7 @@ class NodePods:
 
     def manifest(self, name: str, *, cpu: str = "100m", memory: str = "32Mi",
                  guaranteed: bool = True, labels: dict | None = None,
-                 resize_policy: list | None = None, command: list | None = None) -> dict:
+                 annotations: dict | None = None, resize_policy: list | None = None, command: list | None = None) -> dict:
         res: dict[str, Any] = {"requests": {"cpu": cpu, "memory": memory}}
         if guaranteed:
             res["limits"] = dict(res["requests"])
@@ -93,7 +93,8 @@ class NodePods:
         if resize_policy:
             container["resizePolicy"] = resize_policy
         return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": self.namespace, "labels": labels or {}},
+                "metadata": {"name": name, "namespace": self.namespace, "labels": labels or {},
+                             "annotations": annotations or {}},
                 "spec": {"nodeName": self.node.name, "hostNetwork": True,
                          "terminationGracePeriodSeconds": 1, "containers": [container]}}
 

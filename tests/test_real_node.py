@@ -29,10 +29,10 @@ import pytest
 from ai4dl import synthetic
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from ai4dl.model import PhaseModel
-from e2e_fixtures_node import SLEEP_FOREVER, NodePods
+from e2e_fixtures_node import NodePods
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401 (fixtures)
                                    wait_for, write_report)
-from test_faults import apiserver_counts, pod_writes
+from test_faults import apiserver_counts, pod_writes, window_lines
 
 from e2e.node import node as _node
 
@@ -196,3 +196,162 @@ while time.time() < deadline:
 print("up", node.id, node.dir, flush=True)
 time.sleep(3600)
 """
+
+
+# ----------------------------------------------------------------------------- the operator
+@pytest.fixture(scope="module")
+def model_doc():
+    """A small model of synthetic DL jobs (cpu cores, memory bytes), as the integration tests'."""
+    cfg = synthetic.SyntheticConfig(n_features=2)
+    traces, _ = synthetic.generate(30, seed=21, config=cfg)
+    model = PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
+    return json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    cfg = synthetic.SyntheticConfig(n_features=2, epochs=(10, 12))
+    traces, truth = synthetic.generate(4, seed=33, config=cfg)
+    return list(traces), truth
+
+
+@pytest.fixture(scope="module")
+def stack(trace_exporter, prometheus_server):
+    exporter = trace_exporter({}, speed=SPEED, loop=True)
+    return exporter, prometheus_server([exporter], scrape_interval="1s")
+
+
+@pytest.fixture(scope="module")
+def operator(stack, operator_kubeconfig, crd, tmp_path_factory):  # noqa: F811
+    """One operator (its own ServiceAccount, the chart's RBAC and admission policy) per module."""
+    _, prom = stack
+    op = Operator(operator_kubeconfig, prom.url,
+                  tmp_path_factory.mktemp("operator") / "operator.log").start()
+    yield op
+    op.stop()
+
+
+def opted_in_pod(node_pods: NodePods, exporter, jobs, name: str, i: int, *, cpu: str,
+                 memory: str) -> dict:
+    """A Guaranteed pod opted in to PhaseModel ``pm``, its usage played by the exporter from
+    inside a synthetic job's first training epoch."""
+    traces, truth = jobs
+    pod = node_pods.create(name, cpu=cpu, memory=memory,
+                           labels={OPT_IN_LABEL: "true", "app": "train"},
+                           annotations={MODEL_ANNOTATION: "pm"})
+    ex = traces[i % len(traces)]
+    offset = float(np.flatnonzero(truth[i % len(traces)] == 2)[0]) * ex.step
+    exporter.add_pod((node_pods.namespace, name, "main"), ex, offset=offset)
+    return pod
+
+
+def cgroup_matches_spec(node_pods: NodePods, pod: dict) -> bool:
+    """The container's cgroup files are what its spec's limits say (cpu quota at the default
+    100 ms period; the memory limit rounded down to a page by the kernel)."""
+    from ai4dl.quantity import parse_quantity
+
+    lim = pod["spec"]["containers"][0]["resources"]["limits"]
+    quota = node_pods.cgroup_value(pod, "cpu", "cpu.cfs_quota_us")
+    mem = node_pods.cgroup_value(pod, "memory", "memory.limit_in_bytes")
+    return (quota == round(parse_quantity(lim["cpu"]) * 100000)
+            and 0 <= parse_quantity(lim["memory"]) - mem < 4096)
+
+
+def test_operator_inplace_resize_reaches_cgroups(kube_cluster, k8s_namespace, node_pods, stack,
+                                                 jobs, model_doc, operator):
+    """The operator (InPlace mode, its own ServiceAccount) resizes a running Guaranteed pod on
+    the real node: the kubelet applies it, the container's cgroup files take the new limits,
+    the container is not restarted and the pod stays Guaranteed (limits moved with requests).
+    Usage comes from the trace exporter through the real Prometheus (see the module's
+    docstring); the ceilings keep the target inside this 2-core node."""
+    from test_operator_integration import make_phasemodel
+
+    exporter, _ = stack
+    pod = opted_in_pod(node_pods, exporter, jobs, "a", 0, cpu="500m", memory="512Mi")
+    cid = pod["status"]["containerStatuses"][0]["containerID"]
+    before = pod["spec"]["containers"][0]["resources"]
+    make_phasemodel(kube_cluster, k8s_namespace, "pm", model_doc,
+                    resources={"cpu": {"ceiling": "1500m"}, "memory": {"ceiling": "2Gi"}})
+    t0 = time.monotonic()
+    try:
+        resized = wait_for(lambda: (lambda p: p if p["spec"]["containers"][0]["resources"]
+                                    != before else None)(node_pods.get("a")),
+                           2 * WINDOW + 15, what="the operator's resize of pod a")
+    except AssertionError:
+        print(operator.tail())
+        raise
+    t_resize = time.monotonic() - t0
+    res = resized["spec"]["containers"][0]["resources"]
+    assert res["requests"] == res["limits"], res          # Guaranteed: limits moved too
+    wait_for(lambda: cgroup_matches_spec(node_pods, node_pods.get("a")), 30, interval=0.2,
+             what="the cgroup files to take the operator's resize")
+    t_cgroup = time.monotonic() - t0
+    after = wait_for(lambda: (lambda p: p if not node_pods.resize_conditions("a") and
+                              (p["status"]["containerStatuses"][0].get("resources") or {})
+                              .get("limits") == res["limits"] else None)(node_pods.get("a")),
+                     15, interval=0.2, what="the kubelet to report the resize done")
+    st = after["status"]["containerStatuses"][0]
+    assert st["restartCount"] == 0 and st["containerID"] == cid
+    assert after["status"]["qosClass"] == "Guaranteed"
+    FIGURES.extend([
+        ("operator InPlace", "requests/limits before -> after",
+         f"{before['limits']} -> {res['limits']}"),
+        ("operator InPlace", "seconds from PhaseModel created to resize / to cgroup files",
+         f"{t_resize:.1f} s / {t_cgroup:.1f} s"),
+    ])
+
+
+def test_operator_waits_on_a_real_infeasible_resize(kube_cluster, k8s_namespace, node_pods,
+                                                    stack, jobs, model_doc, operator):
+    """A cpu floor above the node's allocatable: the operator's resize gets a real
+    PodResizePending Infeasible from the kubelet (cgroup unchanged, no restart; the kubelet's
+    own ResizeInfeasible Warning Event); the operator then waits: the pod is planned each
+    window but no pods/resize PATCH is sent again for two windows (its plan is the pending
+    target, so the window counts it "unchanged" and posts no ResizeWaiting Event), and the pod
+    stays Guaranteed."""
+    from test_operator_integration import events, make_phasemodel
+
+    exporter, _ = stack
+    pod = opted_in_pod(node_pods, exporter, jobs, "inf", 1, cpu="500m", memory="512Mi")
+    quota0 = node_pods.cgroup_value(pod, "cpu", "cpu.cfs_quota_us")
+    cores = int(kube_cluster.core.read_node(node_pods.node.name).status.allocatable["cpu"])
+    make_phasemodel(kube_cluster, k8s_namespace, "pm", model_doc, maxIncrease=None,
+                    resources={"cpu": {"floor": f"{cores + 1}"}, "memory": {"ceiling": "1Gi"}})
+    try:
+        cond = wait_for(lambda: node_pods.resize_conditions("inf").get("PodResizePending"),
+                        2 * WINDOW + 15, interval=0.25, what="the kubelet's PodResizePending")
+    except AssertionError:
+        print(operator.tail())
+        raise
+    assert cond["reason"] == "Infeasible", cond
+    c0 = apiserver_counts(kube_cluster)
+    t0 = time.time()
+
+    def later_windows():
+        return {w: line for w, line in window_lines(operator, k8s_namespace).items()
+                if w > t0 - 1}
+    try:
+        wait_for(lambda: len(later_windows()) >= 2, 3 * WINDOW + 5, interval=0.5,
+                 what="two windows of the operator after the Infeasible")
+    except AssertionError:
+        print(operator.tail(60))
+        raise
+    windows = later_windows()
+    writes = pod_writes(c0, apiserver_counts(kube_cluster))
+    assert writes["PATCH pods/resize"] == 0, (writes, windows)
+    assert all(line.startswith("1 pods, 0 resized") for line in windows.values()), windows
+    # the user hears of it from the kubelet itself (the operator's plan is the pending target)
+    kubelet_says = [e for e in events(kube_cluster, k8s_namespace, "ResizeInfeasible")
+                    if e.involved_object.name == "inf"]
+    assert kubelet_says and kubelet_says[0].type == "Warning", kubelet_says
+    now = node_pods.get("inf")
+    st = now["status"]["containerStatuses"][0]
+    assert node_pods.cgroup_value(now, "cpu", "cpu.cfs_quota_us") == quota0
+    assert st["restartCount"] == 0 and now["status"]["qosClass"] == "Guaranteed"
+    assert node_pods.resize_conditions("inf")["PodResizePending"]["reason"] == "Infeasible"
+    FIGURES.extend([
+        ("operator Infeasible", "kubelet's answer to a resize above allocatable",
+         f"{cond['reason']}: {cond.get('message', '')}"),
+        ("operator Infeasible", f"pods/resize PATCHes in the {len(windows)} windows after it",
+         f"{writes['PATCH pods/resize']}"),
+    ])
