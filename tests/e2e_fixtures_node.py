@@ -48,9 +48,11 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def real_node(request: pytest.FixtureRequest, kube_cluster) -> Iterator[_node.RealNode]:
+def real_node(request: pytest.FixtureRequest) -> Iterator[_node.RealNode]:
     if not _truthy("AI4DL_REAL_NODE"):
         pytest.skip("real-node tier is opt-in: set AI4DL_REAL_NODE=1 (root, cgroup v1/hybrid)")
+    # asked for only now, so that a skipped tier starts no control plane
+    kube_cluster = request.getfixturevalue("kube_cluster")
     if kube_cluster.control_plane is None:
         _unavailable("the real node needs the harness's own control plane (its CA)")
     if os.geteuid() != 0:
