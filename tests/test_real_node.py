@@ -2,8 +2,8 @@
 ``real_node`` fixture, tests/e2e_fixtures_node.py), so an in-place resize reaches the
 container's cgroup files, and Deferred/Infeasible come from the kubelet itself.
 
-Opt-in (``AI4DL_REAL_NODE=1``, root, cgroup v1/hybrid; ``bash e2e/node/build.sh`` once): the
-tests skip otherwise. Run only this tier::
+Runs with ``AI4DL_REAL_NODE=1`` (``make test`` sets it as root; root, cgroup v1/hybrid;
+``bash e2e/node/build.sh`` once, which ``make e2e-deps`` runs); skipped otherwise. Only this tier::
 
     AI4DL_REAL_NODE=1 PYTHONPATH=$PWD/operator python -m pytest -q tests/test_real_node.py
 
@@ -116,6 +116,30 @@ def test_resize_above_allocatable_is_infeasible(node_pods: NodePods, real_node, 
     assert node_pods.cgroup_value(pod, "cpu", "cpu.cfs_quota_us") == 10000
     st = node_pods.get("big")["status"]["containerStatuses"][0]
     assert st["restartCount"] == 0 and st["resources"]["limits"]["cpu"] == "100m"
+
+
+def test_resize_above_free_allocatable_is_deferred_then_applied(node_pods: NodePods, real_node,
+                                                               kube_cluster):
+    """A resize that fits the node but not beside another pod: the kubelet answers
+    PodResizePending Deferred; once the other pod is gone it applies the resize by itself
+    (same container)."""
+    cores = int(kube_cluster.core.read_node(real_node.name).status.allocatable["cpu"])
+    node_pods.create("hog", cpu=f"{cores * 1000 - 600}m", memory="32Mi")
+    pod = node_pods.create("small", cpu="100m", memory="32Mi")
+    cid = pod["status"]["containerStatuses"][0]["containerID"]
+    node_pods.resize("small", {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})
+    cond = wait_for(lambda: node_pods.resize_conditions("small").get("PodResizePending"), 20,
+                    interval=0.2, what="PodResizePending")
+    assert cond["reason"] == "Deferred", cond
+    assert node_pods.cgroup_value(pod, "cpu", "cpu.cfs_quota_us") == 10000
+    t0 = time.monotonic()
+    node_pods.core.delete_namespaced_pod("hog", node_pods.namespace, grace_period_seconds=0)
+    wait_for(lambda: node_pods.cgroup_value(pod, "cpu", "cpu.cfs_quota_us") == 100000, 60,
+             interval=0.2, what="the deferred resize applied once the other pod was gone")
+    st = node_pods.get("small")["status"]["containerStatuses"][0]
+    assert st["restartCount"] == 0 and st["containerID"] == cid
+    FIGURES.append(("direct resize", "Deferred, then applied after the other pod left",
+                    f"{time.monotonic() - t0:.1f} s"))
 
 
 def test_teardown_and_sweep_leave_nothing(real_node, kube_cluster):
