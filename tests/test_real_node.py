@@ -7,9 +7,10 @@ Runs with ``AI4DL_REAL_NODE=1`` (``make test`` sets it as root; root, cgroup v1/
 
     AI4DL_REAL_NODE=1 PYTHONPATH=$PWD/operator python -m pytest -q tests/test_real_node.py
 
-Still not real here: the operator reads its usage from the trace exporter scraped by the real
-Prometheus (not the kubelet's /metrics/cadvisor: the busybox pods use next to nothing, and the
-model's phases need a DL job's usage), and the pods' processes are busybox loops.
+The real Prometheus scrapes the kubelet's /metrics/cadvisor here (real usage, real cpu
+throttling). Still not real: the operator's tests feed it from the trace exporter scraped by the
+real Prometheus, not from cAdvisor (the busybox pods use next to nothing, and the model's phases
+need a DL job's usage); FakeKubelet is not used in this module.
 """
 
 from __future__ import annotations
@@ -378,4 +379,50 @@ def test_operator_waits_on_a_real_infeasible_resize(kube_cluster, k8s_namespace,
          f"{cond['reason']}: {cond.get('message', '')}"),
         ("operator Infeasible", f"pods/resize PATCHes in the {len(windows)} windows after it",
          f"{writes['PATCH pods/resize']}"),
+    ])
+
+
+# ----------------------------------------------------------------------------- cAdvisor
+def test_prometheus_scrapes_the_kubelets_cadvisor(node_pods: NodePods, real_node, kube_cluster,
+                                                  prometheus_binary, tmp_path):
+    """The real Prometheus scrapes the kubelet's /metrics/cadvisor (HTTPS, a client
+    certificate of the harness CA): a busy pod's cpu usage comes back with its namespace, pod
+    and container labels (containerd's, through --containerd), and its cpu limit really
+    throttles it (cAdvisor's throttled periods grow)."""
+    from e2e.prometheus.server import PrometheusServer
+
+    pod = node_pods.create("busy", cpu="100m", memory="32Mi",
+                           command=["sh", "-c", "trap 'exit 0' TERM; while :; do :; done"])
+    crt, key = kube_cluster.control_plane.pki.client_cert("prometheus-scraper", "ai4dl-prometheus")
+    prom = PrometheusServer([], workdir=tmp_path / "prometheus", scrape_interval="2s",
+                            binary=prometheus_binary)
+    prom.config_path.write_text(json.dumps({
+        "global": {"scrape_interval": "2s", "scrape_timeout": "2s"},
+        "scrape_configs": [{
+            "job_name": "kubelet-cadvisor", "scheme": "https", "metrics_path": "/metrics/cadvisor",
+            "honor_labels": True,
+            # the kubelet serves a self-signed certificate; the client certificate is what counts
+            "tls_config": {"insecure_skip_verify": True, "cert_file": str(crt),
+                           "key_file": str(key)},
+            "static_configs": [{"targets": [f"127.0.0.1:{real_node.kubelet_port}"]}]}]}))
+    prom.start()
+    try:
+        sel = f'namespace="{node_pods.namespace}",pod="busy",container="main"'
+        t0 = time.monotonic()
+        usage = wait_for(lambda: prom.query(f"container_cpu_usage_seconds_total{{{sel}}}"), 60,
+                         interval=1, what="the busy pod's cpu usage scraped from the kubelet")
+        seen = time.monotonic() - t0
+        assert float(usage[0]["value"][1]) > 0
+        throttled = wait_for(lambda: [r for r in prom.query(
+            f"container_cpu_cfs_throttled_periods_total{{{sel}}}") if float(r["value"][1]) > 0],
+            60, interval=1, what="throttled periods of a pod busy above its 100m limit")
+        up = prom.query('up{job="kubelet-cadvisor"}')
+        assert up and up[0]["value"][1] == "1", up
+    finally:
+        prom.cleanup()
+    assert node_pods.cgroup_value(pod, "cpu", "cpu.cfs_quota_us") == 10000
+    FIGURES.extend([
+        ("cAdvisor", "seconds from pod Running to its cpu usage in Prometheus", f"{seen:.1f} s"),
+        ("cAdvisor", "throttled periods of a busy 100m pod (first seen)",
+         f"{float(throttled[0]['value'][1]):.0f}"),
     ])
