@@ -42,7 +42,7 @@ generate: $(STAMP)
 	bash e2e/helm/build.sh
 	bash deploy/render.sh
 
-# The real-node tier runs where it can (as root: cgroups, mounts; about 90 s);
+# The real-node tier runs where it can (as root: cgroups, mounts; about 2 min);
 # AI4DL_REAL_NODE=0 make test skips it.
 AI4DL_REAL_NODE ?= $(if $(filter 0,$(shell id -u)),1,0)
 
