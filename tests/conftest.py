@@ -66,5 +66,6 @@ def fitted_model(synthetic_train):
     return PhaseModel(random_state=3, epochs=40).fit(traces)
 
 
-# Kubernetes e2e fixtures (kube_cluster, k8s_namespace, fake_kubelet): tests/e2e_fixtures_k8s.py
-pytest_plugins = ["e2e_fixtures_k8s", "e2e_fixtures_prom"]
+# Kubernetes e2e fixtures (kube_cluster, k8s_namespace, fake_kubelet): tests/e2e_fixtures_k8s.py;
+# the opt-in real node (real_node, node_pods; AI4DL_REAL_NODE=1): tests/e2e_fixtures_node.py
+pytest_plugins = ["e2e_fixtures_k8s", "e2e_fixtures_prom", "e2e_fixtures_node"]
