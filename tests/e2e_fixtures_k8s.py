@@ -223,7 +223,9 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
             with capman.global_and_fixture_disabled():
                 tr.write_line(f"\n[kube_cluster] {kc.expected_version} at {cp.url}: binaries checked in "
                               f"{build_s:.1f} s, control plane ready in {cp.startup_seconds:.1f} s")
+        _SESSION_CLUSTER.append(kc)
         yield kc
+        _SESSION_CLUSTER.clear()
         kc.close()
     finally:
         cp.stop()
@@ -242,11 +244,150 @@ def _binaries_look_present() -> bool:
     return (b / "kube-apiserver").is_file() and (b / "etcd").is_file()
 
 
-@pytest.fixture()
-def k8s_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
-    """A fresh namespace; afterwards its pods are force-deleted and the namespace deleted."""
+# ----------------------------------------------------------------------------- clean-up
+#: Controller processes the tests started (tests/e2e_fixtures_operator.Operator registers its
+#: process here): while one runs, a deleted custom object is left to it to release (its
+#: deletion handler and finalizer, as in a cluster); when none runs, nobody ever would.
+LIVE_CONTROLLERS: list = []
+#: How long a running controller is given to release a deleted custom object.
+RELEASE_SECONDS = 10.0
+
+
+def controller_running() -> bool:
+    return any(p.poll() is None for p in LIVE_CONTROLLERS)
+
+
+def _namespaced_crds(api_client, group: str | None = None) -> list[tuple[str, str, str]]:
+    """(group, served version, plural) of every namespaced CRD (of ``group``)."""
+    from kubernetes import client
+
+    out = []
+    for crd in client.ApiextensionsV1Api(api_client).list_custom_resource_definition().items:
+        if crd.spec.scope != "Namespaced" or group not in (None, crd.spec.group):
+            continue
+        version = next((v.name for v in crd.spec.versions if v.storage), crd.spec.versions[0].name)
+        out.append((crd.spec.group, version, crd.spec.names.plural))
+    return out
+
+
+def delete_custom_objects(kube_cluster: KubeCluster, namespace: str | None = None,
+                          group: str | None = None) -> list[str]:
+    """Delete every namespaced custom object (of API ``group``) in ``namespace`` (every
+    namespace: None) and wait until they are gone; returns ``plural/namespace/name`` of those
+    found.
+
+    Without kube-controller-manager a deleted namespace keeps its objects forever, and an
+    operator started later (by another test module) serves every PhaseModel it can see,
+    cluster-wide: leftovers slow its windows and add writes to the ones a test counts. A
+    finalizer (kopf's) that no running controller releases within :data:`RELEASE_SECONDS`
+    (none at all when no controller runs) is removed here."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
+
+    custom = client.CustomObjectsApi(kube_cluster.api_client)
+
+    def listed(g, v, plural):
+        try:
+            if namespace is None:
+                return custom.list_cluster_custom_object(g, v, plural)["items"]
+            return custom.list_namespaced_custom_object(g, v, namespace, plural)["items"]
+        except ApiException as err:
+            if err.status == 404:       # the CRD went away meanwhile
+                return []
+            raise
+
+    found: list[str] = []
+    crds = _namespaced_crds(kube_cluster.api_client, group)
+    for g, v, plural in crds:
+        for obj in listed(g, v, plural):
+            meta = obj["metadata"]
+            found.append(f"{plural}/{meta['namespace']}/{meta['name']}")
+            with contextlib.suppress(ApiException):     # 404: gone meanwhile
+                custom.delete_namespaced_custom_object(g, v, meta["namespace"], plural,
+                                                       meta["name"])
+    if not found:
+        return found
+    deadline = time.time() + (RELEASE_SECONDS if controller_running() else 0.0)
+    while True:
+        left = [(g, v, p, o) for g, v, p in crds for o in listed(g, v, p)]
+        if not left:
+            return found
+        if time.time() >= deadline:
+            break
+        time.sleep(0.2)
+    for g, v, plural, obj in left:
+        meta = obj["metadata"]
+        with contextlib.suppress(ApiException):     # 404: released meanwhile
+            custom.patch_namespaced_custom_object(g, v, meta["namespace"], plural, meta["name"],
+                                                  {"metadata": {"finalizers": None}})
+    end = time.time() + 10
+    while any(listed(g, v, p) for g, v, p in crds) and time.time() < end:
+        time.sleep(0.1)
+    return found
+
+
+def delete_namespace(kube_cluster: KubeCluster, name: str) -> None:
+    """What a namespace controller would do, as far as the tests need: its custom objects
+    deleted (:func:`delete_custom_objects`), its pods force-deleted (no kubelet: pods bound to
+    a node would stay Terminating with a grace period), and the namespace deleted (it stays
+    Terminating, empty)."""
+    from kubernetes.client.rest import ApiException
+
+    delete_custom_objects(kube_cluster, name)
+    try:
+        kube_cluster.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        kube_cluster.core.delete_namespace(name)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+#: Namespaces made by :func:`create_namespace` in the running test module.
+_MODULE_NAMESPACES: list[str] = []
+
+
+def create_namespace(kube_cluster: KubeCluster, name: str, labels: dict | None = None) -> str:
+    """Create namespace ``name``, removed (:func:`delete_namespace`) when the test module
+    ends: for a module's own namespaces that outlive a test."""
+    meta: dict = {"name": name, **({"labels": labels} if labels else {})}
+    kube_cluster.core.create_namespace({"metadata": meta})
+    _MODULE_NAMESPACES.append(name)
+    return name
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_leftover_custom_objects(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test module removes what it created: once its fixtures are torn down (and with
+    them its operators), the namespaces of :func:`create_namespace` are removed, and then no
+    custom object (PhaseModel) may be left in the test control plane. Leftovers are removed,
+    so that the next module's operator does not serve them, and reported as this module's
+    error. (Not on an existing cluster: its objects are not the tests'.)"""
+    _MODULE_NAMESPACES.clear()
+    yield
+    kc = _SESSION_CLUSTER[0] if _SESSION_CLUSTER else None
+    made = list(_MODULE_NAMESPACES)
+    _MODULE_NAMESPACES.clear()
+    if kc is None:
+        return
+    for ns in made:
+        delete_namespace(kc, ns)
+    if kc.control_plane is None or not kc.control_plane.running:
+        return
+    from ai4dl.crd import GROUP
+
+    # the operator's own objects (kopf's peering objects of tests/test_helm.py are left alone)
+    left = delete_custom_objects(kc, group=GROUP)
+    assert not left, (f"{request.module.__name__} left {len(left)} custom object(s) behind "
+                      f"(removed now): {left[:10]}")
+
+
+_SESSION_CLUSTER: list[KubeCluster] = []
+
+
+@pytest.fixture()
+def k8s_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace; afterwards what it holds is removed (:func:`delete_namespace`)."""
+    from kubernetes import client
 
     core = kube_cluster.core
     name = f"e2e-{uuid.uuid4().hex[:8]}"
@@ -254,12 +395,7 @@ def k8s_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     try:
         yield name
     finally:
-        try:
-            # No kubelet: pods bound to a node would stay Terminating with a grace period.
-            core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-            core.delete_namespace(name)  # stays Terminating (no namespace controller); harmless
-        except ApiException:
-            pass
+        delete_namespace(kube_cluster, name)
 
 
 def _now() -> str:

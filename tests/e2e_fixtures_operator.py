@@ -7,18 +7,21 @@ Import the fixtures into a test module (``from e2e_fixtures_operator import crd,
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ai4dl.crd import crd_manifest
+from e2e_fixtures_k8s import LIVE_CONTROLLERS
 
 REPO = Path(__file__).resolve().parent.parent
 #: The key that seals the operator's records on pods, one per test session, so that an
@@ -35,7 +38,10 @@ def state_key_file(folder: Path) -> Path:
     return path
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
+def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition",
+             reason=None):
+    """``predicate()`` once truthy, polled every ``interval`` s for ``timeout`` s; else an
+    AssertionError naming ``what``, the last value, and ``reason()`` (why it ran out) if given."""
     deadline = time.time() + timeout
     last = None
     while time.time() < deadline:
@@ -43,7 +49,9 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+    why = f"\n{reason()}" if reason is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} "
+                         f"(last: {last!r}){why}")
 
 
 def free_port() -> int:
@@ -171,8 +179,11 @@ class Operator:
     """The operator process, started from its console entrypoint."""
 
     def __init__(self, kubeconfig: Path, prometheus_url: str, log: Path,
-                 extra_args: tuple[str, ...] = ()):
+                 extra_args: tuple[str, ...] = (), window: float = 10.0):
         self.kubeconfig, self.prometheus_url, self.log = kubeconfig, prometheus_url, log
+        #: the tests' PhaseModels' windowSeconds: what the waits' deadlines are made of
+        self.window = window
+        self.started_at = time.time()
         self.extra_args = tuple(extra_args)
         self.metrics_port = free_port()
         self.proc: subprocess.Popen | None = None
@@ -187,8 +198,10 @@ class Operator:
                # the tests' windows (10 s, some 4 s) are below the operator's default minimum
                # (60 s): every window is served unless a test sets a minimum in extra_args
                "--min-window-seconds", "0", *self.extra_args]
+        self.started_at = time.time()
         self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "a"),
                                      stderr=subprocess.STDOUT)
+        LIVE_CONTROLLERS[:] = [p for p in LIVE_CONTROLLERS if p.poll() is None] + [self.proc]
         return self
 
     def stop(self, sig=signal.SIGTERM) -> None:
@@ -200,6 +213,109 @@ class Operator:
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text().splitlines()[-n:]) if self.log.exists() else ""
+
+    def windows(self, namespace: str | None = None, name: str | None = None) -> list["Window"]:
+        """The windows the operator logged (every PhaseModel's, or ``namespace``/``name``'s)."""
+        text = self.log.read_text() if self.log.exists() else ""
+        return [w for w in map(Window.parse, WINDOW_LINE.finditer(text))
+                if (namespace is None or w.namespace == namespace)
+                and (name is None or w.name == name)]
+
+    def why_slow(self, namespace: str | None = None, name: str | None = None,
+                 tail: int = 15) -> str:
+        """Why windows did not come in time, from the operator's log: its last windows'
+        durations and lateness against its window, how many PhaseModels it serves, and
+        its log tail (or that it logged none, or has exited)."""
+        lines = []
+        if self.proc is not None and self.proc.poll() is not None:
+            lines.append(f"the operator has exited ({self.proc.returncode})")
+        every = self.windows()
+        own = [w for w in every if (namespace is None or w.namespace == namespace)
+               and (name is None or w.name == name)]
+        if namespace is not None:
+            lines.append(f"{len(own)} window(s) of {namespace}/{name or '*'} logged")
+        if every:
+            last = every[-8:]
+            served = sorted({f"{w.namespace}/{w.name}" for w in every})
+            lines.append(
+                f"the operator's last windows took {', '.join(f'{w.took:.1f}' for w in last)} s "
+                f"and started {', '.join(f'{w.late:.1f}' for w in last)} s after due, against a "
+                f"{self.window:g} s window; it served {len(served)} PhaseModel(s): {served[:12]}")
+        else:
+            lines.append(f"no window logged {time.time() - self.started_at:.0f} s after the "
+                         f"operator's start")
+        return "; ".join(lines) + f"\n--- operator log tail:\n{self.tail(tail)}"
+
+    def wait_for(self, predicate, timeout: float, what: str, *, namespace: str | None = None,
+                 name: str | None = "pm", interval: float = 0.5, cap: float = 4.0):
+        """``predicate()`` once truthy. The deadline follows the measured window time rather
+        than a constant: ``timeout`` s from now (what an unloaded operator needs), pushed back
+        by how slow this operator was meanwhile, by its own log: its start-up beyond a window
+        until it logs its first window, then each logged window's lateness and duration; at
+        most ``cap`` times ``timeout``. A timeout says why (:meth:`why_slow`, about
+        ``namespace``/``name``), not just that it ran out."""
+        t0 = time.time()
+        while True:
+            last = predicate()
+            if last:
+                return last
+            now = time.time()
+            mine = [w for w in self.windows() if w.logged >= self.started_at]   # this process
+            slack = sum(w.late + w.took for w in mine if w.logged > t0)
+            if not any(w.logged <= t0 for w in mine):
+                # its start-up (imports, kopf's first listings) beyond a window, until it
+                # logged its first window
+                first = min((w.logged for w in mine), default=now)
+                slack += max(0.0, first - max(t0, self.started_at) - self.window)
+            if now >= t0 + min(cap * timeout, timeout + slack):
+                raise AssertionError(
+                    f"waited {now - t0:.0f} s ({timeout:.0f} s + {slack:.1f} s of the operator's "
+                    f"measured slowness) for {what} (last: {last!r}): "
+                    f"{self.why_slow(namespace, name)}")
+            time.sleep(interval)
+
+    def wait_until(self, predicate, windows: int, what: str, *, margin: float = 8.0, **kw):
+        """:meth:`wait_for` ``predicate``, due within ``windows`` of the operator's windows:
+        ``(windows + 1) * window + margin`` s unloaded (the first boundary can be up to a
+        window away)."""
+        return self.wait_for(predicate, (windows + 1) * self.window + margin, what, **kw)
+
+    def wait_windows(self, n: int, namespace: str, name: str = "pm", *, after: float = 0.0,
+                     logged_after: float = 0.0, **kw) -> list["Window"]:
+        """The first ``n`` windows of ``namespace``/``name`` that start at or after ``after``
+        and were logged at or after ``logged_after`` (epoch s; :attr:`started_at`: this
+        process's, where a restarted operator appends to the log of the one before), once
+        logged (:meth:`wait_until`)."""
+        def got():
+            ws = [w for w in self.windows(namespace, name)
+                  if w.start >= after and w.logged >= logged_after]
+            return ws[:n] if len(ws) >= n else None
+        return self.wait_until(got, n, f"{n} window(s) of {namespace}/{name}",
+                               namespace=namespace, name=name, interval=0.25, **kw)
+
+
+WINDOW_LINE = re.compile(
+    r"^(\S+ \S+) \S+ \S+: PhaseModel (\S+?)/(\S+) window ([0-9.]+): (.*); started ([0-9.]+) s "
+    r"after due(?:, took ([0-9.]+) s)?$", re.M)
+
+
+class Window:
+    """One window's summary line of the operator's log."""
+
+    __slots__ = ("logged", "namespace", "name", "start", "summary", "late", "took")
+
+    @classmethod
+    def parse(cls, m) -> "Window":
+        w = cls()
+        stamp = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        w.logged = stamp.timestamp()        # the operator logs local time, as time.time() reads
+        w.namespace, w.name, w.start = m.group(2), m.group(3), float(m.group(4))
+        w.summary, w.late, w.took = m.group(5), float(m.group(6)), float(m.group(7) or 0.0)
+        return w
+
+    def __repr__(self) -> str:
+        return (f"Window({self.namespace}/{self.name} {self.start:.0f}: {self.summary}; "
+                f"late {self.late:.2f} s, took {self.took:.2f} s)")
 
 
 def write_report(request, title: str, header: str, rows, append: bool = False) -> None:

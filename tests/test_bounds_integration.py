@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from ai4dl.document import MAX_DOCUMENT_BYTES, PhaseModelDocument
 from e2e.prometheus.fake import FakePrometheus
+from e2e_fixtures_k8s import create_namespace
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
                                    wait_for, write_report)
 from test_faults_bad_input import age
@@ -70,8 +71,7 @@ def pm_body(namespace: str, name: str, model: dict | None = None) -> dict:
 
 def new_namespace(kube_cluster, what: str) -> str:
     ns = f"bounds-{what}-{uuid.uuid4().hex[:6]}"
-    kube_cluster.core.create_namespace({"metadata": {"name": ns}})
-    return ns
+    return create_namespace(kube_cluster, ns)
 
 
 # ----------------------------------------------------------------------------- 1. dimensions

@@ -38,7 +38,7 @@ from ai4dl.controller.podstate import peek
 from ai4dl.controller.pods import A_LAST_APPLIED, A_STATE
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-from e2e_fixtures_k8s import FakeKubelet
+from e2e_fixtures_k8s import FakeKubelet, delete_namespace
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
                                    wait_for, write_report)
 from test_operator_integration import (WINDOW, condition, events, jobs,  # noqa: F401
@@ -168,12 +168,6 @@ class PodWatch:
         self._thread.join(10)
         self.api.close()
 
-    def by_window(self) -> dict[tuple[str, int], int]:
-        out: dict[tuple[str, int], int] = {}
-        for t, pod, _, _ in self.changes:
-            out[(pod, window_of(t - SETTLE))] = out.get((pod, window_of(t - SETTLE)), 0) + 1
-        return out
-
 
 # ----------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
@@ -188,8 +182,6 @@ def figures(request):
 def fault_pods(kube_cluster, stack, jobs, crd, operator_kubeconfig):
     """One namespace per fault with its pods, created (and scraped) once per module.
     {fault: (namespace, FakeKubelet, [pod names])}."""
-    from kubernetes.client.exceptions import ApiException
-
     exporter, _ = stack
     traces, truth = jobs
     plan = {"prom": 3, "kill": N_KILL, "api": 3, "writer": 2, "pending": 2}
@@ -232,11 +224,7 @@ def fault_pods(kube_cluster, stack, jobs, crd, operator_kubeconfig):
     for ns, _, names in made.values():
         for name in names:
             exporter.remove_pod((ns, name, "main"))
-        try:
-            kube_cluster.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
-            kube_cluster.core.delete_namespace(ns)
-        except ApiException:
-            pass
+        delete_namespace(kube_cluster, ns)
 
 
 @pytest.fixture()
@@ -300,14 +288,6 @@ def _fail_with_log(op: Operator):
     return f"\n--- operator log tail:\n{op.tail(30)}"
 
 
-def wait_op(op: Operator, predicate, timeout: float, what: str, interval: float = 0.5):
-    """:func:`wait_for`, with the operator's log tail when it times out."""
-    try:
-        return wait_for(predicate, timeout, interval=interval, what=what)
-    except AssertionError as err:
-        raise AssertionError(f"{err}{_fail_with_log(op)}") from None
-
-
 # ----------------------------------------------------------------------------- 1. Prometheus
 def test_prometheus_sigkill_mid_run(kube_cluster, fault_pods, stack, operator_factory,
                                     phasemodel, figures):
@@ -318,8 +298,8 @@ def test_prometheus_sigkill_mid_run(kube_cluster, fault_pods, stack, operator_fa
     ns, _, names = fault_pods["prom"]
     op = operator_factory()
     phasemodel(ns)
-    wait_for(lambda: set(resized_events(kube_cluster, ns)) == set(names), 3 * WINDOW + 5,
-             what="every pod resized once before the outage")
+    op.wait_until(lambda: set(resized_events(kube_cluster, ns)) == set(names), 2,
+                  "every pod resized once before the outage", namespace=ns)
     # kill between windows: after this window's writes, well before the next wake
     t = time.time()
     if next_wake(t) - t < 4:
@@ -352,8 +332,8 @@ def test_prometheus_sigkill_mid_run(kube_cluster, fault_pods, stack, operator_fa
         now = resized_events(kube_cluster, ns)
         return all(len(now.get(p, [])) > before.get(p, 0) for p in names) and time.time()
 
-    t_resumed = wait_for(resumed, 3 * WINDOW + 5, interval=0.25,
-                         what="resizes after Prometheus came back")
+    t_resumed = op.wait_until(resumed, 2, "resizes after Prometheus came back",
+                              namespace=ns, interval=0.25)
     wait_condition(kube_cluster, ns, "Degraded", "False")
     lines = window_lines(op, ns)
     outage_windows = [w for w in lines if t_kill < w + SETTLE < t_restart]
@@ -405,38 +385,64 @@ def test_operator_sigkill_during_window_writes(kube_cluster, fault_pods, operato
     watch = PodWatch(kube_cluster, ns, on_change=kill_on_first_resize).start()
     try:
         phasemodel(ns)
-        wait_for(lambda: "t_kill" in box, 2 * WINDOW + 8, interval=0.1,
-                 what="the window's first resizes (kill trigger)")
+        op.wait_until(lambda: "t_kill" in box, 1, "the window's first resizes (kill trigger)",
+                      namespace=ns, interval=0.1)
         op.proc.wait(10)
         w = window_of(box["t_kill"] - SETTLE)
         time.sleep(1.0)             # requests already sent reach the API server all the same
-        done_at_kill = {p for p, ww in watch.by_window() if ww == w}
+        t_restart = time.time()
+        done_at_kill = {p for t, p, _, _ in watch.changes if t < t_restart}
         events_at_kill = resized_events(kube_cluster, ns)
         assert w not in window_lines(op, ns), "the window completed before the kill"
         assert 0 < len(done_at_kill) < N_KILL, \
             f"kill did not land mid-writes: {len(done_at_kill)}/{N_KILL} resized"
-        recorded_at_kill = {p for p, evs in events_at_kill.items() if any(e[0] == w for e in evs)}
+        recorded_at_kill = {p for p, evs in events_at_kill.items() if evs}   # all the killed run's
         op.start()
-        wait_op(op, lambda: w + WINDOW in window_lines(op, ns), 3 * WINDOW + 8,
-                what="the restarted operator's next window")
-        time.sleep(1.0)
+        # The restarted operator's runs, by its log (window, duration): it first catches up on
+        # the last window that ended (the killed one when it starts within that window, a
+        # later one when its start-up, slow under load, took past it), then runs at each
+        # boundary, possibly right after the catch-up. Its "next window" is its first run of
+        # a window after the killed one; the pods' changes are attributed to runs by time
+        # (the watch's), not to wall-clock windows, which the back-to-back runs would share.
+        nxt = op.wait_windows(1, ns, after=w + WINDOW, logged_after=op.started_at)[0]
+        again = next((r for r in op.windows(ns) if r.logged >= op.started_at
+                      and r.start == w), None)     # the killed window, caught up on
+        # the next window's run began when it logged less its duration (its writes come later;
+        # those before it are the killed window's, caught up on, seen by the watch up to ~1 s
+        # late under load)
+        begun = nxt.logged - nxt.took - 0.1
+        quiet_from = min(again.logged + 1.0, begun) if again else t_restart
+        horizon = nxt.logged + 0.25                 # the runs after it are not looked at
+        # quiet: a run that followed at once (its writes) is done before the checks below
+        op.wait_for(lambda: time.time() - max([t for t, *_ in watch.changes] or [0]) > 1.0,
+                    2 * WINDOW, "no pod changing for 1 s", namespace=ns, interval=0.2)
+        evs = resized_events(kube_cluster, ns)
+        time.sleep(0.5)             # every resize behind an Event has reached the watch
     finally:
         watch.stop()
-    per = watch.by_window()
+    per: dict[tuple[str, int], int] = {}
+    early = []          # between the killed window (and its catch-up) and the next window's run
+    for t, p, _, _ in watch.changes:
+        if t >= horizon:
+            continue
+        run = int(nxt.start) if t >= begun else w
+        if quiet_from <= t < begun:
+            early.append((t, p))
+        per[(p, run)] = per.get((p, run), 0) + 1
     duplicated = {k: n for k, n in per.items() if n > 1}
-    resized_next = {p for p, ww in per if ww == w + WINDOW}
+    resized_next = {p for p, run in per if run == int(nxt.start)}
     lost = [p for p in names if p not in done_at_kill and p not in resized_next]
     unrecorded = sorted(done_at_kill - recorded_at_kill)
-    assert not duplicated, f"pods resized twice in a window: {duplicated}"
-    assert not lost, f"due resizes lost: {lost}" + _fail_with_log(op)
-    assert not (set(per) - {(p, ww) for p, ww in per if ww in (w, w + WINDOW)}), \
-        f"resizes outside the two windows: {per}"
-    # one Resized Event per pod and window at most, and none without a resize
-    evs = resized_events(kube_cluster, ns)
+    assert not duplicated, f"pods resized twice in a window: {duplicated} (next: {nxt})"
+    assert not lost, f"due resizes lost: {lost} (next: {nxt})" + _fail_with_log(op)
+    assert not early, f"resizes outside the two windows' runs: {early} (next: {nxt})"
+    # one Resized Event per resize at most (per pod: none without a resize, none twice)
+    changes = {}
+    for _, p, _, _ in watch.changes:
+        changes[p] = changes.get(p, 0) + 1
     for p in names:
-        wins = [e[0] for e in evs.get(p, [])]
-        assert len(wins) == len(set(wins)), f"{p}: two Resized Events in a window: {wins}"
-        assert set(wins) <= {ww for (pp, ww) in per if pp == p}, f"{p}: Event without resize"
+        assert len(evs.get(p, [])) <= changes.get(p, 0), \
+            f"{p}: {len(evs.get(p, []))} Resized Events for {changes.get(p, 0)} resizes"
     # annotations consistent with the actual requests once the next window is done
     inconsistent = []
     for pod in kube_cluster.core.list_namespaced_pod(ns).items:
@@ -481,8 +487,8 @@ def apiserver_run(kube_cluster, fault_pods, stack, operator_kubeconfig, model_do
     r = {"ns": ns, "names": names, "op": op}
     try:
         make_phasemodel(kube_cluster, ns, "pm", model_doc, mode="InPlace")
-        wait_op(op, lambda: set(resized_events(kube_cluster, ns)) == set(names),
-                2 * WINDOW + 5, what="every pod resized once before the restart")
+        op.wait_until(lambda: set(resized_events(kube_cluster, ns)) == set(names), 2,
+                      "every pod resized once before the restart", namespace=ns)
         t = time.time()
         if next_wake(t) - t < 3:
             time.sleep(next_wake(t) - t + 1.5)
@@ -505,11 +511,11 @@ def apiserver_run(kube_cluster, fault_pods, stack, operator_kubeconfig, model_do
             return all(len(now.get(p, [])) > r["before"].get(p, 0) for p in names) and time.time()
 
         try:
-            r["t_resumed"] = wait_for(resumed, 3 * WINDOW + 5, interval=0.25,
-                                      what="resizes after the API server came back")
+            r["t_resumed"] = op.wait_until(resumed, 2, "resizes after the API server came back",
+                                           namespace=ns, interval=0.25)
         except AssertionError as err:
             r["t_resumed"] = None
-            r["resume_error"] = f"{err}{_fail_with_log(op)}"
+            r["resume_error"] = str(err)
         r["alive_after"] = op.proc.poll() is None
         r["metrics"] = op.metrics() if r["alive_after"] else ""
         try:
@@ -692,8 +698,7 @@ def writer_run(kube_cluster, fault_pods, stack, operator_kubeconfig, model_doc,
     c0 = apiserver_counts(kube_cluster)
     make_phasemodel(kube_cluster, ns, "pm", model_doc, mode="InPlace", containers=["main"])
     try:
-        wait_for(lambda: len(window_lines(op, ns)) >= 2, 3 * WINDOW + 8,
-                 what="two windows of the operator")
+        op.wait_windows(2, ns)
     finally:
         stop.set()
         thread.join(15)
@@ -791,24 +796,29 @@ def test_resize_pending_deferred_infeasible(kube_cluster, fault_pods, operator_f
     c0 = apiserver_counts(kube_cluster)
     t0 = time.time()
     phasemodel(ns)
-    wait_op(op, lambda: len([w for w in window_lines(op, ns) if w + SETTLE > t0]) >= 2,
-            3 * WINDOW + 8, what="two windows while pending")
+    op.wait_until(lambda: len([w for w in window_lines(op, ns) if w + SETTLE > t0]) >= 2, 2,
+                  "two windows while pending", namespace=ns)
     time.sleep(0.5)
     c1 = apiserver_counts(kube_cluster)
-    windows = sorted(w for w in window_lines(op, ns) if w + SETTLE > t0)
+    # every window run since the PhaseModel was made, by the operator's log: its first run
+    # catches up on the window that ended before it (run at once, so its Events can share a
+    # wall-clock window with the next run's: Events are counted per run, not by their time)
+    runs = [w for w in op.windows(ns) if w.logged > t0]
     writes = pod_writes(c0, c1)
     after = {p: main_requests(kube_cluster.core.read_namespaced_pod(p, ns)) for p in names}
     assert after == before, "a resize was stacked on a pending one"
     assert writes["PATCH pods/resize"] == 0, writes
+    assert len({w.start for w in runs}) == len(runs), f"a window run twice: {runs}"
     waiting = resized_events(kube_cluster, ns, "ResizeWaiting")
     for pod, etype, word in ((deferred, "Normal", "Deferred"), (infeasible, "Warning",
                                                                   "Infeasible")):
         evs = waiting.get(pod, [])
-        per_window = {w: sum(e[0] == w for e in evs) for w in windows}
-        assert all(n == 1 for n in per_window.values()), f"{pod}: {per_window} {evs}"
+        # one per run: each run handles a pod once
+        assert len(evs) == len(runs), f"{pod}: {len(evs)} Events in {len(runs)} windows: " \
+                                      f"{evs} {runs}"
         assert all(e[1] == etype and word in e[2] for e in evs), evs
     assert not resized_events(kube_cluster, ns), "Resized while pending"
-    n_win = len(windows)
+    n_win = len(runs)
     assert writes["PATCH pods"] <= len(names) * n_win, writes      # one per pod and window
     assert writes["POST events"] <= len(names) * n_win + 2, writes  # (+ kopf's own, if any)
     # the kubelet gets to them: conditions cleared, resources applied
@@ -820,8 +830,8 @@ def test_resize_pending_deferred_infeasible(kube_cluster, fault_pods, operator_f
         evs = resized_events(kube_cluster, ns)
         return all(p in evs for p in names) and time.time()
 
-    t_resumed = wait_op(op, resumed, 2 * WINDOW + 5, interval=0.25,
-                        what="resizes after the conditions cleared")
+    t_resumed = op.wait_until(resumed, 1, "resizes after the conditions cleared",
+                              namespace=ns, interval=0.25)
     for p in names:
         assert main_requests(kube_cluster.core.read_namespaced_pod(p, ns)) != before[p]
     fault = "5 resize Deferred / Infeasible"

@@ -32,7 +32,7 @@ import pytest
 from ai4dl.controller.pods import A_PHASE, OWNED_ANNOTATIONS
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, crd_manifest
 from e2e.prometheus.fake import FakePrometheus
-from e2e_fixtures_k8s import FakeKubelet
+from e2e_fixtures_k8s import FakeKubelet, create_namespace
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
                                    wait_for, write_report)
 from test_operator_integration import (WINDOW, condition, events, jobs,  # noqa: F401
@@ -54,7 +54,7 @@ def table(request):
 
 def new_namespace(kube_cluster, what: str) -> tuple[str, FakeKubelet]:
     ns = f"bad-{what}-{uuid.uuid4().hex[:6]}"
-    kube_cluster.core.create_namespace({"metadata": {"name": ns}})
+    create_namespace(kube_cluster, ns)
     return ns, FakeKubelet(kube_cluster.api_client, namespace=ns)
 
 

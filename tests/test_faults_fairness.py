@@ -28,7 +28,7 @@ import pytest
 
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from e2e.prometheus.fake import FakePrometheus
-from e2e_fixtures_k8s import FakeKubelet
+from e2e_fixtures_k8s import FakeKubelet, create_namespace
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
                                    wait_for, write_report)
 
@@ -118,7 +118,7 @@ def test_a_flood_of_tiny_windows_cannot_delay_another_namespace(kube_cluster, op
     suffix = uuid.uuid4().hex[:6]
     flood, tenant = f"flood-{suffix}", f"tenant-{suffix}"
     for ns in (flood, tenant):
-        kube_cluster.core.create_namespace({"metadata": {"name": ns}})
+        create_namespace(kube_cluster, ns)
     fake = FakePrometheus().start()
     fake.delay = DELAY
     populate(kube_cluster, fake, flood, [f"pm{i}" for i in range(N_FLOOD)], 4)

@@ -163,7 +163,8 @@ def test_inplace_resizes_within_two_windows(kube_cluster, k8s_namespace, fake_ku
         return all(requests_of(kube_cluster, ns, p) != before for p in ("a", "b", "c"))
 
     try:
-        wait_for(resized, timeout=2 * WINDOW + 12, what="all three pods resized")
+        operator.wait_for(resized, timeout=2 * WINDOW + 12, what="all three pods resized",
+                          namespace=ns)
     except AssertionError:
         print(operator.tail())
         raise
@@ -180,19 +181,19 @@ def test_inplace_resizes_within_two_windows(kube_cluster, k8s_namespace, fake_ku
              >= {"a", "b", "c"}, timeout=10, what="a Resized Event for each pod")
     # the status of the window that resized them is written after its pod writes: until then
     # it is the first window's (all three warming up: tracked, no phase yet)
-    pm = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("podsTracked") == 3
-                           and sum((o["status"].get("podsPerPhase") or {}).values()) == 3
-                           else None)(read_pm(kube_cluster, ns, "pm")), WINDOW + 5,
-                  what="status podsTracked 3, each with a phase")
+    pm = operator.wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("podsTracked") == 3
+                                    and sum((o["status"].get("podsPerPhase") or {}).values()) == 3
+                                    else None)(read_pm(kube_cluster, ns, "pm")), WINDOW + 5,
+                           what="status podsTracked 3, each with a phase", namespace=ns)
     assert condition(pm, "Ready")["status"] == "True"
     m = operator.metrics()
     assert "ai4dl_resizes_total" in m and f'namespace="{ns}"' in m
     # savings so far: the pods' original requests against what they held, once resized
-    pm = wait_for(lambda: (lambda o: o if ((o.get("status") or {}).get("savings") or {})
-                           .get("resources", {}).get("cpu", {}).get("allocated", 1e18)
-                           < o["status"]["savings"]["resources"]["cpu"]["original"]
-                           else None)(read_pm(kube_cluster, ns, "pm")), 2 * WINDOW + 5,
-                  what="status.savings below the original requests")
+    pm = operator.wait_for(lambda: (lambda o: o if ((o.get("status") or {}).get("savings") or {})
+                                    .get("resources", {}).get("cpu", {}).get("allocated", 1e18)
+                                    < o["status"]["savings"]["resources"]["cpu"]["original"]
+                                    else None)(read_pm(kube_cluster, ns, "pm")), 2 * WINDOW + 5,
+                           what="status.savings below the original requests", namespace=ns)
     sv = pm["status"]["savings"]
     assert sv["windows"] >= 1 and sv["summary"].startswith("cpu ")
     assert pm["status"]["policy"]
@@ -209,9 +210,9 @@ def test_recommend_mode_never_resizes(kube_cluster, k8s_namespace, fake_kubelet,
     start_pods(fake_kubelet, exporter, jobs, ns, ["r1", "r2"])
     make_phasemodel(kube_cluster, ns, "pm", model_doc, mode="Recommend")
     before = requests_of(kube_cluster, ns, "r1")
-    wait_for(lambda: A_RECOMMENDATION in (kube_cluster.core.read_namespaced_pod("r1", ns)
-                                          .metadata.annotations or {}),
-             2 * WINDOW + 12, what="a recommendation annotation")
+    operator.wait_for(lambda: A_RECOMMENDATION in (kube_cluster.core.read_namespaced_pod("r1", ns)
+                                                   .metadata.annotations or {}),
+                      2 * WINDOW + 12, what="a recommendation annotation", namespace=ns)
     time.sleep(WINDOW)
     assert requests_of(kube_cluster, ns, "r1") == before
     assert requests_of(kube_cluster, ns, "r2") == before
@@ -224,9 +225,10 @@ def test_prometheus_outage_skips_and_recovers(kube_cluster, k8s_namespace, fake_
     ns = k8s_namespace
     start_pods(fake_kubelet, exporter, jobs, ns, ["o1"])
     make_phasemodel(kube_cluster, ns, "pm", model_doc, mode="Recommend")
-    state_before = wait_for(
+    state_before = operator.wait_for(
         lambda: (kube_cluster.core.read_namespaced_pod("o1", ns).metadata.annotations or {})
-        .get(A_STATE), 3 * WINDOW + 12, what="a first window handled before the outage")
+        .get(A_STATE), 3 * WINDOW + 12, what="a first window handled before the outage",
+        namespace=ns)
     prom.stop()
     try:
         pm = wait_condition(kube_cluster, ns, "Degraded", "True", 2 * WINDOW + 10)
@@ -248,21 +250,33 @@ def test_restart_mid_run_loses_and_duplicates_no_resize(kube_cluster, k8s_namesp
     ns = k8s_namespace
     start_pods(fake_kubelet, exporter, jobs, ns, ["s1", "s2"])
     make_phasemodel(kube_cluster, ns, "pm", model_doc)
-    wait_for(lambda: len(events(kube_cluster, ns, "Resized")) >= 2, 2 * WINDOW + 12,
-             what="first resizes")
+    operator.wait_for(lambda: len(events(kube_cluster, ns, "Resized")) >= 2, 2 * WINDOW + 12,
+                      what="first resizes", namespace=ns)
     operator.stop(signal.SIGKILL)       # mid-window, no goodbye
     time.sleep(WINDOW / 2)
     operator.start()
-    time.sleep(2 * WINDOW + 5)
+    # its first window catches up on the last one that ended, however long its start-up took
+    # (long under load); then two more
+    first = operator.wait_windows(1, ns, logged_after=operator.started_at)[0]
+    operator.wait_windows(2, ns, after=first.start + WINDOW, logged_after=operator.started_at)
     # Each pod: at most one resize per window, and every handled window recorded once.
     for pod in ("s1", "s2"):
         evs = [e for e in events(kube_cluster, ns, "Resized") if e.involved_object.name == pod]
         state = peek(kube_cluster.core.read_namespaced_pod(pod, ns)
                      .metadata.annotations[A_STATE])
         assert state["window"] % WINDOW == 0
-        times = sorted(e.first_timestamp.timestamp() for e in evs)
-        windows = [int(t // WINDOW) for t in times]
-        assert len(windows) == len(set(windows)), f"{pod}: two resizes in one window {times}"
+        times = sorted(e.first_timestamp.timestamp() for e in evs)   # whole seconds
+
+        def window(t):
+            # the restarted operator's catch-up run handles a window that ended a while ago:
+            # its Events (posted before its log line) belong to that window, not their time's
+            if operator.started_at - 1 <= t <= first.logged:
+                return int(first.start // WINDOW)
+            return int(t // WINDOW)
+        windows = [window(t) for t in times]
+        assert len(windows) == len(set(windows)), \
+            f"{pod}: two resizes in one window {times} (restarted operator's first window " \
+            f"{first})"
 
 
 def test_deleted_pod_mid_window_is_no_error(kube_cluster, k8s_namespace, fake_kubelet, stack,
@@ -271,7 +285,8 @@ def test_deleted_pod_mid_window_is_no_error(kube_cluster, k8s_namespace, fake_ku
     ns = k8s_namespace
     start_pods(fake_kubelet, exporter, jobs, ns, ["d1", "d2"])
     make_phasemodel(kube_cluster, ns, "pm", model_doc)
-    wait_for(lambda: events(kube_cluster, ns, "Resized"), 2 * WINDOW + 12, what="a resize")
+    operator.wait_for(lambda: events(kube_cluster, ns, "Resized"), 2 * WINDOW + 12,
+                      what="a resize", namespace=ns)
     fake_kubelet.delete_pod("d1", namespace=ns)
     exporter.remove_pod((ns, "d1", "main"))
     time.sleep(2 * WINDOW)
@@ -324,17 +339,54 @@ def test_phasemodel_selector_shards_phasemodels(kube_cluster, k8s_namespace, fak
     op = Operator(operator_kubeconfig, prom.url, tmp_path / "shard-a.log",
                   extra_args=("--phasemodel-selector", "shard=a")).start()
     try:
-        wait_for(lambda: (read_pm(kube_cluster, ns, "pm-a").get("status") or {})
-                 .get("podsTracked") == 1, 2 * WINDOW + 12, what="shard a served")
+        op.wait_for(lambda: (read_pm(kube_cluster, ns, "pm-a").get("status") or {})
+                    .get("podsTracked") == 1, 2 * WINDOW + 12, what="shard a served",
+                    namespace=ns, name="pm-a")
         # its pod gets a phase once it has a full window of metrics (the first may not be)
-        wait_for(lambda: A_PHASE in (kube_cluster.core.read_namespaced_pod("s1", ns).metadata
-                                     .annotations or {}), 2 * WINDOW + 12, what="s1's phase")
+        op.wait_for(lambda: A_PHASE in (kube_cluster.core.read_namespaced_pod("s1", ns).metadata
+                                        .annotations or {}), 2 * WINDOW + 12, what="s1's phase",
+                    namespace=ns, name="pm-a")
         time.sleep(WINDOW)
         assert not (read_pm(kube_cluster, ns, "pm-b").get("status") or {}).get("conditions")
         ann = kube_cluster.core.read_namespaced_pod("s2", ns).metadata.annotations or {}
         assert A_PHASE not in ann
     finally:
         op.stop()
+
+
+def test_a_namespace_removed_without_its_operator_leaves_no_phasemodel(
+        kube_cluster, stack, model_doc, operator_kubeconfig, crd, tmp_path):
+    """Without kube-controller-manager nothing deletes a deleted namespace's objects, and a
+    PhaseModel keeps kopf's finalizer once an operator has seen it: the tests' namespace
+    clean-up (e2e_fixtures_k8s.delete_namespace) deletes the PhaseModels and, when no operator
+    runs to release them, removes the finalizer, so that a later test's operator (cluster-wide)
+    does not serve them."""
+    import uuid
+
+    from e2e_fixtures_k8s import delete_namespace
+
+    _, prom = stack
+    ns = f"e2e-left-{uuid.uuid4().hex[:6]}"
+    kube_cluster.core.create_namespace({"metadata": {"name": ns}})
+    try:
+        make_phasemodel(kube_cluster, ns, "pm", model_doc, mode="Recommend")
+        op = Operator(operator_kubeconfig, prom.url, tmp_path / "operator.log").start()
+        try:
+            op.wait_for(lambda: (read_pm(kube_cluster, ns, "pm")["metadata"]
+                                 .get("finalizers")), WINDOW + 12,
+                        what="the operator's finalizer on the PhaseModel", namespace=ns)
+        finally:
+            op.stop()
+        t0 = time.time()
+    finally:
+        delete_namespace(kube_cluster, ns)
+    took = time.time() - t0
+    from kubernetes import client
+
+    left = client.CustomObjectsApi(kube_cluster.api_client).list_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL)["items"]
+    assert not left, [o["metadata"] for o in left]
+    assert took < 5, f"{took:.1f} s: waited for an operator that does not run"
 
 
 def test_operator_rbac_is_least_privilege(kube_cluster, operator_kubeconfig):
@@ -385,20 +437,23 @@ def test_the_head_room_table_and_auto_are_served(kube_cluster, k8s_namespace, fa
     make_phasemodel(kube_cluster, ns, "pm", chosen_doc, kind="phase-headroom")
     before = requests_of(kube_cluster, ns, "h1")
     try:
-        wait_for(lambda: all(requests_of(kube_cluster, ns, p) != before for p in ("h1", "h2")),
-                 3 * WINDOW + 12, what="both pods resized by the head-room table")
-        pm = wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("servedPolicy")
-                               else None)(read_pm(kube_cluster, ns, "pm")), WINDOW + 5,
-                      what="status.servedPolicy")
+        operator.wait_for(lambda: all(requests_of(kube_cluster, ns, p) != before
+                                      for p in ("h1", "h2")),
+                          3 * WINDOW + 12, what="both pods resized by the head-room table",
+                          namespace=ns)
+        pm = operator.wait_for(lambda: (lambda o: o if (o.get("status") or {}).get("servedPolicy")
+                                        else None)(read_pm(kube_cluster, ns, "pm")), WINDOW + 5,
+                               what="status.servedPolicy", namespace=ns)
         assert pm["status"]["servedPolicy"] == "phase-headroom (spec.policy.kind)"
         from kubernetes import client
 
         client.CustomObjectsApi(kube_cluster.api_client).patch_namespaced_custom_object(
             GROUP, VERSION, ns, PLURAL, "pm", {"spec": {"policy": {"kind": "auto"}}})
         winners = chosen_doc["policyChoice"]["winners"]
-        pm = wait_for(lambda: (lambda o: o if ((o.get("status") or {}).get("servedPolicy") or "")
-                               .startswith("auto: ") else None)(read_pm(kube_cluster, ns, "pm")),
-                      2 * WINDOW + 10, what="auto served")
+        pm = operator.wait_for(
+            lambda: (lambda o: o if ((o.get("status") or {}).get("servedPolicy") or "")
+                     .startswith("auto: ") else None)(read_pm(kube_cluster, ns, "pm")),
+            2 * WINDOW + 10, what="auto served", namespace=ns)
         assert all(w in pm["status"]["servedPolicy"] for w in winners), pm["status"]
         assert condition(pm, "Ready")["status"] == "True"
     except AssertionError:
@@ -444,8 +499,8 @@ def test_grafana_dashboard_queries_all_return_data(kube_cluster, k8s_namespace, 
     prom.set_targets([exporter.url, f"127.0.0.1:{operator.metrics_port}"])
     try:
         before = requests_of(kube_cluster, ns, "d1")
-        wait_for(lambda: requests_of(kube_cluster, ns, "d1") != before, 2 * WINDOW + 12,
-                 what="d1 resized")
+        operator.wait_for(lambda: requests_of(kube_cluster, ns, "d1") != before,
+                          2 * WINDOW + 12, what="d1 resized", namespace=ns)
         # scraped a few times since the resize (increase() needs two samples in its range)
         for metric in ("ai4dl_resizes_total", "ai4dl_recommendation",
                        "ai4dl_skipped_windows_total", "ai4dl_request_seconds_total"):

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from ai4dl.controller.pods import OWNED_ANNOTATIONS
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, PhaseModelSpec
 from e2e.prometheus.fake import FakePrometheus
-from e2e_fixtures_k8s import FakeKubelet
+from e2e_fixtures_k8s import FakeKubelet, create_namespace
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
                                    wait_for, write_report)
 from test_faults_bad_input import age, metric_values, window_lines
@@ -52,7 +52,7 @@ def table(request):
 
 def new_namespace(kube_cluster, what: str) -> tuple[str, FakeKubelet]:
     ns = f"pq-{what}-{uuid.uuid4().hex[:6]}"
-    kube_cluster.core.create_namespace({"metadata": {"name": ns}})
+    create_namespace(kube_cluster, ns)
     kubelet = FakeKubelet(kube_cluster.api_client, namespace=ns)
     kubelet.ensure_node()
     return ns, kubelet

@@ -243,9 +243,11 @@ def _run_window(runner: WindowRunner, snapshot: dict, due: float, grid: int, set
         log.warning("PhaseModel %s/%s: window late: %s", ns, name, late[3])
     try:
         report = runner.run(snapshot, now=boundary + settle)
+        # the lateness and the duration: what a slow window is measured by (tests read them
+        # to size their deadlines and to say why a wait ran out)
         log.info("PhaseModel %s/%s window %s: %d pods, %d resized, skipped %s; started %.2f s "
-                 "after due", ns, name, report.window_start, report.pods, report.resized,
-                 report.skipped, lateness)
+                 "after due, took %.2f s", ns, name, report.window_start, report.pods,
+                 report.resized, report.skipped, lateness, report.seconds)
     except Exception:   # one bad window must not end the loop of this PhaseModel
         log.exception("PhaseModel %s/%s: window failed", ns, name)
     m.WINDOW_LATENESS.labels(ns, name, "finished").set(time.time() - due)
