@@ -23,6 +23,7 @@ import yaml
 from ai4dl.controller.admission import A_ADMISSION, A_ADMITTED
 from ai4dl.controller.podstate import peek
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from e2e_fixtures_k8s import delete_custom_objects
 from e2e_fixtures_operator import (REPO, Operator, crd, free_port,  # noqa: F401 (fixtures)
                                    operator_kubeconfig, wait_for, write_report)
 
@@ -243,8 +244,13 @@ def test_the_operators_own_namespace_is_never_sent(kube_cluster, webhook, doc):
     except ApiException as err:
         if err.status != 409:
             raise
-    obj, _ = apply_pod(kube_cluster, pod_manifest(OPERATOR_NS, "own-0"), dry_run=True)
-    assert requests_of(obj) == BURSTABLE["requests"] and A_ADMISSION not in annotations_of(obj)
+    try:
+        obj, _ = apply_pod(kube_cluster, pod_manifest(OPERATOR_NS, "own-0"), dry_run=True)
+        assert requests_of(obj) == BURSTABLE["requests"] and \
+            A_ADMISSION not in annotations_of(obj)
+    finally:
+        # the operator's namespace outlives the module: its PhaseModel must not
+        delete_custom_objects(kube_cluster, OPERATOR_NS, group=GROUP)
 
 
 # ----------------------------------------------------------------------------- never blocking
