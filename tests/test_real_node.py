@@ -29,17 +29,17 @@ import pytest
 
 from ai4dl import synthetic
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-from ai4dl.model import PhaseModel
 from e2e_fixtures_node import NodePods
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401 (fixtures)
                                    wait_for, write_report)
 from test_faults import apiserver_counts, pod_writes, window_lines
+# the integration tests' model and trace exporter + Prometheus (module fixtures)
+from test_operator_integration import model_doc, stack  # noqa: F401
 
 from e2e.node import node as _node
 
 REPO = Path(__file__).resolve().parent.parent
 WINDOW, STEP = 10, 1
-SPEED = 15.0
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_node]
 
@@ -225,25 +225,10 @@ time.sleep(3600)
 
 # ----------------------------------------------------------------------------- the operator
 @pytest.fixture(scope="module")
-def model_doc():
-    """A small model of synthetic DL jobs (cpu cores, memory bytes), as the integration tests'."""
-    cfg = synthetic.SyntheticConfig(n_features=2)
-    traces, _ = synthetic.generate(30, seed=21, config=cfg)
-    model = PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
-    return json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
-
-
-@pytest.fixture(scope="module")
 def jobs():
     cfg = synthetic.SyntheticConfig(n_features=2, epochs=(10, 12))
     traces, truth = synthetic.generate(4, seed=33, config=cfg)
     return list(traces), truth
-
-
-@pytest.fixture(scope="module")
-def stack(trace_exporter, prometheus_server):
-    exporter = trace_exporter({}, speed=SPEED, loop=True)
-    return exporter, prometheus_server([exporter], scrape_interval="1s")
 
 
 @pytest.fixture(scope="module")

@@ -46,8 +46,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 KEY_BYTES = 32
-#: problems that are the operator's own (no Warning Event), and those that are not
-OWN_PROBLEMS = ("other-key",)
+#: problems that are not the operator's own doing (a Warning Event; ``other-key`` is its own)
 FOREIGN_PROBLEMS = ("unsigned", "forged", "malformed")
 #: A sealed record larger than this is not read (an annotation can hold 256 KiB in all).
 MAX_RECORD_BYTES = 64 * 1024
