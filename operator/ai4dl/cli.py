@@ -9,6 +9,7 @@ default a rejection exits 0: the current model stays, which is a good outcome fo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import sys
@@ -21,6 +22,7 @@ import numpy as np
 from ai4dl.cli_common import (_model_from_args, add_trace_args, fit_with_progress,
                               load_from_args)
 from ai4dl.errors import Ai4dlError
+from ai4dl.io.writers import atomic_output, save_figure, write_text_atomic
 
 EXIT_INPUT = 2
 EXIT_UNAVAILABLE = 3
@@ -94,8 +96,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     traces = load_from_args(args)
     detections = model.detect(traces)
-    out = open(args.output, "w", newline="") if args.output else sys.stdout
-    try:
+    with contextlib.ExitStack() as stack:
+        out = (stack.enter_context(atomic_output(args.output, "w", newline=""))
+               if args.output else sys.stdout)
         if args.json:
             json.dump({"features": list(model.features_), "executions": [
                 {"name": e.name, "group": e.group, "start": float(e.times[0]),
@@ -108,9 +111,6 @@ def cmd_detect(args: argparse.Namespace) -> int:
             for e, d in zip(traces, detections):
                 for t, p, dist, nov in zip(e.times, d.phase, d.distance, d.novel):
                     w.writerow([e.name, f"{t:.0f}", int(p), f"{dist:.4f}", int(nov)])
-    finally:
-        if args.output:
-            out.close()
     labels = np.concatenate([d.phase for d in detections])
     novel = np.concatenate([d.novel for d in detections])
     shares = ", ".join(f"{j}: {100 * np.mean(labels == j):.1f}%" for j in range(model.n_phases_))
@@ -143,7 +143,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         from ai4dl.policy.headroom import from_table
 
         fig = headroom_figure([from_table(t) for t in tables])
-        fig.savefig(args.heatmap, dpi=110)
+        save_figure(fig, args.heatmap)
         plt.close(fig)
         _say(args, f"wrote {args.heatmap}")
     return 0
@@ -183,8 +183,7 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
     written = []
 
     def save(fig, name: str) -> None:
-        path = outdir / name
-        fig.savefig(path, dpi=110)
+        path = save_figure(fig, outdir / name)
         plt.close(fig)
         written.append(path)
 
@@ -264,7 +263,7 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
     pred = model.predict(test)
     ari = adjusted_rand_score(np.concatenate(truth), np.concatenate(pred))
     text = describe(model) + f"\n## Held-out check\n\n{check(ari)}\n"
-    (out / "describe.md").write_text(text)
+    write_text_atomic(out / "describe.md", text)
     print(text)
     written = write_plots(model, test, out, max_executions=2, title=title)
     _say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
@@ -448,14 +447,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     sys.stdout.write(text)
     written: list[Path] = []
     if args.markdown:
-        path = Path(args.markdown)
-        path.write_text(text)
-        written.append(path)
+        written.append(write_text_atomic(args.markdown, text))
     if args.json:
         doc = report.to_json(result, ctx, sweep, model_params)
-        path = Path(args.json)
-        path.write_text(json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n")
-        written.append(path)
+        written.append(write_text_atomic(
+            args.json, json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n"))
     if args.plots:
         from ai4dl.evaluation_plots import write_evaluation_plots
 

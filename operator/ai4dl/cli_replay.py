@@ -114,7 +114,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     from ai4dl.cli import _evaluation_flags, _say
     from ai4dl.crd import parse_duration
     from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, run_served
-    from ai4dl.io.writers import write_text_atomic
+    from ai4dl.io.writers import save_figure, write_text_atomic
     from ai4dl.policy.safety import SafetyConfig
     from ai4dl.sources import workloads as owners_src
     from ai4dl.sources.prometheus import FeatureQuery, PodRef, PrometheusSource, \
@@ -253,7 +253,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
         written += write_evaluation_plots(res, args.plots, args.plot_executions)
         fig = workloads_figure(rows, shown, data.resources, data.units, args.top)
         path = Path(args.plots) / "workloads.png"
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path)
         plt.close(fig)
         written.append(path)
     sys.stdout.write(terminal)

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from ai4dl.evaluate import EvaluationResult  # noqa: E402
+from ai4dl.io.writers import save_figure  # noqa: E402
 from ai4dl.evaluation_report import (pareto_front, policy_order, primary_target,  # noqa: E402
                                      target_label)
 from ai4dl.workload_report import level_unit  # noqa: E402
@@ -338,8 +339,7 @@ def write_evaluation_plots(result: EvaluationResult, outdir: str | Path, n_execu
     written: list[Path] = []
 
     def save(fig, name: str) -> None:
-        path = outdir / name
-        fig.savefig(path, dpi=DPI)
+        path = save_figure(fig, outdir / name, dpi=DPI)
         plt.close(fig)
         written.append(path)
 

@@ -1,11 +1,14 @@
-"""Trace files out: the generic long CSV that ``load_long_csv`` reads back."""
+"""Files out, each written whole or not at all: the generic long CSV that ``load_long_csv``
+reads back, text (reports, JSON, models) and figures."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import tempfile
 from pathlib import Path
+from typing import IO, Iterator
 
 from ai4dl.traces import TraceSet
 
@@ -14,8 +17,7 @@ def write_long_csv(traces: TraceSet, path: str | os.PathLike) -> Path:
     """``execution,group,timestamp,<feature>...`` rows; values with 7 significant digits
     (float32 precision)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
+    with atomic_output(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["execution", "group", "timestamp", *traces.features])
         for e in traces:
@@ -24,17 +26,48 @@ def write_long_csv(traces: TraceSet, path: str | os.PathLike) -> Path:
     return path
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all (a temp file beside it, then a rename), so
-    an interrupted write never leaves half a file."""
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, mode: str = "w", **open_kw) -> Iterator[IO]:
+    """Open a temp file beside ``path`` and rename it onto ``path`` only when the block ends
+    without an exception, so an interrupted run (Ctrl-C, a crash, a full disk) leaves the old
+    file or none, never half a file. The file gets the mode a plain ``open`` would give it
+    (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, mode, **open_kw) as fh:
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    # /proc first: os.umask() is the portable read, but it sets the process-wide mask for a
+    # moment, which races with other threads creating files.
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all (see :func:`atomic_output`)."""
+    with atomic_output(path, "w") as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
+    """``fig.savefig`` whole or not at all (an interrupted PNG is otherwise a truncated file
+    that image viewers refuse). The format comes from the file's suffix, as with savefig."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    with atomic_output(path, "wb") as fh:
+        fig.savefig(fh, dpi=dpi, format=fmt)
     return path
