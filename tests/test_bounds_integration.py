@@ -171,7 +171,8 @@ def test_a_document_beyond_the_byte_bound_is_stored_and_refused_by_the_operator(
     body["spec"]["policy"] = {"mode": "InPlace", "minChange": 0.05, "cooldownWindows": 0}
     r = kubectl(kube_cluster, "apply", "-f", "-", stdin=json.dumps(body))
     assert r.returncode == 0, r.stderr                     # stored: between bound and limits
-    make_phasemodel(kube_cluster, ns, "ok", doc(), minChange=0.05)
+    # at the PhaseModel's step: the operator refuses a model fitted at another
+    make_phasemodel(kube_cluster, ns, "ok", {**doc(), "stepSeconds": 1.0}, minChange=0.05)
     op = Operator(operator_kubeconfig, fake.url, tmp_path / "operator.log").start()
     try:
         wait_for(lambda: requests_of(kube_cluster, ns, "p-ok") != before["p-ok"],

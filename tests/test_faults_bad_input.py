@@ -270,6 +270,31 @@ def test_floor_above_ceiling_holds_the_resource(kube_cluster, stack, jobs, model
                  "FloorAboveCeiling"))
 
 
+def test_a_model_fitted_at_another_step_resizes_nothing(kube_cluster, stack, jobs, model_doc,
+                                                        module_operator):
+    """A model fitted at 15 s in a PhaseModel served at stepSeconds 1 (what `ai4dl train
+    --phasemodel` wrote before it compared them): its history and phases would be read at
+    another step. The operator says so (Degraded/InvalidModel) and writes nothing."""
+    exporter, _ = stack
+    ns, kubelet = new_namespace(kube_cluster, "step")
+    start_pods(kubelet, exporter, jobs, ns, ["s1"], requests=REQUESTS)
+    before = requests_of(kube_cluster, ns, "s1")
+    make_phasemodel(kube_cluster, ns, "pm", {**model_doc, "stepSeconds": 15.0},
+                    minChange=0.05)
+    pm = wait_condition(kube_cluster, ns, "Degraded", "True", 2 * WINDOW + 15)
+    degraded = condition(pm, "Degraded")
+    assert degraded["reason"] == "InvalidModel", degraded
+    assert "spec.model was fitted at a step of 15 s, spec.stepSeconds is 1" in \
+        degraded["message"], degraded
+    time.sleep(WINDOW)                          # one more window: still nothing written
+    assert requests_of(kube_cluster, ns, "s1") == before
+    assert not events(kube_cluster, ns, "Resized")
+    annotations = kube_cluster.core.read_namespaced_pod("s1", ns).metadata.annotations or {}
+    assert not set(annotations) & set(OWNED_ANNOTATIONS), annotations
+    ROWS.append(("model fitted at a 15 s step in a PhaseModel of stepSeconds 1", "0",
+                 f"Ready False, Degraded InvalidModel: {degraded['message'][:80]}"))
+
+
 # ----------------------------------------------------------------------------- 3. unserved pods
 def test_pods_no_phasemodel_serves_are_told_once(kube_cluster, stack, jobs, model_doc,
                                                  module_operator):

@@ -120,15 +120,16 @@ def test_auto_detect_gcd_and_alibaba(shared_data, gcd, alibaba):
 
 # ----------------------------------------------------------------------------- long CSV / Parquet
 
+MB = 1_000_000  # memory in bytes: a few MB, as a container's working set is
 LONG = """execution,timestamp,cpu,memory
-x,100,1,10
-y,0,0.5,5
-x,109,3,30
-x,111,5,50
-y,20,1.5,15
-x,130,8,80
-x,300,2,20
-x,310,4,40
+x,100,1,10000000
+y,0,0.5,5000000
+x,109,3,30000000
+x,111,5,50000000
+y,20,1.5,15000000
+x,130,8,80000000
+x,300,2,20000000
+x,310,4,40000000
 """
 
 
@@ -139,7 +140,7 @@ def test_long_csv_resamples_and_splits(tmp_path):
     x, x2, y = ts
     assert x.times.tolist() == [100, 110, 120, 130]
     assert x.column("cpu").tolist() == [1, 4, 6, 8]  # 109 and 111 averaged, 120 interpolated
-    assert x.column("memory").tolist() == [10, 40, 60, 80]
+    assert x.column("memory").tolist() == [10 * MB, 40 * MB, 60 * MB, 80 * MB]
     assert x2.times.tolist() == [300, 310] and x2.column("cpu").tolist() == [2, 4]
     assert y.times.tolist() == [0, 10, 20] and y.column("cpu").tolist() == [0.5, 1.0, 1.5]
     assert ts.units == ("cores", "bytes") and ts.warnings == [] and ts.step == 10
@@ -171,7 +172,13 @@ def test_long_csv_percent_of_core_and_auto(tmp_path):
     path = write(tmp_path / "p.csv", "execution,timestamp,cpu\nx,0,150\nx,15,50\n")
     ts = load_long_csv(path, units={"cpu": "percent-of-core"})
     assert ts[0].column("cpu").tolist() == [1.5, 0.5]
-    assert load_traces(path)[0].column("cpu").tolist() == [150, 50]  # auto -> long
+    # auto -> long; 150 "cores" per container is a whole large machine: refused unless the
+    # unit is stated (ai4dl.plausibility)
+    with pytest.raises(TraceError) as ei:
+        load_traces(path)
+    one_line_error(ei, "p.csv: column 'cpu'", "99th percentile of 149 cores",
+                   "--unit cpu=m if it is millicores, or --unit cpu=cores")
+    assert load_traces(path, units={"cpu": "cores"})[0].column("cpu").tolist() == [150, 50]
 
 
 def test_parquet_equals_csv(tmp_path):
@@ -292,7 +299,7 @@ def test_not_utf8_and_gzipped_csv(tmp_path):
 
 def test_on_bad_drop(tmp_path):
     rows = ["execution,timestamp,cpu,memory"]
-    rows += [f"x,{15 * i},{-1 if 3 <= i < 5 else 1},{'nan' if 10 <= i < 22 else 7}"
+    rows += [f"x,{15 * i},{-1 if 3 <= i < 5 else 1},{'nan' if 10 <= i < 22 else 7 * MB}"
              for i in range(30)]
     path = write(tmp_path / "d.csv", "\n".join(rows) + "\n")
     with pytest.raises(TraceError) as ei:

@@ -42,7 +42,12 @@ def model_doc():
     cfg = synthetic.SyntheticConfig(n_features=2)
     traces, _ = synthetic.generate(30, seed=21, config=cfg)
     model = PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
-    return json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+    doc = json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+    # The exporter plays these 15 s traces 15 times faster (SPEED): one trace step is one
+    # second of the cluster's time, the PhaseModels' stepSeconds, which the operator requires
+    # the model's step to equal.
+    doc["stepSeconds"] = float(STEP)
+    return doc
 
 
 @pytest.fixture(scope="module")

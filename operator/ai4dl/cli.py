@@ -21,7 +21,7 @@ import numpy as np
 
 from ai4dl.cli_common import (_model_from_args, add_trace_args, fit_with_progress,
                               load_from_args)
-from ai4dl.errors import Ai4dlError
+from ai4dl.errors import Ai4dlError, one_line
 from ai4dl.io.writers import atomic_output, save_figure, write_text_atomic
 
 EXIT_INPUT = 2
@@ -49,10 +49,12 @@ def cmd_train(args: argparse.Namespace) -> int:
                 raise Ai4dlError(f"{flag} must be in (0, 1), got {value:g}")
     model = _model_from_args(args)  # flags first: a typo should not wait for the data to load
     traces = load_from_args(args)
+    # what the policy choice needs of the data, checked before the fit (not after minutes)
+    spec = None if args.no_policy else _policy_spec(args, traces)
     _say(args, f"training on {traces.summary()}")
     model = fit_with_progress(model, traces, args.quiet)
-    if not args.no_policy:
-        _choose_policy(args, model, traces)
+    if spec is not None:
+        _choose_policy(args, model, traces, spec)
     path = save_model(model, args.output)
     r = model.fit_report_
     _say(args, f"wrote {path} ({path.stat().st_size / 1024:.1f} KiB): {model.n_phases_} phases, "
@@ -62,21 +64,53 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _choose_policy(args: argparse.Namespace, model, traces) -> None:
+def _policy_spec(args: argparse.Namespace, traces):
+    """The PhaseModelSpec ``auto``'s choice is made for (windows of ``--window-seconds`` at the
+    data's step), or None when the data has nothing a request can take (percent, fractions:
+    said, the model is stored without a choice). A window the data cannot fill, or one that
+    does not fit the step, is an Ai4dlError naming the flag and a value that fits: head-room
+    tables fitted on no window would be stored as if they had learnt something."""
+    from types import SimpleNamespace
+
+    from pydantic import ValidationError
+
+    from ai4dl.crd import MIN_WINDOW_STEPS, PhaseModelSpec
+    from ai4dl.policy.serving import managed_resources
+    from ai4dl.trainer import window_problem
+
+    try:
+        managed_resources(SimpleNamespace(features_=traces.features, units_=traces.units))
+    except ValueError as err:
+        _say(args, f"no policy choice stored: {err} (nothing to size)")
+        return None
+    step = max(1, int(round(traces.step)))
+    window = args.window_seconds
+    if window < MIN_WINDOW_STEPS * step or window % step:
+        fits = max(MIN_WINDOW_STEPS * step, -(-window // step) * step)
+        raise Ai4dlError(f"--window-seconds {window} must be a whole number of steps, at least "
+                         f"{MIN_WINDOW_STEPS}, of the data's {step} s step: pass "
+                         f"--window-seconds {fits} (or --no-policy)")
+    problem = window_problem(list(traces), window // step, step)
+    if problem:
+        raise Ai4dlError(f"{args.traces}: {problem}; or --no-policy")
+    try:
+        return PhaseModelSpec.model_validate({
+            "stepSeconds": step, "windowSeconds": window,
+            "features": [{"name": f, "query": f"{f}{{{{{{selector}}}}}}"}
+                         for f in traces.features],
+            "policy": {"objectives": {"cpu": {"fulfilment": args.target_fulfilment},
+                                      "memory": {"maxRiskWindows": args.memory_risk}}}})
+    except ValidationError as err:
+        raise Ai4dlError(f"the policy choice's PhaseModel: {one_line(err)}") from None
+
+
+def _choose_policy(args: argparse.Namespace, model, traces, spec) -> None:
     """``auto``'s choice and the head-room tables into the model file, as the batch trainer
     stores them, for a PhaseModel with windows of ``--window-seconds`` (else ``kind: auto``
     would serve the reactive baseline with this model)."""
-    from ai4dl.crd import PhaseModelSpec
     from ai4dl.trainer import choose_served_policy
 
-    step = max(1, int(round(model.step_seconds_)))
     try:
-        spec = PhaseModelSpec.model_validate({
-            "stepSeconds": step, "windowSeconds": args.window_seconds,
-            "features": [{"name": f, "query": f"{f}{{{{{{selector}}}}}}"}
-                         for f in model.features_],
-            "policy": {"objectives": {"cpu": {"fulfilment": args.target_fulfilment},
-                                      "memory": {"maxRiskWindows": args.memory_risk}}}})
         choice = choose_served_policy(model, list(traces), spec)
     except ValueError as err:
         _say(args, f"no policy choice stored: {str(err).splitlines()[0]}")
@@ -94,7 +128,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     from ai4dl.io.modelfile import load_model
 
     model = load_model(args.model)
-    traces = load_from_args(args)
+    traces = load_from_args(args, model)
     detections = model.detect(traces)
     with contextlib.ExitStack() as stack:
         out = (stack.enter_context(atomic_output(args.output, "w", newline=""))
@@ -153,7 +187,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ai4dl.io.modelfile import load_model
 
     model = load_model(args.model)
-    traces = load_from_args(args)
+    traces = load_from_args(args, model)
     written = write_plots(model, traces, Path(args.output), args.execution, args.max_executions)
     _say(args, "wrote " + ", ".join(str(p) for p in written))
     return 0
@@ -415,7 +449,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if not phase_policies:
             print("ai4dl: warning: --model given but no phase policy is evaluated: the model "
                   "is not used", file=sys.stderr)
-    traces = load_from_args(args)
+    traces = load_from_args(args, model if phase_policies else None)
     resources = _evaluation_resources(args, traces)
     other = [r for r in resources if r not in ("cpu", "memory")]
     if "vpa" in kw["policies"] and other:
@@ -652,9 +686,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pydantic import ValidationError
+
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        try:
+            return args.func(args)
+        except ValidationError as err:
+            # every document and spec the commands read comes from the user: a pydantic
+            # error that a command did not word itself is still one line, exit 2
+            raise Ai4dlError(f"invalid {err.title}: {one_line(err)}") from None
     except Ai4dlError as err:
         from ai4dl.cli_trainer import exit_code, report_error
 

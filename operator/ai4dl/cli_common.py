@@ -59,20 +59,30 @@ def add_trace_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
                         "before reading it into memory (about 0.5 GB per million rows); "
                         f"default {DEFAULT_MAX_ROWS}, 0: no bound")
     g.add_argument("--unit", action="append", metavar="FEATURE=UNIT",
-                   help="long CSV/Parquet: the unit FEATURE is given in (millicores, MiB, ms, "
-                        "...); repeatable")
+                   help="long CSV/Parquet: the unit FEATURE is given in (cpu: cores, m or "
+                        "millicores; memory: bytes, Ki, Mi, Gi, KiB, MiB, MB...; timestamp: s, "
+                        "ms, us, ns); repeatable")
 
 
-def load_from_args(args: argparse.Namespace):
-    from ai4dl.io.loaders import load_traces
-
-    from ai4dl.io.loaders import DEFAULT_MAX_ROWS
+def load_from_args(args: argparse.Namespace, model=None):
+    """The traces the flags name. With ``model`` (detect, plot, evaluate --model): read at the
+    model's step unless --step says otherwise (saying so), then refused unless they have the
+    model's features, units and step (ModelError, one line): a model applied to data in
+    other units or at another step gives numbers that mean nothing, with exit 0."""
+    from ai4dl.io.loaders import DEFAULT_MAX_ROWS, load_traces, takes_option
 
     max_rows = getattr(args, "max_rows", None)
     kwargs: dict = {"on_bad": args.on_bad,
                     "max_rows": DEFAULT_MAX_ROWS if max_rows is None else (max_rows or None)}
     if args.step is not None:
         kwargs["step"] = args.step
+    elif model is not None and takes_option(args.traces, "step", args.format):
+        # The model's history and phases are counted in its own steps: resample the data
+        # at that step rather than at the default 15 s, and say so.
+        kwargs["step"] = float(model.step_seconds_)
+        if not getattr(args, "quiet", False):
+            print(f"ai4dl: resampling at the model's step, {model.step_seconds_:g} s (--step "
+                  f"sets another; the model then refuses the data)", file=sys.stderr)
     if args.max_gap_steps is not None:
         kwargs["max_gap_steps"] = args.max_gap_steps
     columns, units = _pairs(args.column, "--column"), _pairs(args.unit, "--unit")
@@ -88,6 +98,10 @@ def load_from_args(args: argparse.Namespace):
         print(f"ai4dl: warning: {w}", file=sys.stderr)
     if args.features:
         traces = traces.select([f.strip() for f in args.features.split(",") if f.strip()])
+    if model is not None:
+        from ai4dl.plausibility import check_model_fits
+
+        check_model_fits(model, traces, what=str(args.traces))
     return traces
 
 

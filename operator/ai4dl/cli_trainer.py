@@ -300,9 +300,31 @@ def _traces(args, spec, log: RunLog):
     from ai4dl.cli_common import load_from_args
     from ai4dl.sources.prometheus_history import keep_newest
 
+    from ai4dl.io.loaders import takes_option
+    from ai4dl.traces import CANONICAL_UNITS
+
+    if args.step is None and takes_option(args.traces, "step", args.format):
+        # the operator reads the PhaseModel's pods at spec.stepSeconds: the model must learn
+        # at that step (its history and phases are counted in steps)
+        args.step = float(spec.step_seconds)
+        log.info("step", f"resampling at the PhaseModel's spec.stepSeconds, "
+                 f"{spec.step_seconds} s (--step sets another; it must match)",
+                 stepSeconds=spec.step_seconds)
     traces = load_from_args(args)
     names = [f.name for f in spec.features]
     traces = traces.select(names)          # TraceError (exit 2) names a missing feature
+    where = f"PhaseModel {args.phasemodel}"
+    if abs((traces.step or 0.0) - spec.step_seconds) > 1e-6 * spec.step_seconds:
+        raise Ai4dlError(f"{args.traces}: the traces are at a step of {traces.step:g} s, "
+                         f"{where} serves at spec.stepSeconds {spec.step_seconds}: pass "
+                         f"--step {spec.step_seconds} where the format takes one (a model is "
+                         f"served at the step it was fitted at), or change spec.stepSeconds")
+    for f, unit in zip(spec.features, traces.units):
+        wanted = f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name)
+        if wanted and unit != wanted:
+            raise Ai4dlError(f"{args.traces}: '{f.name}' is in {unit}, {where}'s query gives "
+                             f"{wanted} (spec.features[{f.name}].unit): a model fitted on "
+                             f"these traces would be served numbers in another unit")
     log.info("history", f"read {traces.summary()}", executions=len(traces),
              samples=traces.n_samples)
     executions, cap = list(traces), None
@@ -322,6 +344,7 @@ def train_phasemodel(args: argparse.Namespace) -> int:
     from ai4dl.crd import PhaseModelSpec, parse_duration
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
     from ai4dl.model import PhaseModel, validation_message
+    from ai4dl.policy.serving import window_samples
     from ai4dl.traces import TraceSet
 
     _check_flags(args)
@@ -359,6 +382,10 @@ def train_phasemodel(args: argparse.Namespace) -> int:
         raise Ai4dlError(str(err)) from None
     log.info("fit-start", f"fitting on {len(train)} executions, {len(held)} held out for "
              f"scoring", executions=len(train), heldOut=len(held))
+    problem = T.window_problem(train, window_samples(spec), spec.step_seconds,
+                               f"PhaseModel {ns}/{name}'s spec.windowSeconds")
+    if problem:                             # before the fit, not after it
+        raise Ai4dlError(problem)
     fit_with_progress(candidate, TraceSet(train), quiet=log.json or args.quiet)
     rep = candidate.fit_report_
     try:

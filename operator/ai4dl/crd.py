@@ -371,6 +371,18 @@ class PhaseModelSpec(_Base):
         wanted = [f.name for f in self.features]
         if names != wanted:
             raise ValueError(f"spec.model has features {names}, spec.features are {wanted}")
+        # The model's history, phases and tables are counted in its own steps, and its levels
+        # in its own units: served at another step or on another unit it sizes requests from
+        # numbers that mean something else (refit with `ai4dl train --phasemodel`).
+        if abs(doc.step_seconds - self.step_seconds) > 1e-6 * self.step_seconds:
+            raise ValueError(f"spec.model was fitted at a step of {doc.step_seconds:g} s, "
+                             f"spec.stepSeconds is {self.step_seconds}: refit the model at "
+                             f"{self.step_seconds} s (or set spec.stepSeconds to "
+                             f"{doc.step_seconds:g})")
+        for f, mf in zip(self.features, doc.features):
+            if f.unit != "unknown" and mf.unit != f.unit:
+                raise ValueError(f"spec.model's '{f.name}' is in {mf.unit}, "
+                                 f"spec.features[{f.name}].unit is {f.unit}")
         return doc
 
 

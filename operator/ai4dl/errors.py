@@ -23,3 +23,16 @@ class TraceError(Ai4dlError):
 
 class ModelError(Ai4dlError):
     """A model document is malformed or does not fit the data it is applied to."""
+
+
+def one_line(err) -> str:
+    """A pydantic ValidationError (from user input: a flag, a file, a resource's spec) as one
+    line: the first invalid field and why, and how many more there are. Its own text spans
+    several lines and names pydantic's internals (``1 validation error for PhaseModelSpec``),
+    which tells a user nothing."""
+    errors = err.errors()
+    e = errors[0]
+    msg = str(e.get("msg", "")).removeprefix("Value error, ")
+    loc = ".".join(str(p) for p in e.get("loc", ()))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{loc + ': ' if loc else ''}{msg}{more}"

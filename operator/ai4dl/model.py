@@ -20,6 +20,7 @@ from ai4dl.crbm import CRBMParams, encode_many, encode_stacked, reconstruction_e
 from ai4dl.document import (SCHEMA_VERSION, CRBMWeights, Feature, FitReport, KSelectionReport,
                             PhaseModelDocument, PhaseStats, Prototype, Scaler, to_list)
 from ai4dl.errors import Ai4dlError, ModelError
+from ai4dl.plausibility import check_before_fit
 from ai4dl.traces import Execution, TraceSet
 
 Inputs = TraceSet | Sequence[Execution] | Execution | np.ndarray | Sequence[np.ndarray]
@@ -75,6 +76,9 @@ class PhaseModel:
         self.step_seconds_ = float(traces.step or 0.0)
         if self.step_seconds_ <= 0:
             raise Ai4dlError("traces must be resampled to a fixed step before fitting")
+        # implausible data (one-sample executions, memory below a page, cpu beyond any
+        # machine) is refused before the minutes of a fit, not stored as a model
+        check_before_fit(traces)
         raw = [e.values for e in traces]
         allx = np.concatenate(raw).astype(np.float64)
         if not np.all(np.isfinite(allx)):

@@ -38,7 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ai4dl.crd import GROUP, KIND, TRAINER_FIELD_MANAGER, VERSION, PhaseModelSpec, parse_duration
+from ai4dl.crd import (GROUP, KIND, MIN_WINDOW_STEPS, TRAINER_FIELD_MANAGER, VERSION,
+                       PhaseModelSpec, parse_duration)
 from ai4dl.traces import Execution
 
 FIELD_MANAGER = TRAINER_FIELD_MANAGER
@@ -162,6 +163,28 @@ def table_fulfilment(objectives: dict) -> float:
     return float(next(iter(objectives.values())).quantile)
 
 
+def window_problem(executions: Sequence[Execution], window: int, step: float,
+                   flag: str = "--window-seconds") -> str | None:
+    """Why no head-room table can be fitted for windows of ``window`` samples on
+    ``executions`` (one line naming ``flag`` and a value that fits), or None.
+
+    A table learns from the windows after an execution's first (the cold start): an execution
+    no longer than one window gives none, and tables fitted on no window at all would be
+    stored as if they had learnt something."""
+    longest = max((len(e) for e in executions), default=0)
+    if longest > window:
+        return None
+    # the longest window that leaves the longest execution a window after its first, in whole
+    # steps: what fits at all (a quarter of it gives each run a few windows to learn from)
+    fits = (longest - 1) * step
+    hint = (f"{flag} {fits:g} or less fits (a quarter of it gives each run a few windows)"
+            if longest - 1 >= MIN_WINDOW_STEPS else "record longer runs, or a shorter step")
+    return (f"every training execution is at most one window long ({flag} "
+            f"{window * step:g} = {window} samples of {step:g} s; the longest execution is "
+            f"{longest} samples, {longest * step:g} s): no window to fit a head-room table "
+            f"on; {hint}")
+
+
 def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec):
     """``auto``'s choice for a freshly fitted ``model``, on its own training executions
     (:func:`ai4dl.policy.auto.choose_policy`: the most recent 30 % of them score the
@@ -176,6 +199,9 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
 
     resources = managed_resources(model)
     window = window_samples(spec)
+    problem = window_problem(train, window, spec.step_seconds, "windowSeconds")
+    if problem:
+        raise ValueError(problem)
     data = prepare([e.select(model.features_) for e in train], resources, model)
     objectives = choice_objectives(spec, resources)
     choice = choose_policy(data, window, model, objectives)

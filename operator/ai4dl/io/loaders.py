@@ -49,11 +49,12 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ai4dl.errors import TraceError
+from ai4dl.plausibility import check_levels, check_runs, check_timestamps
 from ai4dl.traces import (CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS, Execution,
                           TraceSet, regularise)
 
 __all__ = ["FORMATS", "DEFAULT_MAX_ROWS", "load_traces", "check_rows", "load_ai4dl_csv",
-           "load_long_csv", "load_parquet",
+           "load_long_csv", "load_parquet", "takes_option",
            "load_gcd_tar", "load_alibaba", "load_dl_corpus", "load_corpus_phases", "DL_CORPUS"]
 
 FORMATS = ("auto", "ai4dl", "long", "parquet", "gcd", "alibaba", "corpus")
@@ -64,14 +65,17 @@ BUNDLED = {"dl-corpus": DL_CORPUS}
 CORPUS_FORMAT = "ai4dl-dl-corpus"
 
 _BYTES = {"bytes": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40,
-          "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+          "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+          # the suffixes of Kubernetes quantities, as a platform engineer types them
+          "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
+          "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 # Factor from a source unit to the canonical unit of each known feature (and of timestamps).
 _SCALE: dict[str, dict[str, float]] = {
-    "cpu": {"cores": 1.0, "millicores": 1e-3, "percent-of-core": 1e-2},
+    "cpu": {"cores": 1.0, "millicores": 1e-3, "m": 1e-3, "percent-of-core": 1e-2},
     "memory": _BYTES,
     "gpu_memory": _BYTES,
     "gpu_util": {"percent": 1.0, "fraction": 100.0},
-    "timestamp": {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9},
+    "timestamp": {"s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9},
 }
 
 _ALIBABA_FILES = {  # feature -> (tarball stem, unit as published)
@@ -474,10 +478,16 @@ def _load_table(label: str, header: list[str], get: Callable[[str], object], row
                    on_bad, label, _locator(label, rows), warnings)
     values = values[keep] * np.array([s for s, _ in scales])
     codes, names, first = _codes(execution[keep])
+    # Units here are the user's word (a flag or nothing): implausible numbers are refused
+    # before they become executions, naming the --unit that fixes them (ai4dl.plausibility).
+    check_timestamps(label, times[keep], codes, step, units.get("timestamp"))
     executions = [(n, str(g), {}) for n, g in zip(names, group[keep][first])]
-    return _assemble(label, codes, times[keep], values, executions, features,
-                     [u for _, u in scales], step=step, max_gap_steps=max_gap_steps,
-                     warnings=warnings)
+    ts = _assemble(label, codes, times[keep], values, executions, features,
+                   [u for _, u in scales], step=step, max_gap_steps=max_gap_steps,
+                   warnings=warnings)
+    check_levels(ts, label=label, units_given=tuple(units))
+    check_runs(ts, label=label, max_gap_steps=max_gap_steps)
+    return ts
 
 
 # ----------------------------------------------------------------------------- Google GCD_VMs tar
@@ -888,6 +898,21 @@ def check_rows(path: Path, fmt: str, max_rows: int) -> None:
             raise TraceError(f"{rows:,} data rows: above --max-rows {max_rows}; raise it "
                              f"(about 0.5 GB of memory per million rows) or split the input",
                              path=str(path))
+
+
+def takes_option(path: str | os.PathLike, option: str, format: str = "auto") -> bool:
+    """Whether the loader for ``path`` (in ``format``) takes ``option`` (e.g. ``step``: the
+    Google trace has its own); False when the path or format is unusable (load_traces says
+    why)."""
+    p = Path(path)
+    if not p.exists() and str(path) in BUNDLED:
+        p = BUNDLED[str(path)]
+    try:
+        fmt = _detect(p) if format == "auto" else format
+    except TraceError:
+        return False
+    loader = _LOADERS.get(fmt)
+    return loader is not None and option in inspect.signature(loader).parameters
 
 
 def load_traces(path: str | os.PathLike, *, format: str = "auto",
