@@ -172,13 +172,16 @@ def test_an_input_beyond_max_rows_is_refused_in_one_line(tmp_path, capsys, model
                 info.size = len(data)
                 tf.addfile(info, io.BytesIO(data))
         words = "more than 1,000 data rows"
+        # a model of this trace (percent, 300 s): a model refuses data of other units or step
+        model_file.write_text(json.dumps({**doc(), "stepSeconds": 300.0, "features": [
+            {"name": "cpu", "unit": "percent"}, {"name": "memory", "unit": "percent"}]}))
     elif kind == "parquet":
         pa = pytest.importorskip("pyarrow")
         import pyarrow.parquet as pq
 
         big = tmp_path / "big.parquet"
         pq.write_table(pa.table({"execution": ["a"] * 5000, "timestamp": np.arange(5000.0) * 15,
-                                 "cpu": np.ones(5000), "memory": np.ones(5000)}), big)
+                                 "cpu": np.ones(5000), "memory": np.full(5000, 2e9)}), big)
         words = "5,000 data rows: above --max-rows 1000"
     assert main(["detect", str(model_file), str(big), "--max-rows", str(bound)]) == 2
     err = capsys.readouterr().err

@@ -69,18 +69,21 @@ def load_from_args(args: argparse.Namespace, model=None):
     model's step unless --step says otherwise (saying so), then refused unless they have the
     model's features, units and step (ModelError, one line): a model applied to data in
     other units or at another step gives numbers that mean nothing, with exit 0."""
-    from ai4dl.io.loaders import DEFAULT_MAX_ROWS, load_traces, takes_option
+    import inspect
+
+    from ai4dl.io.loaders import DEFAULT_MAX_ROWS, load_traces, option_default
 
     max_rows = getattr(args, "max_rows", None)
     kwargs: dict = {"on_bad": args.on_bad,
                     "max_rows": DEFAULT_MAX_ROWS if max_rows is None else (max_rows or None)}
     if args.step is not None:
         kwargs["step"] = args.step
-    elif model is not None and takes_option(args.traces, "step", args.format):
+    elif model is not None and (default := option_default(args.traces, "step", args.format)) \
+            is not inspect.Parameter.empty:
         # The model's history and phases are counted in its own steps: resample the data
-        # at that step rather than at the default 15 s, and say so.
+        # at that step rather than at the format's default, and say so when they differ.
         kwargs["step"] = float(model.step_seconds_)
-        if not getattr(args, "quiet", False):
+        if default != kwargs["step"] and not getattr(args, "quiet", False):
             print(f"ai4dl: resampling at the model's step, {model.step_seconds_:g} s (--step "
                   f"sets another; the model then refuses the data)", file=sys.stderr)
     if args.max_gap_steps is not None:

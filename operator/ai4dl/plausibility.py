@@ -75,7 +75,8 @@ def check_timestamps(label: str, times: np.ndarray, codes: np.ndarray, step: flo
     if spacing >= MAX_SPACING_STEPS * step:
         unit = "ms" if spacing / 1e3 < MAX_SPACING_STEPS * step else \
             "us" if spacing / 1e6 < MAX_SPACING_STEPS * step else "ns"
-        hint = (f"timestamps in milliseconds? pass --unit timestamp={unit}; else a --step near "
+        name = {"ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}[unit]
+        hint = (f"timestamps in {name}? pass --unit timestamp={unit}; else a --step near "
                 f"the sampling interval" if not unit_given else
                 "pass a --step near the sampling interval, or the right --unit timestamp=")
         raise TraceError(f"samples of an execution are a median {spacing:g} s apart{given}, "

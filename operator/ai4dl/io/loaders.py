@@ -54,7 +54,7 @@ from ai4dl.traces import (CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_S
                           TraceSet, regularise)
 
 __all__ = ["FORMATS", "DEFAULT_MAX_ROWS", "load_traces", "check_rows", "load_ai4dl_csv",
-           "load_long_csv", "load_parquet", "takes_option",
+           "load_long_csv", "load_parquet", "option_default", "takes_option",
            "load_gcd_tar", "load_alibaba", "load_dl_corpus", "load_corpus_phases", "DL_CORPUS"]
 
 FORMATS = ("auto", "ai4dl", "long", "parquet", "gcd", "alibaba", "corpus")
@@ -900,19 +900,25 @@ def check_rows(path: Path, fmt: str, max_rows: int) -> None:
                              path=str(path))
 
 
-def takes_option(path: str | os.PathLike, option: str, format: str = "auto") -> bool:
-    """Whether the loader for ``path`` (in ``format``) takes ``option`` (e.g. ``step``: the
-    Google trace has its own); False when the path or format is unusable (load_traces says
-    why)."""
+def option_default(path: str | os.PathLike, option: str, format: str = "auto"):
+    """The default of ``option`` (e.g. ``step``) of the loader for ``path`` (in ``format``),
+    or ``inspect.Parameter.empty`` when that loader takes no such option (the Google trace has
+    its own step) or the path or format is unusable (load_traces says why)."""
     p = Path(path)
     if not p.exists() and str(path) in BUNDLED:
         p = BUNDLED[str(path)]
     try:
         fmt = _detect(p) if format == "auto" else format
     except TraceError:
-        return False
+        return inspect.Parameter.empty
     loader = _LOADERS.get(fmt)
-    return loader is not None and option in inspect.signature(loader).parameters
+    param = inspect.signature(loader).parameters.get(option) if loader else None
+    return inspect.Parameter.empty if param is None else param.default
+
+
+def takes_option(path: str | os.PathLike, option: str, format: str = "auto") -> bool:
+    """Whether the loader for ``path`` (in ``format``) takes ``option``."""
+    return option_default(path, option, format) is not inspect.Parameter.empty
 
 
 def load_traces(path: str | os.PathLike, *, format: str = "auto",
