@@ -280,15 +280,16 @@ def test_train_phasemodel_reads_at_spec_step_and_refuses_another(tmp_path, capsy
     from ai4dl.cli_trainer import RunLog, _traces
     from ai4dl.crd import PhaseModelSpec
 
-    spec = PhaseModelSpec.model_validate({"stepSeconds": 15, "windowSeconds": 600})
+    spec = PhaseModelSpec.model_validate({"stepSeconds": 5, "windowSeconds": 600})
     path = write_long(tmp_path / "t.csv", jobs(2, step=1.0))
+    capsys.readouterr()
     executions, _ = _traces(trainer_args([path]), spec, RunLog("text"))
-    assert executions[0].step == 15.0
-    assert "resampling at the PhaseModel's spec.stepSeconds, 15 s" in capsys.readouterr().err
+    assert executions[0].step == 5.0            # not the long table's default 15 s
+    assert "resampling at the PhaseModel's spec.stepSeconds, 5 s" in capsys.readouterr().err
     with pytest.raises(Ai4dlError) as ei:
         _traces(trainer_args([path, "--step", "1"]), spec, RunLog("text"))
-    assert "the traces are at a step of 1 s, PhaseModel ml/pm serves at spec.stepSeconds 15: " \
-           "pass --step 15" in str(ei.value)
+    assert "the traces are at a step of 1 s, PhaseModel ml/pm serves at spec.stepSeconds 5: " \
+           "pass --step 5" in str(ei.value)
     gcd = PhaseModelSpec.model_validate({"stepSeconds": 300, "windowSeconds": 3000})
     with pytest.raises(Ai4dlError) as ei:
         _traces(trainer_args([gcd_tar(tmp_path / "g.tar.gz")]), gcd, RunLog("text"))

@@ -345,3 +345,58 @@ def test_traces_create_and_if_due(kube_cluster, k8s_namespace, history, crd, tmp
     # answered: not due again although the condition is still True
     assert cli_main(base + ["--if-due"]) == 0
     assert [json.loads(x)["event"] for x in capsys.readouterr().err.splitlines()] == ["not-due"]
+
+
+# ----------------------------------------------------------------------------- traces that do not fit
+MISFIT_ROWS: list[tuple[str, str, str]] = []
+
+
+@pytest.fixture(scope="module")
+def misfit_table(request):
+    from e2e_fixtures_operator import write_report
+
+    yield
+    write_report(request, "trainer bad input", "| bad input | wrong writes | signal |",
+                 MISFIT_ROWS, append=True)
+
+
+@pytest.mark.parametrize("what,step,samples,extra,words", [
+    ("traces at a 1 s step for a PhaseModel of stepSeconds 15", 1.0, None, ["--step", "1"],
+     "the traces are at a step of 1 s, PhaseModel {pm} serves at spec.stepSeconds 15: "
+     "pass --step 15"),
+    ("runs of 450 s for a PhaseModel of windowSeconds 600", STEP, 30, [],
+     "every training execution is at most one window long (PhaseModel {pm}'s "
+     "spec.windowSeconds 600 = 40 samples of 15 s"),
+], ids=["step", "window"])
+def test_traces_that_do_not_fit_the_phasemodel_write_nothing(
+        kube_cluster, k8s_namespace, crd, tmp_path, capsys, misfit_table,  # noqa: F811
+        what, step, samples, extra, words):
+    """`ai4dl train TRACES --phasemodel` with traces the PhaseModel cannot serve a model of
+    (issue 28 item 2: a 1 s model was written into a PhaseModel of stepSeconds 15; item 3:
+    head-room tables fitted on no window): one line, exit 2, before the fit, and the
+    PhaseModel untouched (its resourceVersion unchanged)."""
+    from ai4dl.io.writers import write_long_csv
+    from ai4dl.traces import TraceSet
+
+    ns = k8s_namespace
+    make_pm(kube_cluster, ns, "pm")
+    before = read_pm(kube_cluster, ns, "pm")
+    cfg = synthetic.SyntheticConfig(n_features=2, step=step, epochs=(2, 3))
+    runs = list(synthetic.generate(6, seed=4, config=cfg)[0])
+    if samples:
+        runs = [e.slice(0, samples) for e in runs]
+    path = write_long_csv(TraceSet(runs), tmp_path / "t.csv")
+    capsys.readouterr()
+    code = cli_main(["train", str(path), "--phasemodel", f"{ns}/pm", "--kubeconfig",
+                     str(kube_cluster.kubeconfig), "--epochs", "1", "--log-format", "json",
+                     *extra])
+    logs = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    line = logs[-1]
+    assert code == 2 and line["exitCode"] == 2, line
+    assert words.format(pm=f"{ns}/pm") in line["message"], line
+    assert "fit-start" not in [x["event"] for x in logs], logs    # refused before the fit
+    after = read_pm(kube_cluster, ns, "pm")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert "model" not in after["spec"] and "training" not in (after.get("status") or {})
+    MISFIT_ROWS.append((f"`ai4dl train --phasemodel`: {what}", "0 (resourceVersion unchanged)",
+                        f"exit 2, before the fit: {words.format(pm='NS/pm')}"))

@@ -300,16 +300,20 @@ def _traces(args, spec, log: RunLog):
     from ai4dl.cli_common import load_from_args
     from ai4dl.sources.prometheus_history import keep_newest
 
-    from ai4dl.io.loaders import takes_option
+    import inspect
+
+    from ai4dl.io.loaders import option_default
     from ai4dl.traces import CANONICAL_UNITS
 
-    if args.step is None and takes_option(args.traces, "step", args.format):
+    default = option_default(args.traces, "step", args.format)
+    if args.step is None and default is not inspect.Parameter.empty:
         # the operator reads the PhaseModel's pods at spec.stepSeconds: the model must learn
         # at that step (its history and phases are counted in steps)
         args.step = float(spec.step_seconds)
-        log.info("step", f"resampling at the PhaseModel's spec.stepSeconds, "
-                 f"{spec.step_seconds} s (--step sets another; it must match)",
-                 stepSeconds=spec.step_seconds)
+        if default != args.step:
+            log.info("step", f"resampling at the PhaseModel's spec.stepSeconds, "
+                     f"{spec.step_seconds} s (--step sets another; it must match)",
+                     stepSeconds=spec.step_seconds)
     traces = load_from_args(args)
     names = [f.name for f in spec.features]
     traces = traces.select(names)          # TraceError (exit 2) names a missing feature
