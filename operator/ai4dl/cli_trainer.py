@@ -384,12 +384,12 @@ def train_phasemodel(args: argparse.Namespace) -> int:
         train, held = T.split_recent(executions, args.holdout)
     except T.TooFewExecutions as err:
         raise Ai4dlError(str(err)) from None
-    log.info("fit-start", f"fitting on {len(train)} executions, {len(held)} held out for "
-             f"scoring", executions=len(train), heldOut=len(held))
     problem = T.window_problem(train, window_samples(spec), spec.step_seconds,
                                f"PhaseModel {ns}/{name}'s spec.windowSeconds")
     if problem:                             # before the fit, not after it
         raise Ai4dlError(problem)
+    log.info("fit-start", f"fitting on {len(train)} executions, {len(held)} held out for "
+             f"scoring", executions=len(train), heldOut=len(held))
     fit_with_progress(candidate, TraceSet(train), quiet=log.json or args.quiet)
     rep = candidate.fit_report_
     try:
