@@ -347,7 +347,7 @@ def test_traces_create_and_if_due(kube_cluster, k8s_namespace, history, crd, tmp
     assert [json.loads(x)["event"] for x in capsys.readouterr().err.splitlines()] == ["not-due"]
 
 
-# ----------------------------------------------------------------------------- traces that do not fit
+# ----------------------------------------------------------------------- traces that do not fit
 MISFIT_ROWS: list[tuple[str, str, str]] = []
 
 
