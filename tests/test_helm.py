@@ -418,6 +418,25 @@ def test_prometheus_scrape_config_keeps_what_the_operator_reads():
     assert jobs["ai4dl-operator"]["relabel_configs"][0]["regex"] == "ai4dl-operator;metrics"
 
 
+def test_prometheus_scrape_config_keeps_every_series_the_code_reads():
+    """Every metric name the library and operator query (the history pull's container start
+    times, kube-state-metrics' owners, labels and requests) survives the allowlists: a series a
+    keep rule drops is silently absent, and the pull degrades without saying why."""
+    import re
+
+    from ai4dl.sources import membership, prometheus_history, workloads
+
+    cfg = yaml.safe_load((REPO / "deploy" / "prometheus-scrape.yaml").read_text())
+    keeps = [r["regex"] for j in cfg["scrape_configs"]
+             for r in j.get("metric_relabel_configs", []) if r["action"] == "keep"]
+    read = {workloads.POD_OWNER, workloads.REPLICASET_OWNER, workloads.JOB_OWNER,
+            workloads.REQUESTS, membership.KSM_METRIC}
+    read |= set(re.findall(r"(container_[a-z_]+)\{", Path(prometheus_history.__file__).read_text()))
+    assert "container_start_time_seconds" in read
+    for name in sorted(read):
+        assert any(re.fullmatch(k, name) for k in keeps), f"{name} is dropped by every keep rule"
+
+
 # ----------------------------------------------------------------------------- API server
 @pytest.fixture(scope="module")
 def kubectl(kube_cluster):
@@ -604,6 +623,12 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
                  "--set", "operator.minWindowSeconds=0", "--timeout", "60s"], helm_env)
         assert "STATUS: deployed" in r.stdout
         assert "kubectl get pm -A" in r.stdout   # NOTES.txt
+        notes = r.stdout.split("NOTES:", 1)[1]
+        # every command line runs as written: port-forward blocks, so no "&& curl" after it
+        assert "&&" not in notes and f"curl -s localhost:{metrics_port}/metrics" in notes
+        assert f"reach the webhook on port {webhook_port}" in notes
+        assert "ai4dl train --prometheus" in notes and "crds/phasemodels.ai4dl.io.yaml" in notes
+        assert (REPO / "crds" / "phasemodels.ai4dl.io.yaml").is_file()
         # ... which warns while the webhook answers any caller (no client auth, no policy)
         assert "WARNING: the admission webhook" in r.stdout
 
