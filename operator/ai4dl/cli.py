@@ -21,6 +21,7 @@ import numpy as np
 
 from ai4dl.cli_common import (_model_from_args, add_trace_args, fit_with_progress,
                               load_from_args)
+from ai4dl import __version__
 from ai4dl.errors import Ai4dlError
 from ai4dl.io.writers import atomic_output, save_figure, write_text_atomic
 
@@ -548,6 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ai4dl", description="Phase discovery for "
                                      "deep-learning resource-usage traces (CRBM + k-means).")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summaries")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="fit a phase model on traces (-o model.json), or refit a "
