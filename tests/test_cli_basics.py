@@ -75,3 +75,30 @@ def test_the_readme_library_snippet_runs_as_written(tmp_path, monkeypatch):
     assert len(scope["phases"]) == len(scope["test"]) > 0
     assert (tmp_path / "model.json").is_file()
     assert json.loads(scope["doc"].model_dump_json(by_alias=True))["schemaVersion"]
+
+
+def test_split_by_a_key_names_what_it_held_out(tmp_path):
+    """``--split-by family`` says which families were held out (text and JSON), so a reader
+    knows which kinds of job the scores are about."""
+    from ai4dl.io import load_traces
+
+    out = tmp_path / "r.json"
+    r = _run("-m", "ai4dl", "-q", "evaluate", "dl-corpus", "--window", "40", "--split-by",
+             "family", "--policies", "static", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    traces = load_traces("dl-corpus")
+    _, test = traces.split_by_group(0.3, 0, "family")
+    families = sorted({e.meta["family"] for e in test})
+    assert f"family held out: {', '.join(families)};" in r.stdout
+    doc = json.loads(out.read_text())
+    assert next(v for k, v in _walk(doc) if k == "held_out") == {"family": families}
+
+
+def _walk(doc):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield k, v
+            yield from _walk(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _walk(v)
