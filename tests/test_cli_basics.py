@@ -102,3 +102,19 @@ def _walk(doc):
     elif isinstance(doc, list):
         for v in doc:
             yield from _walk(v)
+
+
+def test_synthetic_by_default_writes_the_demos_training_jobs(tmp_path):
+    import numpy as np
+
+    from ai4dl import synthetic
+    from ai4dl.io import load_traces
+
+    r = _run("-m", "ai4dl", "-q", "synthetic", "-o", str(tmp_path / "jobs.csv"))
+    assert r.returncode == 0, r.stderr
+    written = load_traces(tmp_path / "jobs.csv", step=synthetic.SyntheticConfig().step)
+    assert written.features == ("cpu", "memory", "gpu_util", "gpu_memory")
+    demo, _ = synthetic.generate(40, seed=0)   # what cmd_demo trains on
+    assert [e.name for e in written] == [e.name for e in demo]
+    for w, d in zip(written, demo):
+        np.testing.assert_allclose(w.values, d.values, rtol=1e-6)

@@ -633,14 +633,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("synthetic", help="write synthetic DL training jobs (the demo's data) as "
-                       "a long CSV")
+    p = sub.add_parser("synthetic", help="write synthetic DL training jobs as a long CSV (the "
+                       "demo's generator; --executions 40 --seed 0: the demo's training jobs)")
     p.add_argument("-o", "--output", default="synthetic.csv",
                    help="long CSV to write (default synthetic.csv)")
-    p.add_argument("--executions", type=int, default=200,
-                   help="synthetic DL jobs to generate (default 200)")
+    p.add_argument("--executions", type=int, default=40,
+                   help="synthetic DL jobs to generate (default 40, as the demo)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--gpu", action="store_true", help="also gpu_util and gpu_memory")
+    p.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=True,
+                   help="gpu_util and gpu_memory beside cpu and memory, as in the demo "
+                        "(default); --no-gpu: cpu and memory only")
     p.set_defaults(func=cmd_synthetic)
 
     p = sub.add_parser("evaluate", help="replay traces through provisioning policies and score "
