@@ -161,7 +161,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
-                max_executions: int = 3, title: str = "") -> list[Path]:
+                max_executions: int = 3, title: str = "",
+                logged: dict[str, tuple[np.ndarray, Sequence[str]]] | None = None) -> list[Path]:
+    """Trace figures of the chosen executions, distributions, the phase graph and the one-page
+    report. ``logged``: execution name -> (codes per sample, names) of the phases the program
+    logged itself, drawn under the detected ones."""
     import matplotlib.pyplot as plt
 
     from ai4dl import plots
@@ -190,12 +194,16 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
 
     for ex, lab in zip(chosen, chosen_labels):
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in ex.name)
-        save(plots.trace_figure(ex.select(model.features_), lab, model.n_phases_),
-             f"trace-{safe}.png")
+        save(plots.trace_figure(ex.select(model.features_), lab, model.n_phases_,
+                                (logged or {}).get(ex.name)), f"trace-{safe}.png")
     save(plots.distributions_figure(model, values, all_labels), "distributions.png")
     save(plots.graph_figure(model), "phase-graph.png")
+    shown_logged = None
+    if logged and all(e.name in logged for e in chosen[:2]):
+        shown_logged = [logged[e.name] for e in chosen[:2]]
     save(plots.report_figure(model, [e.select(model.features_) for e in chosen[:2]],
-                             chosen_labels[:2], values, all_labels, title), "report.png")
+                             chosen_labels[:2], values, all_labels, title, shown_logged),
+         "report.png")
     return written
 
 
@@ -245,13 +253,16 @@ def _demo_corpus(args: argparse.Namespace, out: Path, start: float) -> int:
         lambda ari: f"{len(test)} executions of {len(test.groups())} jobs not fitted on "
                     f"({', '.join(families)}): adjusted Rand index against the phases the "
                     f"programs logged themselves = {ari:.3f} (logged phases: {', '.join(names)})",
-        "ai4dl demo: phases of recorded PyTorch training runs")
+        "ai4dl demo: phases of recorded PyTorch training runs", logged_names=names)
 
 
 def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, train, test, truth,
-                         check: Callable[[float], str], title: str) -> int:
+                         check: Callable[[float], str], title: str,
+                         logged_names: Sequence[str] | None = None) -> int:
     """Both demos: fit on ``train``, score ``test``'s detected phases against ``truth`` (ARI),
-    write the model, describe.md (with the ``check(ari)`` line) and the plots."""
+    write the model, describe.md (with the ``check(ari)`` line) and the plots; with
+    ``logged_names`` (the names of ``truth``'s codes) the plots show ``truth`` under the
+    detected phases."""
     from sklearn.metrics import adjusted_rand_score
 
     from ai4dl.io.modelfile import save_model
@@ -266,7 +277,9 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
     text = describe(model) + f"\n## Held-out check\n\n{check(ari)}\n"
     write_text_atomic(out / "describe.md", text)
     print(text)
-    written = write_plots(model, test, out, max_executions=2, title=title)
+    logged = ({e.name: (codes, logged_names) for e, codes in zip(test, truth)}
+              if logged_names else None)
+    written = write_plots(model, test, out, max_executions=2, title=title, logged=logged)
     _say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
          + ", ".join(str(p) for p in written) + f" in {time.perf_counter() - start:.0f} s")
     return 0
