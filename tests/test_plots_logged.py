@@ -43,3 +43,19 @@ def test_without_logged_phases_no_strip_is_drawn():
     model = PhaseModel(n_phases=2, epochs=2, random_state=0).fit(traces)
     fig = plots.trace_figure(ex, model.predict([ex])[0], 2)
     assert _strip_texts(fig) == {} and len(fig.axes) == len(ex.features)
+
+
+def test_a_heatmap_of_pooled_states_says_so():
+    """describe --heatmap on the corpus: every state pooled (too few windows per state), one
+    colour; the panel's title says why instead of leaving a reader to read phases into it."""
+    from ai4dl.policy.headroom import HeadroomPolicy
+
+    rng = np.random.default_rng(0)
+    usages = [np.abs(rng.normal(1.0, 0.2, (200, 1))) for _ in range(4)]
+    phases = [rng.integers(0, 3, 200) for _ in range(4)]
+    pooled = HeadroomPolicy(min_windows=10_000).fit(usages, phases, 10, 3, ["cpu"])
+    fig = plots.headroom_figure([pooled])
+    assert "all states pooled" in fig.axes[0].get_title()
+    assert "< 10000 windows each" in fig.axes[0].get_title()
+    own = HeadroomPolicy(min_windows=1, max_bins=1).fit(usages, phases, 10, 3, ["cpu"])
+    assert "pooled" not in plots.headroom_figure([own]).axes[0].get_title()

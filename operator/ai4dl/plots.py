@@ -188,8 +188,10 @@ def report_figure(model: PhaseModel, executions: Sequence[Execution],
 def headroom_figure(policies):
     """Heat-map of the learned head-room per state: one panel per (table, resource), rows the
     phase of the last sample, columns the burstiness bin of the last window; colour the
-    multiplier, each cell labelled with the estimator it multiplies."""
-    from ai4dl.policy.headroom import ESTIMATORS
+    multiplier, each cell labelled with the estimator it multiplies. A panel whose states were
+    all pooled (too few training windows per state) says so in its title: its one colour is
+    the fit's, not a finding about the phases."""
+    from ai4dl.policy.headroom import ESTIMATORS, POOL_LEVELS
 
     panels = [(p, r) for p in policies for r in range(len(p.resources_))]
     n = len(panels)
@@ -211,7 +213,16 @@ def headroom_figure(policies):
                       else ["any"], fontsize=7)
         ax.set_xlabel("burstiness of the last window (max ÷ mean)", fontsize=8)
         ax.set_ylabel("phase of the last sample" if p.use_phase else "", fontsize=8)
-        ax.set_title(f"{p.name}: {p.resources_[r]} (fit {100 * p.target:g} %)", fontsize=9)
+        title = f"{p.name}: {p.resources_[r]} (fit {100 * p.target:g} %)"
+        levels = set(np.asarray(p.pooled_[r][:, :bins]).ravel().tolist())
+        if len(M) * bins > 1 and levels <= {1, 2}:
+            title += (f"\nall states pooled ({POOL_LEVELS[max(levels)]}): "
+                      f"< {p.resolved_min_windows()} windows each")
+        ax.set_title(title, fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
-    fig.tight_layout()
+    if len({int(e) for p, r in panels for e in np.asarray(p.estimator_[r]).ravel()}) > 1:
+        fig.text(0.5, 0.005, "colour: the multiplier; cells multiply different estimators (named "
+                 "in each cell): compare colours only between cells of one estimator",
+                 ha="center", va="bottom", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
