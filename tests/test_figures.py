@@ -1,5 +1,6 @@
-"""The corpus demo draws the phases the programs logged under the detected ones (issue 28,
-item 6: the README promised detected vs logged phases, and the figure showed none)."""
+"""Figures a person reads (issue 28, item 6): the corpus demo draws the phases the programs
+logged under the detected ones (the README promised it; the figure showed none), a heat-map of
+pooled states says so, allocation plots read in the run's units and draw a few policies."""
 
 from __future__ import annotations
 
@@ -59,3 +60,31 @@ def test_a_heatmap_of_pooled_states_says_so():
     assert "< 10000 windows each" in fig.axes[0].get_title()
     own = HeadroomPolicy(min_windows=1, max_bins=1).fit(usages, phases, 10, 3, ["cpu"])
     assert "pooled" not in plots.headroom_figure([own]).axes[0].get_title()
+
+
+def test_allocation_figures_read_in_the_runs_units_and_draw_a_few_policies():
+    from ai4dl.evaluate import EvaluationConfig, run_evaluation
+    from ai4dl.evaluation_plots import (duration_text, execution_figure, shown_policies,
+                                        time_axis)
+
+    assert duration_text(40) == "40 s" and duration_text(600) == "10 min"
+    assert duration_text(40 * 15 * 12) == "2 h"
+    assert time_axis(7 * 60) == (60.0, "minutes") and time_axis(30) == (1.0, "seconds")
+    assert time_axis(5 * 3600)[1] == "hours"
+    every = ["static", "adaptive-max", "adaptive-stat", "phase", "phase-proactive",
+             "phase-headroom", "burst-headroom", "peak-risk", "vpa", "krr", "auto", "oracle"]
+    assert shown_policies(every) == ["static", "adaptive-max", "vpa", "krr", "auto", "oracle"]
+    assert shown_policies(["phase", "adaptive-stat", "oracle"]) == \
+        ["adaptive-stat", "phase", "oracle"]
+
+    traces = load_dl_corpus(DL_CORPUS)  # 1 s samples, runs of minutes
+    res = run_evaluation(traces, EvaluationConfig(window=40, policies=("static", "adaptive-max",
+                                                                       "adaptive-stat")))
+    fig = execution_figure(res, 0)
+    assert fig.axes[-1].get_xlabel() in ("minutes since the execution started",
+                                         "seconds since the execution started")
+    assert "= 40 s;" in fig.axes[0].get_title()
+    labels = {t.get_label() for t in fig.axes[0].get_legend().get_texts()} | {
+        t.get_text().split(" (")[0] for t in fig.axes[0].get_legend().get_texts()}
+    assert "adaptive-stat" not in labels and "static" in labels
+    assert any("not drawn (in the tables): adaptive-stat" in t.get_text() for t in fig.texts)
