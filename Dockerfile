@@ -6,9 +6,13 @@
 # (it asserts that the operator's install imports nothing from torch and that the entrypoints
 # start). For a CPU-only trainer (smaller): --build-arg PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PYTHON_VERSION=3.12
+# The base of every stage: any image with python3 (>= 3.11) as `python` and its venv module.
+# e2e/node/operator_image.sh builds this file without Docker (buildah) FROM a Debian 12 root
+# made locally (debootstrap: python 3.11), for a node that cannot reach docker.io.
+ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim
 
 # ---------------------------------------------------------------- build stages
-FROM python:${PYTHON_VERSION}-slim AS build
+FROM ${BASE_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -27,7 +31,7 @@ RUN PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" ai4dl-install trainer /opt/ai4d
  && /opt/ai4dl/bin/ai4dl --help >/dev/null
 
 # ---------------------------------------------------------------- runtime images
-FROM python:${PYTHON_VERSION}-slim AS runtime
+FROM ${BASE_IMAGE} AS runtime
 ENV PATH=/opt/ai4dl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
 # Non-root, numeric (so runAsNonRoot can verify it); 65532 = "nonroot" as in distroless.
 USER 65532:65532
