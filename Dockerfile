@@ -33,7 +33,12 @@ RUN PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" ai4dl-install trainer /opt/ai4d
 # ---------------------------------------------------------------- runtime images
 FROM ${BASE_IMAGE} AS runtime
 ENV PATH=/opt/ai4dl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
-# Non-root, numeric (so runAsNonRoot can verify it); 65532 = "nonroot" as in distroless.
+# Non-root, numeric (so runAsNonRoot can verify it); 65532 = "nonroot" as in distroless, with
+# a passwd/group entry: kopf names its identity after getpass.getuser(), which raises KeyError
+# for a uid without one (the operator exited at start; tests/test_real_node_chart.py).
+RUN grep -q '^[^:]*:[^:]*:65532:' /etc/passwd \
+ || { echo 'nonroot:x:65532:65532:nonroot:/tmp:/usr/sbin/nologin' >> /etc/passwd \
+   && echo 'nonroot:x:65532:' >> /etc/group; }
 USER 65532:65532
 WORKDIR /tmp
 

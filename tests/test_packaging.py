@@ -60,6 +60,8 @@ def test_dockerfile_uses_the_tested_install_command():
     for target in ("AS operator", "AS trainer"):
         assert target in text
     assert "USER 65532:65532" in text
+    # ... with a passwd entry (kopf's getpass.getuser() raises KeyError without one)
+    assert "nonroot:x:65532:65532:" in text
     # the default base stays the official image (operator_image.sh passes its own Debian one)
     assert "ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim" in text
     # every COPY --from / FROM names a stage defined above it

@@ -4,7 +4,7 @@
 # FROM a Debian 12 root made here with debootstrap (python3, python3-venv, ca-certificates),
 # since docker.io (python:3.12-slim) cannot be reached. RUN pip reaches PyPI (--network host).
 #
-#     ${AI4DL_CACHE:-$HOME/.cache/ai4dl}/operator-image/
+#     ${AI4DL_OPERATOR_IMAGE_DIR:-${AI4DL_CACHE:-$HOME/.cache/ai4dl}/operator-image}/
 #         image.tar     docker-save archive of $(cat IMAGE): `ctr -n k8s.io images import` takes it
 #         IMAGE         the image's name, localhost/ai4dl/ai4dl-operator:<key>
 #         KEY           hash of pyproject.toml, operator/, docker/, Dockerfile and this script:
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 CACHE="${AI4DL_CACHE:-$HOME/.cache/ai4dl}"
-DEST="$CACHE/operator-image"
+DEST="${AI4DL_OPERATOR_IMAGE_DIR:-$CACHE/operator-image}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 SUITE="${AI4DL_BASE_SUITE:-bookworm}"
