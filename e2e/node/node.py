@@ -407,7 +407,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                                 f"{_cp._tail(self.dir / 'containerd.log')}")
             time.sleep(0.1)
 
-    def _ctr(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    def _ctr(self, *args: str, check: bool = True,
+             timeout: float = 60) -> subprocess.CompletedProcess:
         res = subprocess.run([str(runtime_dir() / "bin" / "ctr"), "--address", str(self.socket),
                               "-n", "k8s.io", *args], capture_output=True, text=True,
                              timeout=timeout)
