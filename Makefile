@@ -25,12 +25,18 @@ demo: $(STAMP)
 # The real node (tests/test_real_node.py): kubelet v1.35.4 from the Go module proxy (114 s on the
 # control plane's warm Go caches, then 0.3 s) and Debian's containerd/runc/busybox unpacked into
 # ~/.cache/ai4dl/node-runtime (18 s; nothing installed system-wide): e2e/node/README.md.
+# The operator's image for the chart on the real node (tests/test_real_node_chart.py): the
+# Dockerfile's operator target built by buildah from a local Debian root, no Docker engine or
+# registry (apt-get installs buildah and debootstrap if missing; 2.5 min cold, then 0.1 s until
+# pyproject.toml, operator/, docker/ or the Dockerfile change): e2e/node/operator_image.sh.
 e2e-deps:
 	bash e2e/prometheus/install.sh
 	bash e2e/victoriametrics/install.sh
 	bash e2e/controlplane/build.sh
 	bash e2e/helm/build.sh
 	bash e2e/node/build.sh
+	@if [ "$(AI4DL_REAL_NODE)" = 1 ]; then bash e2e/node/operator_image.sh; \
+	else echo "operator image for the real node: skipped (AI4DL_REAL_NODE=$(AI4DL_REAL_NODE); it needs root)"; fi
 
 # Everything generated from a source of truth: the CRD from the pydantic models (ai4dl/crd.py),
 # its copy in the Helm chart, and the plain manifests in deploy/ rendered from the chart.

@@ -108,8 +108,10 @@ def test_helm_lint(helm, helm_env, values):
      "webhook.networkPolicy.from: name the API server's sources"),
     (["--set", f"prometheus.url={URL}", "--set", "webhook.clientAuth.caKey=../x"],
      "at '/webhook/clientAuth/caKey': '../x' does not match pattern"),
+    (["--set", f"prometheus.url={URL}", "--set", "operator.hostNetwork=yes"],
+     "at '/operator/hostNetwork': got string, want boolean"),
 ], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models",
-        "network-policy-without-sources", "ca-key-path"])
+        "network-policy-without-sources", "ca-key-path", "host-network-not-a-boolean"])
 def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
     r = run([helm, "template", "x", CHART, *args], helm_env, check=False)
     assert r.returncode != 0
@@ -370,6 +372,22 @@ def test_state_key_is_mounted_never_read_through_the_api(helm, helm_env):
     docs, args, volume, mount = render("--set", "operator.stateKey.generate=false")
     assert not by_kind(docs, "Secret") and volume is None and mount is None
     assert not any(a.startswith("--state-key-file") for a in args)
+
+
+def test_host_network_render(helm, helm_env):
+    """operator.hostNetwork: the operator's pod in the node's network namespace, with the DNS
+    policy that keeps cluster names resolvable there; off by default (it needs a privileged Pod
+    Security Standard). tests/test_real_node_chart.py runs it on a real node."""
+    def pod_spec(*args):
+        (dep,) = by_kind(template(helm, helm_env, "--set", f"prometheus.url={URL}", *args),
+                         "Deployment")
+        return dep["spec"]["template"]["spec"]
+
+    default = pod_spec()
+    assert "hostNetwork" not in default and "dnsPolicy" not in default
+    on = pod_spec("--set", "operator.hostNetwork=true")
+    assert on["hostNetwork"] is True and on["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert on["securityContext"] == default["securityContext"]   # nothing else loosened
 
 
 def test_deploy_manifests_are_rendered_from_the_chart(helm, tmp_path):

@@ -60,14 +60,22 @@ def test_dockerfile_uses_the_tested_install_command():
     for target in ("AS operator", "AS trainer"):
         assert target in text
     assert "USER 65532:65532" in text
+    # ... with a passwd entry (kopf's getpass.getuser() raises KeyError without one)
+    assert "nonroot:x:65532:65532:" in text
+    # the default base stays the official image (operator_image.sh passes its own Debian one)
+    assert "ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim" in text
     # every COPY --from / FROM names a stage defined above it
     import re
 
     stages: list[str] = []
+    args = set(re.findall(r"^ARG (\w+)=", text, re.M))
     for line in text.splitlines():
         if m := re.match(r"FROM (\S+)(?: AS (\S+))?", line):
             base, name = m.groups()
-            assert "/" in base or ":" in base or base in stages, f"unknown stage {base}"
+            if b := re.fullmatch(r"\$\{(\w+)\}", base):   # FROM ${BASE_IMAGE}: a declared ARG
+                assert b.group(1) in args, f"FROM an undeclared ARG {base}"
+            else:
+                assert "/" in base or ":" in base or base in stages, f"unknown stage {base}"
             stages.append(name)
         elif m := re.match(r"COPY --from=(\S+)", line):
             assert m.group(1) in stages, f"COPY from unknown stage {m.group(1)}"
