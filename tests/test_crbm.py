@@ -128,9 +128,13 @@ def test_auto_takes_cuda_only_where_the_cost_model_says_it_is_faster(monkeypatch
     small = FitSize(samples_per_epoch=5_000, columns=16, n_hidden=10, batch_size=512, epochs=60)
     assert small.cpu_seconds() < small.cuda_seconds()
     assert resolve_device("auto", small) == "cpu"
-    # tiny batches: the CUDA time per batch is launch latency, which the CPU beats
-    narrow = FitSize(samples_per_epoch=200_000, columns=16, n_hidden=10, batch_size=8, epochs=60)
-    assert resolve_device("auto", narrow) == "cpu"
+    # the decision is the comparison of the two estimates, whatever the constants: a CPU
+    # faster per batch than CUDA never loses to it
+    monkeypatch.setattr(crbm_train, "CPU_SECONDS_PER_BATCH", crbm_train.CUDA_SECONDS_PER_BATCH)
+    monkeypatch.setattr(crbm_train, "CPU_SECONDS_PER_UNIT", 0.0)
+    assert resolve_device("auto", FitSize(10**7, 16, 10, 512, 60)) == "cpu"
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     # without a size, auto does not guess
     assert resolve_device("auto") == "cpu"
     # explicit choices are obeyed whatever the size
