@@ -594,7 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0,
                    help="random seed of the CRBM, k-means and the validation split (default 0)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="CRBM training device (default auto: cuda when torch sees one)")
+                   help="CRBM training device (default auto: cuda when torch sees one and the "
+                        "fit is large enough for it to be faster, by the cost model in "
+                        "ai4dl.crbm_train.FitSize)")
     from ai4dl.cli_trainer import add_trainer_args
 
     add_trainer_args(p)
