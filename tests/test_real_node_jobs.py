@@ -14,6 +14,7 @@ interpreter, chrooted, under the pod's cgroup) and the operator reads cAdvisor's
 from __future__ import annotations
 
 import math
+import uuid
 
 import pytest
 
@@ -49,10 +50,9 @@ def run(request, kube_cluster, real_node, cadvisor, operator_kubeconfig, crd,  #
     from cAdvisor; measured once the busy job has finished."""
     from kubernetes import client
 
-    from e2e_fixtures_k8s import delete_namespace
+    from e2e_fixtures_k8s import create_namespace  # removed when the module ends
 
-    ns = "jobs-test"
-    kube_cluster.core.create_namespace({"metadata": {"name": ns}})
+    ns = create_namespace(kube_cluster, f"jobs-{uuid.uuid4().hex[:8]}")
     op = Operator(operator_kubeconfig, cadvisor.url,
                   tmp_path_factory.mktemp("operator") / "operator.log", window=WINDOW).start()
     try:
@@ -65,7 +65,6 @@ def run(request, kube_cluster, real_node, cadvisor, operator_kubeconfig, crd,  #
         res["operator_log"] = op.tail(30)
     finally:
         op.stop()
-        delete_namespace(kube_cluster, ns)
     jobs = {j["job"]: j for j in res["jobs"]}
     write_report(request, "real-node jobs (short)", "| job | measure | value |", [
         (name, k, f"{j[k]:.4g}" if isinstance(j[k], float) else j[k])
