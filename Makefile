@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: env e2e-deps generate demo test bench clean
+.PHONY: env e2e-deps generate demo test bench real-node-table clean
 env: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -54,6 +54,12 @@ AI4DL_REAL_NODE ?= $(if $(filter 0,$(shell id -u)),1,0)
 
 test: $(STAMP) e2e-deps
 	AI4DL_REAL_NODE=$(AI4DL_REAL_NODE) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The "On a real node" table (docs/results/real-node.md + .json): real PyTorch jobs as
+# Guaranteed pods on the real node under four policies (bench/bench_real_node.py; root; about
+# 15 min on 2 cores).
+real-node-table: $(STAMP) e2e-deps
+	$(BIN)/python bench/bench_real_node.py --out docs/results/real-node.md
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_core.py

@@ -8,9 +8,10 @@ Runs with ``AI4DL_REAL_NODE=1`` (``make test`` sets it as root; root, cgroup v1/
     AI4DL_REAL_NODE=1 PYTHONPATH=$PWD/operator python -m pytest -q tests/test_real_node.py
 
 The real Prometheus scrapes the kubelet's /metrics/cadvisor here (real usage, real cpu
-throttling). Still not real: the operator's tests feed it from the trace exporter scraped by the
-real Prometheus, not from cAdvisor (the busybox pods use next to nothing, and the model's phases
-need a DL job's usage); FakeKubelet is not used in this module.
+throttling). The operator's tests here feed it from the trace exporter scraped by the real
+Prometheus, not from cAdvisor (the busybox pods use next to nothing, and the model's phases
+need a DL job's usage); tests/test_real_node_jobs.py runs real training jobs with the operator
+reading cAdvisor. FakeKubelet is not used in this module.
 """
 
 from __future__ import annotations
