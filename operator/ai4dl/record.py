@@ -12,7 +12,8 @@ is the tree's working set in bytes (PSS sum) at the sample. A row stands for the
 ends at its timestamp, so the first row comes one interval after the start. Each row is
 flushed as it is written: an interrupted recording keeps every sample taken. The file loads
 with ``ai4dl train/detect/evaluate`` (pass ``--step`` equal to the interval to keep every
-sample; the default step of 15 s averages them).
+sample; the default step of 15 s averages them). The default interval is 1 s: at the operator's
+15 s a 20 s job left one row.
 
 With NVML (``pip install 'ai4dl-operator[gpu]'``) and a GPU, two more columns
 (:mod:`ai4dl.gpustat`): ``gpu_util``, the tree's SM utilisation in percent over the interval
@@ -58,8 +59,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Run COMMAND and sample its process tree (CPU cores, memory bytes; GPU "
                     "utilisation and memory with NVML) into "
                     "the generic long trace format that train/detect/evaluate read.")
-    p.add_argument("-i", "--interval", type=float, default=15.0,
-                   help="seconds between samples (default 15, the operator's step)")
+    p.add_argument("-i", "--interval", type=float, default=1.0,
+                   help="seconds between samples (default 1: a short job keeps its phases; "
+                        "train/detect/evaluate resample to their --step, 15 s by default)")
     p.add_argument("-o", "--output", default="trace.csv", help="trace file (default trace.csv)")
     p.add_argument("--name", help="execution name (default: the command and the start time)")
     p.add_argument("--append", action="store_true",
