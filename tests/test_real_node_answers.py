@@ -1,0 +1,177 @@
+"""The real-node tier, part two: the kubelet's answers the operator must handle, on a real
+kubelet v1.35.4 + containerd 1.6 (the ``real_node`` fixture, tests/e2e_fixtures_node.py; see
+tests/test_real_node.py for the tier itself and how to run it)::
+
+    AI4DL_REAL_NODE=1 PYTHONPATH=$PWD/operator python -m pytest -q tests/test_real_node_answers.py
+
+* a memory decrease below the container's usage: the kubelet refuses it (PodResizeInProgress,
+  reason Error); the operator takes it back once, with an Event and a metric, and does not ask
+  for that level again during its back-off;
+* a ``resizePolicy`` RestartContainer for memory: the kubelet restarts the container on a
+  memory resize, so the operator leaves memory alone (cpu, NotRequired, is resized in place);
+* the admission webhook's requests are what the container gets (cgroup files, the kubelet's
+  allocation).
+
+As in tests/test_real_node.py the operator's usage comes from the trace exporter through the
+real Prometheus (busybox pods use nothing a model can phase); FakeKubelet is not used here.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
+from ai4dl.quantity import parse_quantity
+from e2e_fixtures_node import NodePods
+from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401 (fixtures)
+                                   wait_for, write_report)
+from test_faults import apiserver_counts, pod_writes, window_lines
+from test_operator_integration import events, make_phasemodel, model_doc, stack  # noqa: F401
+from test_real_node import WINDOW, jobs, opted_in_pod  # noqa: F401 (jobs: a fixture)
+
+pytestmark = [pytest.mark.integration, pytest.mark.real_node]
+
+FIGURES: list[tuple[str, str, str]] = []
+MiB = 2 ** 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report(request, real_node):
+    yield
+    write_report(request, "real node: the kubelet's answers", "| case | measure | value |",
+                 FIGURES, append=True)
+
+
+@pytest.fixture(scope="module")
+def operator(stack, operator_kubeconfig, crd, tmp_path_factory):  # noqa: F811
+    """One operator (its own ServiceAccount, the chart's RBAC and admission policy) per module."""
+    _, prom = stack
+    op = Operator(operator_kubeconfig, prom.url,
+                  tmp_path_factory.mktemp("operator") / "operator.log").start()
+    yield op
+    op.stop()
+
+
+def memory_of(pod: dict) -> float:
+    return parse_quantity(pod["spec"]["containers"][0]["resources"]["limits"]["memory"])
+
+
+def metric(op: Operator, name: str, namespace: str) -> float:
+    """The operator's counter ``name`` for ``namespace`` (0 when absent)."""
+    m = re.search(rf'^{name}{{[^}}]*namespace="{namespace}"[^}}]*}} (\S+)$', op.metrics(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+# ----------------------------------------------------------------------------- 1. Error
+#: 48 MiB in /dev/shm (the sandbox's tmpfs, 64 MiB): shmem is charged to the writer's memory
+#: cgroup and cannot be reclaimed without swap, so a limit below it cannot be set.
+HOLD_48MI = ["sh", "-c", "dd if=/dev/zero of=/dev/shm/hold bs=1M count=48 2>/dev/null; "
+                         "trap 'exit 0' TERM; while true; do sleep 1; done"]
+
+
+def test_a_refused_memory_decrease_is_taken_back_once(kube_cluster, k8s_namespace, node_pods,
+                                                      stack, jobs, model_doc, operator):
+    """A pod holding 48 MiB that cannot be reclaimed; a PhaseModel whose memory ceiling (16Mi)
+    is below it (its cpu held at 500m): the operator's decrease is refused by the kubelet
+    (PodResizeInProgress, reason Error, "attempting to set ... memory limit below current
+    usage"; the kubelet retries it by itself, a ResizeError Event each time) and the cgroup
+    keeps its limit. The operator then, in its next window, sets the spec back to what the container
+    has (left in place, the kubelet would apply it at the first dip in usage and the job would
+    be OOM-killed when it rises again), posts one Warning ResizeRefused Event naming the pod
+    and the kubelet's message, counts ai4dl_resizes_refused_total, and in the window after
+    sends no pods/resize at all (the refused level is held for a back-off of two windows;
+    tests/test_plan.py proves the retry after it and the doubling). The container is never
+    restarted and the pod stays Guaranteed."""
+    exporter, _ = stack
+    ns = k8s_namespace
+    pod = node_pods.create("mem", cpu="500m", memory="128Mi", command=HOLD_48MI,
+                           labels={OPT_IN_LABEL: "true", "app": "train"},
+                           annotations={MODEL_ANNOTATION: "pm"})
+    opted_in_pod_usage(node_pods, exporter, jobs, "mem")
+    cid = pod["status"]["containerStatuses"][0]["containerID"]
+    # what the kernel charges to the container: the held tmpfs pages
+    used = wait_for(lambda: (lambda u: u if u >= 48 * MiB else None)(
+        node_pods.cgroup_value(pod, "memory", "memory.usage_in_bytes")), 15, interval=0.2,
+        what="48 MiB charged to the container's memory cgroup")
+    make_phasemodel(kube_cluster, ns, "pm", model_doc, maxDecrease=0.9,
+                    # cpu held where it is: only memory moves
+                    resources={"cpu": {"floor": "500m", "ceiling": "500m"},
+                               "memory": {"ceiling": "16Mi"}})
+    t0 = time.monotonic()
+    try:
+        lowered = wait_for(lambda: (lambda p: p if memory_of(p) < 48 * MiB else None)(
+            node_pods.get("mem")), 2 * WINDOW + 15, interval=0.2,
+            what="the operator's memory decrease")
+        t_lowered = time.monotonic() - t0
+        cond = wait_for(lambda: (lambda c: c if c and c.get("reason") == "Error" else None)(
+            node_pods.resize_conditions("mem").get("PodResizeInProgress")), 15, interval=0.2,
+            what="the kubelet's PodResizeInProgress Error")
+    except AssertionError:
+        print(operator.tail(60))
+        raise
+    asked = memory_of(lowered)
+    assert node_pods.cgroup_value(pod, "memory", "memory.limit_in_bytes") == 128 * MiB
+    try:
+        back = wait_for(lambda: (lambda p: p if memory_of(p) == 128 * MiB else None)(
+            node_pods.get("mem")), WINDOW + 10, interval=0.2,
+            what="the operator setting the refused decrease back")
+        t_back = time.monotonic() - t0
+        wait_for(lambda: not node_pods.resize_conditions("mem"), 15, interval=0.2,
+                 what="the kubelet's condition to clear once the spec is what it has")
+    except AssertionError:
+        print(operator.tail(60))
+        raise
+    res = back["spec"]["containers"][0]["resources"]
+    assert res["requests"] == res["limits"], res
+    refused = [e for e in events(kube_cluster, ns, "ResizeRefused")
+               if e.involved_object.name == "mem"]
+    assert len(refused) == 1 and refused[0].type == "Warning", refused
+    assert f"pod {ns}/mem" in refused[0].message and cond["message"] in refused[0].message, \
+        (refused[0].message, cond)
+    assert metric(operator, "ai4dl_resizes_refused_total", ns) == 1
+    # the next window: the refused level is held, nothing is sent
+    time.sleep(0.5)                     # the take-back's window logs after its writes
+    c0, seen = apiserver_counts(kube_cluster), set(window_lines(operator, ns))
+    try:
+        wait_for(lambda: set(window_lines(operator, ns)) - seen, WINDOW + 10,
+                 interval=0.5, what="a window after the take-back")
+    except AssertionError:
+        print(operator.tail(60))
+        raise
+    time.sleep(0.5)
+    writes = pod_writes(c0, apiserver_counts(kube_cluster))
+    assert writes["PATCH pods/resize"] == 0, "\n".join(map(str, [writes, *[
+        (e.reason, e.message) for e in events(kube_cluster, ns)
+        if e.involved_object.name == "mem"], operator.tail(20)]))
+    now = node_pods.get("mem")
+    st = now["status"]["containerStatuses"][0]
+    assert memory_of(now) == 128 * MiB and not node_pods.resize_conditions("mem")
+    assert st["restartCount"] == 0 and st["containerID"] == cid
+    assert now["status"]["qosClass"] == "Guaranteed"
+    assert node_pods.cgroup_value(now, "memory", "memory.limit_in_bytes") == 128 * MiB
+    assert len([e for e in events(kube_cluster, ns, "ResizeRefused")
+                if e.involved_object.name == "mem"]) == 1
+    assert metric(operator, "ai4dl_resizes_refused_total", ns) == 1
+    FIGURES.extend([
+        ("memory below usage", "charged to the container / the operator's decrease",
+         f"{used / MiB:.0f} MiB / {asked / MiB:.0f} MiB"),
+        ("memory below usage", "the kubelet's answer", f"{cond['reason']}: {cond['message']}"),
+        ("memory below usage", "seconds from PhaseModel to decrease / to take-back",
+         f"{t_lowered:.1f} s / {t_back:.1f} s"),
+        ("memory below usage", "pods/resize PATCHes in the window after the take-back",
+         f"{writes['PATCH pods/resize']}"),
+    ])
+
+
+def opted_in_pod_usage(node_pods: NodePods, exporter, jobs, name: str, i: int = 2) -> None:
+    """The exporter plays the pod's usage (a synthetic job's first training epoch), as
+    :func:`test_real_node.opted_in_pod` does for the pods it creates."""
+    import numpy as np
+
+    traces, truth = jobs
+    ex = traces[i % len(traces)]
+    offset = float(np.flatnonzero(truth[i % len(traces)] == 2)[0]) * ex.step
+    exporter.add_pod((node_pods.namespace, name, "main"), ex, offset=offset)
