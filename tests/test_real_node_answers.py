@@ -60,9 +60,10 @@ def memory_of(pod: dict) -> float:
 
 
 def metric(op: Operator, name: str, namespace: str) -> float:
-    """The operator's counter ``name`` for ``namespace`` (0 when absent)."""
-    m = re.search(rf'^{name}{{[^}}]*namespace="{namespace}"[^}}]*}} (\S+)$', op.metrics(), re.M)
-    return float(m.group(1)) if m else 0.0
+    """The operator's counter ``name`` for ``namespace``, summed over its other labels (0 when
+    absent)."""
+    return sum(float(v) for v in re.findall(
+        rf'^{name}{{[^}}]*namespace="{namespace}"[^}}]*}} (\S+)$', op.metrics(), re.M))
 
 
 # ----------------------------------------------------------------------------- 1. Error
@@ -175,3 +176,95 @@ def opted_in_pod_usage(node_pods: NodePods, exporter, jobs, name: str, i: int = 
     ex = traces[i % len(traces)]
     offset = float(np.flatnonzero(truth[i % len(traces)] == 2)[0]) * ex.step
     exporter.add_pod((node_pods.namespace, name, "main"), ex, offset=offset)
+
+
+# ----------------------------------------------------------------------------- 2. restart
+RESTART_MEMORY = [{"resourceName": "memory", "restartPolicy": "RestartContainer"},
+                  {"resourceName": "cpu", "restartPolicy": "NotRequired"}]
+
+
+def test_restart_container_policy_is_respected(kube_cluster, k8s_namespace, node_pods, stack,
+                                               jobs, model_doc, operator):
+    """A container whose resizePolicy says RestartContainer for memory (NotRequired for cpu).
+
+    The choice: the operator does not resize a resource whose resizePolicy is
+    RestartContainer. The kubelet would restart the container to apply it, and for a training
+    job that is its progress since the last checkpoint, once per phase change (a restarted job
+    starts again in its first phase, which asks for other memory: a loop of restarts). The
+    author said a change needs a restart; a platform engineer expects an operator sold as
+    "in place" never to cause one. So: cpu is resized in place (same container, restartCount
+    0, the cgroup quota moves), memory stays as written, and the owner gets one Warning
+    ResizeRestartsContainer naming the container and the recommended level (to set
+    NotRequired, or size it themselves).
+
+    The kubelet's side, on the real node: when the pod's owner resizes memory themselves, the
+    container is restarted (restartCount 1, a new container) with the new limit in its cgroup;
+    the operator does not fight it: in its next window it sends no memory resize, posts no
+    ResizeFailed and counts no error."""
+    exporter, _ = stack
+    ns = k8s_namespace
+    pod = node_pods.create("rc", cpu="500m", memory="64Mi", resize_policy=RESTART_MEMORY,
+                           labels={OPT_IN_LABEL: "true", "app": "train"},
+                           annotations={MODEL_ANNOTATION: "pm"})
+    opted_in_pod_usage(node_pods, exporter, jobs, "rc", i=0)
+    cid = pod["status"]["containerStatuses"][0]["containerID"]
+    make_phasemodel(kube_cluster, ns, "pm", model_doc,
+                    resources={"cpu": {"ceiling": "1500m"}, "memory": {"ceiling": "256Mi"}})
+    t0 = time.monotonic()
+    try:
+        resized = wait_for(lambda: (lambda p: p if p["spec"]["containers"][0]["resources"]
+                                    ["limits"]["cpu"] != "500m" else None)(node_pods.get("rc")),
+                           2 * WINDOW + 15, interval=0.2, what="the operator's cpu resize")
+    except AssertionError:
+        print(operator.tail(60))
+        raise
+    t_cpu = time.monotonic() - t0
+    res = resized["spec"]["containers"][0]["resources"]
+    assert res["limits"]["memory"] == res["requests"]["memory"] == "64Mi", res
+    recommended = [e for e in events(kube_cluster, ns, "ResizeRestartsContainer")
+                   if e.involved_object.name == "rc"]
+    assert len(recommended) == 1 and recommended[0].type == "Warning", recommended
+    assert "RestartContainer" in recommended[0].message and "main" in recommended[0].message
+    cpu = parse_quantity(res["limits"]["cpu"])
+    wait_for(lambda: node_pods.cgroup_value(node_pods.get("rc"), "cpu", "cpu.cfs_quota_us")
+             == round(cpu * 100000), 30, interval=0.2, what="the cpu resize in the cgroup")
+    st = node_pods.get("rc")["status"]["containerStatuses"][0]
+    assert st["restartCount"] == 0 and st["containerID"] == cid      # in place
+    assert node_pods.cgroup_value(pod, "memory", "memory.limit_in_bytes") == 64 * MiB
+
+    # the owner resizes memory: the kubelet restarts the container to apply it
+    t1 = time.monotonic()
+    node_pods.resize("rc", {"requests": {"memory": "96Mi"}, "limits": {"memory": "96Mi"}})
+    after = wait_for(lambda: (lambda p: p if p["status"]["containerStatuses"][0]
+                              ["restartCount"] == 1 and p["status"]["containerStatuses"][0]
+                              .get("state", {}).get("running") else None)(node_pods.get("rc")),
+                     30, interval=0.2, what="the kubelet's restart for the memory resize")
+    t_restart = time.monotonic() - t1
+    assert after["status"]["containerStatuses"][0]["containerID"] != cid
+    wait_for(lambda: node_pods.cgroup_value(node_pods.get("rc"), "memory",
+                                            "memory.limit_in_bytes") == 96 * MiB, 15,
+             interval=0.2, what="the new container's memory limit")
+    errors0 = metric(operator, "ai4dl_errors_total", ns)
+    time.sleep(0.5)
+    seen = set(window_lines(operator, ns))
+    try:
+        wait_for(lambda: set(window_lines(operator, ns)) - seen, WINDOW + 10, interval=0.5,
+                 what="a window after the restart")
+    except AssertionError:
+        print(operator.tail(60))
+        raise
+    time.sleep(0.5)
+    now = node_pods.get("rc")
+    res = now["spec"]["containers"][0]["resources"]
+    assert res["limits"]["memory"] == res["requests"]["memory"] == "96Mi", res
+    assert now["status"]["containerStatuses"][0]["restartCount"] == 1
+    assert not [e for e in events(kube_cluster, ns, "ResizeFailed")]
+    assert metric(operator, "ai4dl_errors_total", ns) == errors0 == 0
+    assert len([e for e in events(kube_cluster, ns, "ResizeRestartsContainer")]) == 1
+    assert now["status"]["qosClass"] == "Guaranteed"
+    FIGURES.extend([
+        ("RestartContainer memory", "the operator's resize (seconds from PhaseModel)",
+         f"cpu 500m -> {res['limits']['cpu']} in place ({t_cpu:.1f} s); memory left at 64Mi"),
+        ("RestartContainer memory", "the owner's memory resize: restartCount, seconds",
+         f"1, {t_restart:.1f} s"),
+    ])
