@@ -30,7 +30,9 @@ from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: 
                                    wait_for, write_report)
 from test_faults import apiserver_counts, pod_writes, window_lines
 from test_operator_integration import events, make_phasemodel, model_doc, stack  # noqa: F401
-from test_real_node import WINDOW, jobs, opted_in_pod  # noqa: F401 (jobs: a fixture)
+from test_real_node import WINDOW, jobs  # noqa: F401 (jobs: a fixture)
+# the webhook's module fixtures: the chart's configuration + an operator serving it, a model
+from test_admission_webhook import doc, webhook  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_node]
 
@@ -268,3 +270,45 @@ def test_restart_container_policy_is_respected(kube_cluster, k8s_namespace, node
         ("RestartContainer memory", "the owner's memory resize: restartCount, seconds",
          f"1, {t_restart:.1f} s"),
     ])
+
+
+# ----------------------------------------------------------------------------- 3. admission
+def test_the_webhooks_requests_are_what_the_container_gets(kube_cluster, k8s_namespace,
+                                                           node_pods, webhook, doc):
+    """A Burstable pod (1 core / 256Mi asked, limits 1500m / 512Mi) created through the
+    operator's admission webhook (the chart's configuration, registered by URL with the
+    harness API server: tests/test_admission_webhook.py) runs on the real node with the
+    requests admission set (the model's first-window level, clamped to the PhaseModel's
+    ceilings 700m / 64Mi): the kubelet allocates them (allocatedResources) and the container's
+    cgroup has them: cpu.shares from the cpu request (cgroup v1 has no file for a memory
+    request: its memory limit stays the author's). Mode Initial: no window resizes it after."""
+    from test_admission_webhook import make_pm, names, spec_of, wait_admitted
+
+    ns = k8s_namespace
+    make_pm(kube_cluster, ns, "pm", spec_of(names(doc), {
+        "mode": "Initial", "resources": {"cpu": {"ceiling": "700m"},
+                                         "memory": {"ceiling": "64Mi"}}}, doc))
+    wait_admitted(kube_cluster, ns)
+    cold = {r["resource"]: r["coldStart"] for r in doc["policyTables"][0]["resources"]}
+    want = {"cpu": min(cold["cpu"], 0.7), "memory": min(cold["memory"], 64 * MiB)}
+    manifest = node_pods.manifest("adm", cpu="1", memory="256Mi", guaranteed=False,
+                                  labels={OPT_IN_LABEL: "true", "app": "train"},
+                                  annotations={MODEL_ANNOTATION: "pm"})
+    manifest["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1500m",
+                                                                "memory": "512Mi"}
+    kube_cluster.core.create_namespaced_pod(ns, manifest)
+    pod = node_pods.wait_running("adm")
+    req = pod["spec"]["containers"][0]["resources"]["requests"]
+    got = {r: parse_quantity(q) for r, q in req.items()}
+    assert got == pytest.approx(want, rel=1e-3), (req, pod["metadata"]["annotations"])
+    assert got["cpu"] < 1 and got["memory"] < 256 * MiB        # admission changed them
+    st = pod["status"]["containerStatuses"][0]
+    allocated = {r: parse_quantity(q) for r, q in st["allocatedResources"].items()}
+    assert allocated == got, st
+    assert pod["status"]["qosClass"] == "Burstable"
+    shares = node_pods.cgroup_value(pod, "cpu", "cpu.shares")
+    assert shares == int(got["cpu"] * 1000) * 1024 // 1000, shares
+    assert node_pods.cgroup_value(pod, "cpu", "cpu.cfs_quota_us") == 150000
+    assert node_pods.cgroup_value(pod, "memory", "memory.limit_in_bytes") == 512 * MiB
+    FIGURES.append(("admission webhook", "requests set at creation / in the container's cgroup",
+                    f"{req['cpu']} / {req['memory']}; cpu.shares {shares}"))
