@@ -185,6 +185,44 @@ def test_teardown_and_sweep_leave_nothing(real_node, kube_cluster):
     kube_cluster.core.delete_namespaced_pod(f"orphan-{node_id}", "default", grace_period_seconds=0)
 
 
+
+_FAILING = r"""
+import json, os
+from pathlib import Path
+
+
+def test_fails_with_a_pod_running(node_pods):
+    node_pods.create("doomed")
+    node = node_pods.node
+    Path(os.environ["AI4DL_CHILD_OUT"]).write_text(json.dumps(
+        {"id": node.id, "dir": str(node.dir), "leftovers": node.leftovers()}))
+    assert False, "forced failure with a pod running"
+"""
+
+
+def test_a_failing_test_leaves_nothing(real_node, tmp_path):
+    """A pytest session whose real-node test FAILS with a pod running (a child pytest, its own
+    control plane and node): the session's teardown still removes every process, mount,
+    cgroup, folder and /var/log/containers link of its node (``real_node``: only for the
+    tier's skip when it is off)."""
+    (tmp_path / "test_child.py").write_text(_FAILING)
+    out = tmp_path / "node.json"
+    env = {**os.environ, "AI4DL_REAL_NODE": "1", "AI4DL_CHILD_OUT": str(out),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO / "tests"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "conftest", "--rootdir", str(tmp_path), str(tmp_path)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 1 and "forced failure with a pod running" in run.stdout, \
+        run.stdout[-3000:] + run.stderr[-2000:]
+    child = json.loads(out.read_text())
+    assert child["leftovers"], "the child's node owned nothing while its pod ran?"
+    left = _node.leftovers(child["id"], Path(child["dir"]))
+    assert left == [], left
+    FIGURES.append(("teardown", "leftovers after a session whose test failed with a pod "
+                    "running", f"{len(left)} (had {len(child['leftovers'])} while it ran)"))
+
+
 _ORPHAN = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
