@@ -7,7 +7,8 @@ import pytest
 
 from ai4dl.controller.plan import plan_window
 from ai4dl.controller.podstate import StateKey, state_scope
-from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE, pod_info, verify_pod
+from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_RECOMMENDATION, A_STATE,
+                                   pod_info, verify_pod)
 from ai4dl.quantity import format_cpu, format_memory, parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION, PhaseModelSpec
 
@@ -483,10 +484,15 @@ def test_a_new_container_gets_the_learned_cold_start(chosen_model, window):
 
 
 # ----------------------------------------------------------------------------- kubelet answers
-def node_pod(name, spec_res, actual_res=None, conditions=None, state=None, resize_policy=None):
+def node_pod(name, spec_res, actual_res=None, conditions=None, state=None, resize_policy=None,
+             ours=True):
     """A Guaranteed pod as a kubelet reports it: ``actual_res`` in its container status (what
-    the container has), ``spec_res`` what was asked for."""
+    the container has), ``spec_res`` what was asked for (by the operator, ``ours``: its
+    last-applied record says so)."""
     annotations = {}
+    if ours:
+        annotations[A_LAST_APPLIED] = json.dumps({"window": 0, "containers": {"main": {
+            "requests": spec_res, "limits": spec_res}}})
     if state is not None:
         annotations[A_STATE] = KEY.seal(state_scope("ns", name, name + "-uid"), state)
     container = {"name": "main", "resources": {"requests": spec_res, "limits": spec_res}}
@@ -555,13 +561,18 @@ def test_a_refused_level_is_held_for_the_back_off_then_tried_again(fitted_model,
     assert hold2["n"] == 2 and hold2["until"] == WINDOW_START + 5 * 600
 
 
-def test_a_refusal_with_nothing_to_take_back_waits_with_the_kubelets_words(fitted_model,
-                                                                           window):
-    p = node_pod("n", {"cpu": "8", "memory": "32Gi"}, None, REFUSED)
+@pytest.mark.parametrize("actual, ours", [(None, True), ({"cpu": "8", "memory": "32Gi"}, False)],
+                         ids=["no-status-resources", "not-the-operators-resize"])
+def test_a_refusal_not_to_take_back_waits_with_the_kubelets_words(fitted_model, window, actual,
+                                                                  ours):
+    """Nothing to take back (the kubelet reports no resources), or the refused resize is not
+    the operator's (its owner's own: the spec is not the operator's last-applied): no resize,
+    a ResizeWaiting Warning with the kubelet's message."""
+    p = node_pod("n", {"cpu": "8", "memory": "16Gi"}, actual, REFUSED, ours=ours)
     plan = run(fitted_model, spec_for(fitted_model), [p], {("ns", "n", "main"): window}).pods[0]
     assert plan.resize is None and plan.skipped == "resize-pending" and not plan.refused
     assert plan.events[0][:2] == ("Warning", "ResizeWaiting")
-    assert "below current usage" in plan.events[0][2]
+    assert "below current usage" in plan.events[0][2] and "pod ns/n" in plan.events[0][2]
 
 
 def test_infeasible_at_the_planned_target_still_says_so(fitted_model, window):

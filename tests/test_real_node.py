@@ -354,9 +354,9 @@ def test_operator_waits_on_a_real_infeasible_resize(kube_cluster, k8s_namespace,
     """A cpu floor above the node's allocatable: the operator's resize gets a real
     PodResizePending Infeasible from the kubelet (cgroup unchanged, no restart; the kubelet's
     own ResizeInfeasible Warning Event); the operator then waits: the pod is planned each
-    window but no pods/resize PATCH is sent again for two windows (its plan is the pending
-    target, so the window counts it "unchanged" and posts no ResizeWaiting Event), and the pod
-    stays Guaranteed."""
+    window but no pods/resize PATCH is sent again for two windows, each window posts a Warning
+    ResizeWaiting with the kubelet's message (even though its plan is the pending target
+    itself), and the pod stays Guaranteed."""
     from test_operator_integration import events, make_phasemodel
 
     exporter, _ = stack
@@ -388,10 +388,15 @@ def test_operator_waits_on_a_real_infeasible_resize(kube_cluster, k8s_namespace,
     writes = pod_writes(c0, apiserver_counts(kube_cluster))
     assert writes["PATCH pods/resize"] == 0, (writes, windows)
     assert all(line.startswith("1 pods, 0 resized") for line in windows.values()), windows
-    # the user hears of it from the kubelet itself (the operator's plan is the pending target)
+    # the user hears of it from the kubelet and from the operator, in the kubelet's words
     kubelet_says = [e for e in events(kube_cluster, k8s_namespace, "ResizeInfeasible")
                     if e.involved_object.name == "inf"]
     assert kubelet_says and kubelet_says[0].type == "Warning", kubelet_says
+    waiting = [e for e in events(kube_cluster, k8s_namespace, "ResizeWaiting")
+               if e.involved_object.name == "inf"]
+    assert waiting and all(e.type == "Warning" and "Infeasible" in e.message
+                           for e in waiting), [(e.type, e.message) for e in waiting]
+    assert cond.get("message", "") in waiting[0].message, (cond, waiting[0].message)
     now = node_pods.get("inf")
     st = now["status"]["containerStatuses"][0]
     assert node_pods.cgroup_value(now, "cpu", "cpu.cfs_quota_us") == quota0

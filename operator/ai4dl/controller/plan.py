@@ -608,6 +608,15 @@ def _take_back_refused(plan: PodPlan, state: dict, spec: PhaseModelSpec, window_
     moment of low usage, and hold that level for a back-off. One Warning Event: the take-back
     ends the kubelet's condition, so the next window does not see it again."""
     pod = plan.pod
+    where = f"pod {pod.namespace}/{pod.name}"
+    if not _is_last_applied(pod):
+        # someone else's resize (the spec is not what the operator last sent): theirs to
+        # take back; the operator waits and says why
+        plan.events.append(("Warning", "ResizeWaiting", f"{where}: " + _waiting(pod)))
+        plan.skipped = "resize-pending"
+        if unchanged:
+            plan.annotations = {}
+        return
     plan.refused = pod.resize_error or "resize error"
     hold = {k: dict(v) for k, v in (state.get("refused") or {}).items()}
     body, summary, longest = [], [], 0
@@ -635,7 +644,6 @@ def _take_back_refused(plan: PodPlan, state: dict, spec: PhaseModelSpec, window_
                 hold.setdefault(c.name, {})[r] = {
                     "value": asked, "n": n,
                     "until": window_start + (windows + 1) * spec.window_seconds}
-    where = f"pod {pod.namespace}/{pod.name}"
     if not body:
         # nothing to take back (the kubelet reports no resources): wait, and say why
         plan.events.append(("Warning", "ResizeWaiting", f"{where}: " + _waiting(pod)))
@@ -655,3 +663,17 @@ def _take_back_refused(plan: PodPlan, state: dict, spec: PhaseModelSpec, window_
         f"the kubelet refused the resize of {where}: {plan.refused}; set back to what the "
         f"container has ({', '.join(summary)})"
         + (f"; not lowered to that level again for {longest} windows" if longest else ""))))
+
+
+def _is_last_applied(pod: PodInfo) -> bool:
+    """The pod's spec is the resize the operator sent last (``ai4dl.io/last-applied``)."""
+    try:
+        last = json.loads(pod.annotations.get(A_LAST_APPLIED) or "")
+        sent = last["containers"]
+        by_name = {c.name: c for c in pod.containers}
+        return bool(sent) and all(
+            parse_quantity(q) == getattr(by_name[name], part)[r]
+            for name, res in sent.items() for part, values in res.items()
+            if part in ("requests", "limits") for r, q in values.items())
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False
