@@ -603,3 +603,15 @@ def test_restart_container_resources_are_not_resized(fitted_model, window):
     assert set(res["requests"]) == {"cpu"} and set(res["limits"]) == {"cpu"}, res
     assert [n[0] for n in plan.notices] == ["ResizeRestartsContainer"]
     assert "RestartContainer" in plan.notices[0][1]
+
+
+def test_a_held_level_once_taken_is_forgotten(fitted_model, window):
+    """The kubelet applied a level it had refused before (the pod's requests are at or below
+    it, no error): the hold is dropped, so a later refusal starts the back-off afresh."""
+    hold = {"main": {"memory": {"value": 16 * GiB, "n": 3, "until": WINDOW_START - 600},
+                     "cpu": {"value": 2.0, "n": 1, "until": WINDOW_START - 600}}}
+    p = node_pod("f", {"cpu": "8", "memory": "16Gi"}, {"cpu": "8", "memory": "16Gi"},
+                 state={"refused": hold})
+    plan = run(fitted_model, spec_for(fitted_model), [p], {("ns", "f", "main"): window}).pods[0]
+    state = json.loads(plan.annotations[A_STATE])
+    assert state["refused"] == {"main": {"cpu": hold["main"]["cpu"]}}, state

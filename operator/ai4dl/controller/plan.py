@@ -502,6 +502,18 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         separators=(",", ":"), sort_keys=True)
     state = pod.state()
     state["window"] = window_start
+    if refused_hold and not pod.resize_error:
+        # a held level the container now has was taken (the kubelet applied it): the refusals
+        # are no longer "in a row"
+        kept = {name: {r: h for r, h in per.items() if name not in by_name
+                       or by_name[name].requests.get(r, float("inf"))
+                       > float(h["value"]) * (1 + 1e-9)}
+                for name, per in refused_hold.items()}
+        kept = {name: per for name, per in kept.items() if per}
+        if kept:
+            state["refused"] = kept
+        else:
+            state.pop("refused", None)
     if "orig" not in state:
         # the authors' requests before the operator's first write: the baseline of the savings
         # (ai4dl.controller.savings: admission's verified record, else the pod's requests;
