@@ -11,6 +11,10 @@ The real Prometheus scrapes the kubelet's /metrics/cadvisor here (real usage, re
 throttling). Still not real: the operator's tests feed it from the trace exporter scraped by the
 real Prometheus, not from cAdvisor (the busybox pods use next to nothing, and the model's phases
 need a DL job's usage); FakeKubelet is not used in this module.
+
+The kubelet's answers the operator must handle (a memory decrease below usage refused, a
+RestartContainer resize policy, the admission webhook's requests in the cgroups) are in
+tests/test_real_node_answers.py.
 """
 
 from __future__ import annotations
