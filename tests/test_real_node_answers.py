@@ -90,10 +90,11 @@ def test_a_refused_memory_decrease_is_taken_back_once(kube_cluster, k8s_namespac
     restarted and the pod stays Guaranteed."""
     exporter, _ = stack
     ns = k8s_namespace
+    # its series first: the operator's first full window comes a pod start sooner
+    opted_in_pod_usage(node_pods, exporter, jobs, "mem")
     pod = node_pods.create("mem", cpu="500m", memory="128Mi", command=HOLD_48MI,
                            labels={OPT_IN_LABEL: "true", "app": "train"},
                            annotations={MODEL_ANNOTATION: "pm"})
-    opted_in_pod_usage(node_pods, exporter, jobs, "mem")
     cid = pod["status"]["containerStatuses"][0]["containerID"]
     # what the kernel charges to the container: the held tmpfs pages
     used = wait_for(lambda: (lambda u: u if u >= 48 * MiB else None)(
@@ -209,10 +210,10 @@ def test_restart_container_policy_is_respected(kube_cluster, k8s_namespace, node
     ResizeFailed and counts no error."""
     exporter, _ = stack
     ns = k8s_namespace
+    opted_in_pod_usage(node_pods, exporter, jobs, "rc", i=0)
     pod = node_pods.create("rc", cpu="500m", memory="64Mi", resize_policy=RESTART_MEMORY,
                            labels={OPT_IN_LABEL: "true", "app": "train"},
                            annotations={MODEL_ANNOTATION: "pm"})
-    opted_in_pod_usage(node_pods, exporter, jobs, "rc", i=0)
     cid = pod["status"]["containerStatuses"][0]["containerID"]
     make_phasemodel(kube_cluster, ns, "pm", model_doc,
                     resources={"cpu": {"ceiling": "1500m"}, "memory": {"ceiling": "256Mi"}})
