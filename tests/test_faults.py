@@ -16,6 +16,12 @@ To save wall time, the pods of all tests are created (and their metrics scraped)
 module, so a test's first window already has a full window of history; each test has its own
 namespace and PhaseModel, deleted when it ends (a later test's operator must not keep serving
 it). Window 10 s, step 1 s (tests/test_operator_integration.py).
+
+FakeKubelet, not the real node: the faults are injected (Prometheus and the operator SIGKILLed,
+the API server restarted, concurrent writers) on pods whose usage the trace exporter plays, and
+fault 5 holds Deferred / Infeasible for exact windows and clears them on cue, which a real
+kubelet does not do on demand. The real kubelet's Deferred / Infeasible are
+tests/test_real_node.py's; its refusal of a memory decrease, tests/test_real_node_answers.py's.
 """
 
 from __future__ import annotations
