@@ -6,9 +6,13 @@
 # (it asserts that the operator's install imports nothing from torch and that the entrypoints
 # start). For a CPU-only trainer (smaller): --build-arg PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PYTHON_VERSION=3.12
+# The base of every stage: any image with python3 (>= 3.11) as `python` and its venv module.
+# e2e/node/operator_image.sh builds this file without Docker (buildah) FROM a Debian 12 root
+# made locally (debootstrap: python 3.11), for a node that cannot reach docker.io.
+ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim
 
 # ---------------------------------------------------------------- build stages
-FROM python:${PYTHON_VERSION}-slim AS build
+FROM ${BASE_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -27,9 +31,14 @@ RUN PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL}" ai4dl-install trainer /opt/ai4d
  && /opt/ai4dl/bin/ai4dl --help >/dev/null
 
 # ---------------------------------------------------------------- runtime images
-FROM python:${PYTHON_VERSION}-slim AS runtime
+FROM ${BASE_IMAGE} AS runtime
 ENV PATH=/opt/ai4dl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
-# Non-root, numeric (so runAsNonRoot can verify it); 65532 = "nonroot" as in distroless.
+# Non-root, numeric (so runAsNonRoot can verify it); 65532 = "nonroot" as in distroless, with
+# a passwd/group entry: kopf names its identity after getpass.getuser(), which raises KeyError
+# for a uid without one (the operator exited at start; tests/test_real_node_chart.py).
+RUN grep -q '^[^:]*:[^:]*:65532:' /etc/passwd \
+ || { echo 'nonroot:x:65532:65532:nonroot:/tmp:/usr/sbin/nologin' >> /etc/passwd \
+   && echo 'nonroot:x:65532:' >> /etc/group; }
 USER 65532:65532
 WORKDIR /tmp
 

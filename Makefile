@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: env e2e-deps generate demo test bench clean
+.PHONY: env e2e-deps generate demo test bench real-node-table clean
 env: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -25,12 +25,18 @@ demo: $(STAMP)
 # The real node (tests/test_real_node.py): kubelet v1.35.4 from the Go module proxy (114 s on the
 # control plane's warm Go caches, then 0.3 s) and Debian's containerd/runc/busybox unpacked into
 # ~/.cache/ai4dl/node-runtime (18 s; nothing installed system-wide): e2e/node/README.md.
+# The operator's image for the chart on the real node (tests/test_real_node_chart.py): the
+# Dockerfile's operator target built by buildah from a local Debian root, no Docker engine or
+# registry (apt-get installs buildah and debootstrap if missing; 2.5 min cold, then 0.1 s until
+# pyproject.toml, operator/, docker/ or the Dockerfile change): e2e/node/operator_image.sh.
 e2e-deps:
 	bash e2e/prometheus/install.sh
 	bash e2e/victoriametrics/install.sh
 	bash e2e/controlplane/build.sh
 	bash e2e/helm/build.sh
 	bash e2e/node/build.sh
+	@if [ "$(AI4DL_REAL_NODE)" = 1 ]; then bash e2e/node/operator_image.sh; \
+	else echo "operator image for the real node: skipped (AI4DL_REAL_NODE=$(AI4DL_REAL_NODE); it needs root)"; fi
 
 # Everything generated from a source of truth: the CRD from the pydantic models (ai4dl/crd.py),
 # its copy in the Helm chart, and the plain manifests in deploy/ rendered from the chart.
@@ -48,6 +54,12 @@ AI4DL_REAL_NODE ?= $(if $(filter 0,$(shell id -u)),1,0)
 
 test: $(STAMP) e2e-deps
 	AI4DL_REAL_NODE=$(AI4DL_REAL_NODE) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The "On a real node" table (docs/results/real-node.md + .json): real PyTorch jobs as
+# Guaranteed pods on the real node under four policies (bench/bench_real_node.py; root; about
+# 15 min on 2 cores).
+real-node-table: $(STAMP) e2e-deps
+	$(BIN)/python bench/bench_real_node.py --out docs/results/real-node.md
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_core.py

@@ -13,6 +13,10 @@
    `kubectl auth can-i` matrix.
 
 Rows go to the fault table ($AI4DL_FAULT_REPORT), as tests/test_faults_bad_input.py's.
+
+Pods: FakeKubelet, not the real node (tests/test_real_node.py): the pod only has to exist and
+be Running for the operator to list it; what is tested is the refusal of a document, in which
+no kubelet takes part.
 """
 
 from __future__ import annotations

@@ -2,6 +2,11 @@
 
 Needs the kube-apiserver/etcd binaries (built once per machine by e2e/controlplane/build.sh);
 skipped when they cannot be built (outside CI).
+
+FakeKubelet is what this module tests (the stand-in the other modules use), with the API
+server's own resize validation (QoS, Burstable); the kubelet's real answers (cgroups, Deferred,
+Infeasible, Error, restarts) are tests/test_real_node.py's and
+tests/test_real_node_answers.py's.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def test_corpus_loader_options_and_errors(tmp_path):
                                                       b"x,1,x,nan,5\n"))
     with pytest.raises(TraceError, match=r"traces.csv.gz:2: column 'cpu': NaN"):
         load_traces(bad)
-    with pytest.raises(TraceError, match="neither a corpus manifest nor Alibaba"):
+    with pytest.raises(TraceError, match="holds no CSV file, corpus manifest or Alibaba"):
         load_traces(tmp_path)
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from ai4dl.crbm import (CRBMParams, design_matrix, encode, encode_many, history_index,
                         reconstruction_error)
-from ai4dl.crbm_train import resolve_device, torch_encode, train_crbm
+from ai4dl import crbm_train
+from ai4dl.crbm_train import FitSize, resolve_device, torch_encode, train_crbm
 from ai4dl.errors import Ai4dlError
 
 
@@ -104,9 +105,109 @@ def test_device_resolution():
     import torch
 
     assert resolve_device("cpu") == "cpu"
-    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():
+        assert resolve_device("auto", ISSUE_SIZE) == "cpu"
         with pytest.raises(Ai4dlError, match="no CUDA device"):
             resolve_device("cuda")
     with pytest.raises(Ai4dlError):
         resolve_device("tpu")
+
+
+#: issue 29's fit: 1,000 executions x 2,400 samples (200,000 a epoch), 4 features x (3 + 1)
+#: history frames = 16 columns, 10 hidden units, batch 512, 60 epochs
+ISSUE_SIZE = FitSize(samples_per_epoch=200_000, columns=16, n_hidden=10, batch_size=512, epochs=60)
+
+
+def test_auto_takes_cuda_only_where_the_cost_model_says_it_is_faster(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # the issue's size, where the CPU was measured faster (13.0 s against 19.6-24.5 s)
+    assert not ISSUE_SIZE.cuda_pays()
+    assert resolve_device("auto", ISSUE_SIZE) == "cpu"
+    assert ISSUE_SIZE.cpu_seconds() < 13.0 < 19.6 < ISSUE_SIZE.cuda_seconds() + 1e-9 + 4.9
+    # a wide model (the document's largest: 100 hidden units, 240 design columns): arithmetic
+    # dominates the CPU's time, CUDA's stays launch-bound
+    wide = FitSize(samples_per_epoch=200_000, columns=240, n_hidden=100, batch_size=512,
+                   epochs=60)
+    assert wide.cuda_pays() and resolve_device("auto", wide) == "cuda"
+    # a small fit: CUDA's start-up costs more than the whole CPU fit
+    small = FitSize(samples_per_epoch=5_000, columns=16, n_hidden=10, batch_size=512, epochs=60)
+    assert small.cpu_seconds() < small.cuda_seconds()
+    assert resolve_device("auto", small) == "cpu"
+    # the decision is the comparison of the two estimates, whatever the constants: a CPU
+    # faster per batch than CUDA never loses to it
+    monkeypatch.setattr(crbm_train, "CPU_SECONDS_PER_BATCH", crbm_train.CUDA_SECONDS_PER_BATCH)
+    monkeypatch.setattr(crbm_train, "CPU_SECONDS_PER_UNIT", 0.0)
+    assert resolve_device("auto", FitSize(10**7, 16, 10, 512, 60)) == "cpu"
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # without a size, auto does not guess
+    assert resolve_device("auto") == "cpu"
+    # explicit choices are obeyed whatever the size
+    assert resolve_device("cuda", small) == "cuda"
+    assert resolve_device("cpu", ISSUE_SIZE) == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto", ISSUE_SIZE) == "cpu"
+
+
+def test_the_break_even_lies_between_the_measured_sizes():
+    """The model's crossover is in the model's width: at the issue's samples and batch, the
+    default 16 x 10 stays on the CPU (as measured), wide models go to CUDA, and the sign flips
+    exactly once as hidden units grow."""
+    wins = [FitSize(200_000, 16 * 6, h, 512, 60).cuda_pays() for h in range(1, 101)]
+    flips = sum(a != b for a, b in zip(wins, wins[1:]))
+    assert not wins[0] and wins[-1] and flips == 1
+
+
+def test_train_crbm_asks_the_rule_with_the_fit_size(monkeypatch):
+    import torch
+
+    seen = []
+
+    def spy(device, size=None):
+        seen.append((device, size))
+        return "cpu"
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(crbm_train, "resolve_device", spy)
+    xs = _series()
+    _, rep = train_crbm(xs, n_hidden=6, n_history=2, epochs=2, batch_size=64, seed=0,
+                        device="auto", max_samples_per_epoch=1_000)
+    # 6 executions, one held out: 5 x 320 training rows, capped at 1,000 an epoch; 2 features
+    # x (2 + 1) frames = 6 columns
+    assert seen == [("auto", FitSize(1_000, 6, 6, 64, 2))]
+    assert rep.device == "cpu" and rep.method == "fused"
+
+
+def test_auto_on_a_small_fit_stays_on_the_cpu_even_with_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    _, rep = train_crbm(_series(), n_hidden=6, n_history=2, epochs=2, seed=0, device="auto")
+    assert rep.device == "cpu"
+
+
+@pytest.mark.parametrize("kw", [{}, {"cd_k": 2},
+                                {"cd_k": 3, "batch_size": 300, "max_samples_per_epoch": 1_000}])
+def test_fused_loop_gives_the_reference_numbers_bit_for_bit_on_the_cpu(kw):
+    """The CPU's default loop (one gather and one uniform draw an epoch) must reproduce the
+    reference loop (a gather and a Bernoulli draw a batch) exactly: every published CPU result
+    was computed with the reference loop. If a torch release changes how CPU bernoulli draws
+    from the generator, this fails and ``auto`` must go back to ``reference`` on the CPU."""
+    xs = _series()
+    fused, rf = train_crbm(xs, n_hidden=6, n_history=2, epochs=8, seed=4, method="fused", **kw)
+    ref, rr = train_crbm(xs, n_hidden=6, n_history=2, epochs=8, seed=4, method="reference", **kw)
+    default, rd = train_crbm(xs, n_hidden=6, n_history=2, epochs=8, seed=4, **kw)
+    assert (rf.method, rr.method, rd.method) == ("fused", "reference", "fused")
+    for name in ("W", "B", "A", "b_visible", "b_hidden"):
+        assert np.array_equal(getattr(fused, name), getattr(ref, name)), name
+        assert np.array_equal(getattr(default, name), getattr(ref, name)), name
+    assert rf.history == rr.history and rf.best_epoch == rr.best_epoch
+
+
+def test_training_method_errors():
+    with pytest.raises(Ai4dlError, match="needs CUDA"):
+        train_crbm(_series(), n_hidden=6, n_history=2, epochs=1, device="cpu", method="graph")
+    with pytest.raises(Ai4dlError, match="unknown training method"):
+        train_crbm(_series(), n_hidden=6, n_history=2, epochs=1, method="fast")

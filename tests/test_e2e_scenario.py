@@ -15,6 +15,10 @@ requests is measured (printed, and written to $AI4DL_E2E_REPORT when set).
 
 The clock: stepSeconds 1, windowSeconds 10, Prometheus scraping every second, workloads of
 ~40-60 s. Everything here is a real process; nothing is mocked.
+
+FakeKubelet, not the real node: the workloads run as host processes beside it and the exporter
+serves their /proc usage; running them as real pods under cAdvisor is issue 27's item 3 (the
+product's proof on a real node), minutes longer than this test.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ a real kube-apiserver + etcd and:
 Each case adds rows to one table (bad input, resizes from bad data — must be 0 — and the
 signals raised), printed at the end and appended to ``$AI4DL_FAULT_REPORT`` when set.
 Window 10 s, step 1 s (tests/test_operator_integration.py).
+
+FakeKubelet, not the real node: the usage is garbage a fake Prometheus serves on purpose and
+the pods only have to exist and be Running; a real node would add root and seconds per pod,
+nothing to what is checked (zero writes, counted at the API server).
 """
 
 from __future__ import annotations

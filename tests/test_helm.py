@@ -108,8 +108,10 @@ def test_helm_lint(helm, helm_env, values):
      "webhook.networkPolicy.from: name the API server's sources"),
     (["--set", f"prometheus.url={URL}", "--set", "webhook.clientAuth.caKey=../x"],
      "at '/webhook/clientAuth/caKey': '../x' does not match pattern"),
+    (["--set", f"prometheus.url={URL}", "--set", "operator.hostNetwork=yes"],
+     "at '/operator/hostNetwork': got string, want boolean"),
 ], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models",
-        "network-policy-without-sources", "ca-key-path"])
+        "network-policy-without-sources", "ca-key-path", "host-network-not-a-boolean"])
 def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
     r = run([helm, "template", "x", CHART, *args], helm_env, check=False)
     assert r.returncode != 0
@@ -372,6 +374,22 @@ def test_state_key_is_mounted_never_read_through_the_api(helm, helm_env):
     assert not any(a.startswith("--state-key-file") for a in args)
 
 
+def test_host_network_render(helm, helm_env):
+    """operator.hostNetwork: the operator's pod in the node's network namespace, with the DNS
+    policy that keeps cluster names resolvable there; off by default (it needs a privileged Pod
+    Security Standard). tests/test_real_node_chart.py runs it on a real node."""
+    def pod_spec(*args):
+        (dep,) = by_kind(template(helm, helm_env, "--set", f"prometheus.url={URL}", *args),
+                         "Deployment")
+        return dep["spec"]["template"]["spec"]
+
+    default = pod_spec()
+    assert "hostNetwork" not in default and "dnsPolicy" not in default
+    on = pod_spec("--set", "operator.hostNetwork=true")
+    assert on["hostNetwork"] is True and on["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert on["securityContext"] == default["securityContext"]   # nothing else loosened
+
+
 def test_deploy_manifests_are_rendered_from_the_chart(helm, tmp_path):
     run(["bash", REPO / "deploy" / "render.sh", tmp_path], {**os.environ, "HELM": str(helm)})
     for name in ("ai4dl-operator.yaml", "rbac.yaml"):
@@ -416,6 +434,25 @@ def test_prometheus_scrape_config_keeps_what_the_operator_reads():
         name = re.search(r"(container_[a-z_]+)\{", feature.query).group(1)
         assert re.fullmatch(keep["regex"], name), name
     assert jobs["ai4dl-operator"]["relabel_configs"][0]["regex"] == "ai4dl-operator;metrics"
+
+
+def test_prometheus_scrape_config_keeps_every_series_the_code_reads():
+    """Every metric name the library and operator query (the history pull's container start
+    times, kube-state-metrics' owners, labels and requests) survives the allowlists: a series a
+    keep rule drops is silently absent, and the pull degrades without saying why."""
+    import re
+
+    from ai4dl.sources import membership, prometheus_history, workloads
+
+    cfg = yaml.safe_load((REPO / "deploy" / "prometheus-scrape.yaml").read_text())
+    keeps = [r["regex"] for j in cfg["scrape_configs"]
+             for r in j.get("metric_relabel_configs", []) if r["action"] == "keep"]
+    read = {workloads.POD_OWNER, workloads.REPLICASET_OWNER, workloads.JOB_OWNER,
+            workloads.REQUESTS, membership.KSM_METRIC}
+    read |= set(re.findall(r"(container_[a-z_]+)\{", Path(prometheus_history.__file__).read_text()))
+    assert "container_start_time_seconds" in read
+    for name in sorted(read):
+        assert any(re.fullmatch(k, name) for k in keeps), f"{name} is dropped by every keep rule"
 
 
 # ----------------------------------------------------------------------------- API server
@@ -604,6 +641,12 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
                  "--set", "operator.minWindowSeconds=0", "--timeout", "60s"], helm_env)
         assert "STATUS: deployed" in r.stdout
         assert "kubectl get pm -A" in r.stdout   # NOTES.txt
+        notes = r.stdout.split("NOTES:", 1)[1]
+        # every command line runs as written: port-forward blocks, so no "&& curl" after it
+        assert "&&" not in notes and f"curl -s localhost:{metrics_port}/metrics" in notes
+        assert f"reach the webhook on port {webhook_port}" in notes
+        assert "ai4dl train --prometheus" in notes and "crds/phasemodels.ai4dl.io.yaml" in notes
+        assert (REPO / "crds" / "phasemodels.ai4dl.io.yaml").is_file()
         # ... which warns while the webhook answers any caller (no client auth, no policy)
         assert "WARNING: the admission webhook" in r.stdout
 

@@ -6,6 +6,11 @@ least-privilege RBAC is enough. Pods are bound to a fake node; a kubelet stand-i
 Running; the exporter plays synthetic DL jobs as cAdvisor metrics on a compressed clock
 (15 trace seconds per wall second), so one PhaseModel window is 10 s of wall time
 (stepSeconds 1, windowSeconds 10).
+
+FakeKubelet, not the real node: the usage is trace-driven (a DL job's phases played by the
+exporter; busybox pods on the real node use nothing a model can phase) and these tests run
+without root. That the operator's resize reaches the cgroups on a real kubelet is
+tests/test_real_node.py's (test_operator_inplace_resize_reaches_cgroups).
 """
 
 from __future__ import annotations

@@ -60,14 +60,22 @@ def test_dockerfile_uses_the_tested_install_command():
     for target in ("AS operator", "AS trainer"):
         assert target in text
     assert "USER 65532:65532" in text
+    # ... with a passwd entry (kopf's getpass.getuser() raises KeyError without one)
+    assert "nonroot:x:65532:65532:" in text
+    # the default base stays the official image (operator_image.sh passes its own Debian one)
+    assert "ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim" in text
     # every COPY --from / FROM names a stage defined above it
     import re
 
     stages: list[str] = []
+    args = set(re.findall(r"^ARG (\w+)=", text, re.M))
     for line in text.splitlines():
         if m := re.match(r"FROM (\S+)(?: AS (\S+))?", line):
             base, name = m.groups()
-            assert "/" in base or ":" in base or base in stages, f"unknown stage {base}"
+            if b := re.fullmatch(r"\$\{(\w+)\}", base):   # FROM ${BASE_IMAGE}: a declared ARG
+                assert b.group(1) in args, f"FROM an undeclared ARG {base}"
+            else:
+                assert "/" in base or ":" in base or base in stages, f"unknown stage {base}"
             stages.append(name)
         elif m := re.match(r"COPY --from=(\S+)", line):
             assert m.group(1) in stages, f"COPY from unknown stage {m.group(1)}"
@@ -77,16 +85,23 @@ def test_dockerfile_uses_the_tested_install_command():
     assert "!docker/install.sh" in ignore and "!operator/" in ignore
 
 
+def _clean_env() -> dict:
+    """The environment without PYTHONPATH: a developer's PYTHONPATH=$PWD/operator would make the
+    fresh venv import the working tree instead of what it installed."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def test_operator_install_has_no_torch(operator_venv):
     py = operator_venv / "bin" / "python"
     r = subprocess.run([str(py), "-c", PROBE], capture_output=True, text=True, timeout=120,
-                       cwd=operator_venv)
+                       cwd=operator_venv, env=_clean_env())
     assert r.returncode == 0, r.stderr
     assert "installed: False" in r.stdout, "the operator install pulled in torch"
     assert "imported: -" in r.stdout, r.stdout
     # and the package comes from the venv, not from the working tree
     r = subprocess.run([str(py), "-c", "import ai4dl; print(ai4dl.__file__)"],
-                       capture_output=True, text=True, timeout=60, cwd=operator_venv)
+                       capture_output=True, text=True, timeout=60, cwd=operator_venv,
+                       env=_clean_env())
     assert str(operator_venv) in r.stdout, r.stdout
 
 
@@ -114,7 +129,8 @@ def test_installed_package_carries_the_dl_corpus(operator_venv):
     r = subprocess.run([str(operator_venv / "bin" / "python"), "-c",
                         "from ai4dl.io.loaders import DL_CORPUS as d; "
                         "print(d, sorted(p.name for p in d.iterdir()))"],
-                       capture_output=True, text=True, timeout=60, cwd=operator_venv)
+                       capture_output=True, text=True, timeout=60, cwd=operator_venv,
+                       env=_clean_env())
     assert r.returncode == 0, r.stderr
     assert str(operator_venv) in r.stdout
     assert "['manifest.json', 'phases.csv.gz', 'traces.csv.gz']" in r.stdout, r.stdout

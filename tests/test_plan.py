@@ -7,7 +7,8 @@ import pytest
 
 from ai4dl.controller.plan import plan_window
 from ai4dl.controller.podstate import StateKey, state_scope
-from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE, pod_info, verify_pod
+from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_RECOMMENDATION, A_STATE,
+                                   pod_info, verify_pod)
 from ai4dl.quantity import format_cpu, format_memory, parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION, PhaseModelSpec
 
@@ -480,3 +481,137 @@ def test_a_new_container_gets_the_learned_cold_start(chosen_model, window):
     out = run(m, spec, [pod("new", {"cpu": "8", "memory": "1Gi"}, started=recent)], {})
     t = out.pods[0].containers[0].target
     assert t["memory"] >= GiB
+
+
+# ----------------------------------------------------------------------------- kubelet answers
+def node_pod(name, spec_res, actual_res=None, conditions=None, state=None, resize_policy=None,
+             ours=True):
+    """A Guaranteed pod as a kubelet reports it: ``actual_res`` in its container status (what
+    the container has), ``spec_res`` what was asked for (by the operator, ``ours``: its
+    last-applied record says so)."""
+    annotations = {}
+    if ours:
+        annotations[A_LAST_APPLIED] = json.dumps({"window": 0, "containers": {"main": {
+            "requests": spec_res, "limits": spec_res}}})
+    if state is not None:
+        annotations[A_STATE] = KEY.seal(state_scope("ns", name, name + "-uid"), state)
+    container = {"name": "main", "resources": {"requests": spec_res, "limits": spec_res}}
+    if resize_policy:
+        container["resizePolicy"] = resize_policy
+    status = {"phase": "Running", "conditions": conditions or []}
+    if actual_res:
+        status["containerStatuses"] = [{"name": "main", "resources": {
+            "requests": actual_res, "limits": actual_res}}]
+    return verify_pod(pod_info({
+        "metadata": {"name": name, "namespace": "ns", "uid": name + "-uid",
+                     "annotations": {MODEL_ANNOTATION: "pm", **annotations}},
+        "spec": {"containers": [container]}, "status": status}), KEY)
+
+
+REFUSED = [{"type": "PodResizeInProgress", "status": "True", "reason": "Error",
+            "message": "attempting to set pod memory limit (17179869184) below current usage "
+                       "(0)"}]
+
+
+def test_a_refused_memory_decrease_is_taken_back_once_with_an_event(fitted_model, window):
+    """PodResizeInProgress Error (the kubelet 1.34+ refuses a memory limit below usage): the
+    spec is set back to what the container has (left in place, the kubelet would apply it at a
+    dip in usage), one Warning Event names the pod and the kubelet's message, and the refused
+    level is held for a back-off; this window's own target is not sent."""
+    p = node_pod("r", {"cpu": "8", "memory": "16Gi"}, {"cpu": "8", "memory": "32Gi"}, REFUSED)
+    plan = run(fitted_model, spec_for(fitted_model), [p], {("ns", "r", "main"): window}).pods[0]
+    (body,) = plan.resize["spec"]["containers"]
+    assert body["name"] == "main" and {part: {r: parse_quantity(q) for r, q in v.items()}
+                                       for part, v in body["resources"].items()} == {
+        "requests": {"memory": 32 * GiB}, "limits": {"memory": 32 * GiB}}, plan.resize
+    assert plan.refused and "below current usage" in plan.refused
+    (etype, reason, msg), = plan.events
+    assert (etype, reason) == ("Warning", "ResizeRefused")
+    assert "pod ns/r" in msg and "below current usage" in msg and \
+        f"memory {format_memory(16 * GiB)}→{format_memory(32 * GiB)}" in msg, msg
+    hold = json.loads(plan.annotations[A_STATE])["refused"]["main"]["memory"]
+    assert hold["value"] == 16 * GiB and hold["n"] == 1
+    assert hold["until"] == WINDOW_START + 3 * 600          # two windows held, then free
+
+
+def test_a_refused_level_is_held_for_the_back_off_then_tried_again(fitted_model, window):
+    """After a take-back the same (or a lower) memory is not asked for during the back-off, so
+    the kubelet's refusal is not provoked every window; once it has passed the decrease is
+    planned again; a refusal in a row doubles the back-off."""
+    spec = spec_for(fitted_model)
+    samples = {("ns", "h", "main"): window}
+    first = run(fitted_model, spec, [node_pod("h", {"cpu": "8", "memory": "32Gi"})],
+                samples).pods[0]
+    want = first.resize["spec"]["containers"][0]["resources"]["requests"]
+    assert parse_quantity(want["memory"]) < 32 * GiB, want     # the plan lowers memory
+    hold = {"main": {"memory": {"value": 32 * GiB, "n": 1, "until": WINDOW_START + 600}}}
+    held = run(fitted_model, spec, [node_pod("h", {"cpu": "8", "memory": "32Gi"},
+                                             state={"refused": hold})], samples).pods[0]
+    req = held.resize["spec"]["containers"][0]["resources"]["requests"]
+    assert "memory" not in req and "cpu" in req                 # cpu still served
+    hold["main"]["memory"]["until"] = WINDOW_START
+    again = run(fitted_model, spec, [node_pod("h", {"cpu": "8", "memory": "32Gi"},
+                                              state={"refused": hold})], samples).pods[0]
+    assert again.resize["spec"]["containers"][0]["resources"]["requests"] == want
+    # refused again: the next back-off is twice as long
+    p = node_pod("h", {"cpu": "8", "memory": "16Gi"}, {"cpu": "8", "memory": "32Gi"}, REFUSED,
+                 state={"refused": hold})
+    plan = run(fitted_model, spec, [p], samples).pods[0]
+    hold2 = json.loads(plan.annotations[A_STATE])["refused"]["main"]["memory"]
+    assert hold2["n"] == 2 and hold2["until"] == WINDOW_START + 5 * 600
+
+
+@pytest.mark.parametrize("actual, ours", [(None, True), ({"cpu": "8", "memory": "32Gi"}, False)],
+                         ids=["no-status-resources", "not-the-operators-resize"])
+def test_a_refusal_not_to_take_back_waits_with_the_kubelets_words(fitted_model, window, actual,
+                                                                  ours):
+    """Nothing to take back (the kubelet reports no resources), or the refused resize is not
+    the operator's (its owner's own: the spec is not the operator's last-applied): no resize,
+    a ResizeWaiting Warning with the kubelet's message."""
+    p = node_pod("n", {"cpu": "8", "memory": "16Gi"}, actual, REFUSED, ours=ours)
+    plan = run(fitted_model, spec_for(fitted_model), [p], {("ns", "n", "main"): window}).pods[0]
+    assert plan.resize is None and plan.skipped == "resize-pending" and not plan.refused
+    assert plan.events[0][:2] == ("Warning", "ResizeWaiting")
+    assert "below current usage" in plan.events[0][2] and "pod ns/n" in plan.events[0][2]
+
+
+def test_infeasible_at_the_planned_target_still_says_so(fitted_model, window):
+    """A real Infeasible whose pending resize is this window's own target (the spec holds
+    it): a ResizeWaiting Warning with the kubelet's message, not silence."""
+    spec = spec_for(fitted_model)
+    samples = {("ns", "i", "main"): window}
+    first = run(fitted_model, spec, [node_pod("i", {"cpu": "8", "memory": "32Gi"})],
+                samples).pods[0]
+    target = first.resize["spec"]["containers"][0]["resources"]["requests"]
+    p = node_pod("i", target, None, [{"type": "PodResizePending", "status": "True",
+                                      "reason": "Infeasible",
+                                      "message": "Node didn't have enough capacity"}])
+    plan = run(fitted_model, spec, [p], samples).pods[0]
+    assert plan.resize is None and plan.skipped == "resize-pending"
+    assert plan.events == [("Warning", "ResizeWaiting", "a resize is still pending "
+                            "(Infeasible): Node didn't have enough capacity")]
+
+
+def test_restart_container_resources_are_not_resized(fitted_model, window):
+    """resizePolicy RestartContainer for memory: memory is left as it is (an in-place resize
+    would restart the training job), with a notice once; cpu (NotRequired) is resized."""
+    p = node_pod("rc", {"cpu": "8", "memory": "32Gi"}, resize_policy=[
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"},
+        {"resourceName": "cpu", "restartPolicy": "NotRequired"}])
+    plan = run(fitted_model, spec_for(fitted_model), [p], {("ns", "rc", "main"): window}).pods[0]
+    res = plan.resize["spec"]["containers"][0]["resources"]
+    assert set(res["requests"]) == {"cpu"} and set(res["limits"]) == {"cpu"}, res
+    assert [n[0] for n in plan.notices] == ["ResizeRestartsContainer"]
+    assert "RestartContainer" in plan.notices[0][1]
+
+
+def test_a_held_level_once_taken_is_forgotten(fitted_model, window):
+    """The kubelet applied a level it had refused before (the pod's requests are at or below
+    it, no error): the hold is dropped, so a later refusal starts the back-off afresh."""
+    hold = {"main": {"memory": {"value": 16 * GiB, "n": 3, "until": WINDOW_START - 600},
+                     "cpu": {"value": 2.0, "n": 1, "until": WINDOW_START - 600}}}
+    p = node_pod("f", {"cpu": "8", "memory": "16Gi"}, {"cpu": "8", "memory": "16Gi"},
+                 state={"refused": hold})
+    plan = run(fitted_model, spec_for(fitted_model), [p], {("ns", "f", "main"): window}).pods[0]
+    state = json.loads(plan.annotations[A_STATE])
+    assert state["refused"] == {"main": {"cpu": hold["main"]["cpu"]}}, state

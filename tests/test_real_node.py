@@ -8,9 +8,14 @@ Runs with ``AI4DL_REAL_NODE=1`` (``make test`` sets it as root; root, cgroup v1/
     AI4DL_REAL_NODE=1 PYTHONPATH=$PWD/operator python -m pytest -q tests/test_real_node.py
 
 The real Prometheus scrapes the kubelet's /metrics/cadvisor here (real usage, real cpu
-throttling). Still not real: the operator's tests feed it from the trace exporter scraped by the
-real Prometheus, not from cAdvisor (the busybox pods use next to nothing, and the model's phases
-need a DL job's usage); FakeKubelet is not used in this module.
+throttling). The operator's tests here feed it from the trace exporter scraped by the real
+Prometheus, not from cAdvisor (the busybox pods use next to nothing, and the model's phases
+need a DL job's usage); tests/test_real_node_jobs.py runs real training jobs with the operator
+reading cAdvisor. FakeKubelet is not used in this module.
+
+The kubelet's answers the operator must handle (a memory decrease below usage refused, a
+RestartContainer resize policy, the admission webhook's requests in the cgroups) are in
+tests/test_real_node_answers.py.
 """
 
 from __future__ import annotations
@@ -185,6 +190,44 @@ def test_teardown_and_sweep_leave_nothing(real_node, kube_cluster):
     kube_cluster.core.delete_namespaced_pod(f"orphan-{node_id}", "default", grace_period_seconds=0)
 
 
+
+_FAILING = r"""
+import json, os
+from pathlib import Path
+
+
+def test_fails_with_a_pod_running(node_pods):
+    node_pods.create("doomed")
+    node = node_pods.node
+    Path(os.environ["AI4DL_CHILD_OUT"]).write_text(json.dumps(
+        {"id": node.id, "dir": str(node.dir), "leftovers": node.leftovers()}))
+    assert False, "forced failure with a pod running"
+"""
+
+
+def test_a_failing_test_leaves_nothing(real_node, tmp_path):
+    """A pytest session whose real-node test FAILS with a pod running (a child pytest, its own
+    control plane and node): the session's teardown still removes every process, mount,
+    cgroup, folder and /var/log/containers link of its node (``real_node``: only for the
+    tier's skip when it is off)."""
+    (tmp_path / "test_child.py").write_text(_FAILING)
+    out = tmp_path / "node.json"
+    env = {**os.environ, "AI4DL_REAL_NODE": "1", "AI4DL_CHILD_OUT": str(out),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO / "tests"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "conftest", "--rootdir", str(tmp_path), str(tmp_path)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 1 and "forced failure with a pod running" in run.stdout, \
+        run.stdout[-3000:] + run.stderr[-2000:]
+    child = json.loads(out.read_text())
+    assert child["leftovers"], "the child's node owned nothing while its pod ran?"
+    left = _node.leftovers(child["id"], Path(child["dir"]))
+    assert left == [], left
+    FIGURES.append(("teardown", "leftovers after a session whose test failed with a pod "
+                    "running", f"{len(left)} (had {len(child['leftovers'])} while it ran)"))
+
+
 _ORPHAN = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
@@ -316,9 +359,9 @@ def test_operator_waits_on_a_real_infeasible_resize(kube_cluster, k8s_namespace,
     """A cpu floor above the node's allocatable: the operator's resize gets a real
     PodResizePending Infeasible from the kubelet (cgroup unchanged, no restart; the kubelet's
     own ResizeInfeasible Warning Event); the operator then waits: the pod is planned each
-    window but no pods/resize PATCH is sent again for two windows (its plan is the pending
-    target, so the window counts it "unchanged" and posts no ResizeWaiting Event), and the pod
-    stays Guaranteed."""
+    window but no pods/resize PATCH is sent again for two windows, each window posts a Warning
+    ResizeWaiting with the kubelet's message (even though its plan is the pending target
+    itself), and the pod stays Guaranteed."""
     from test_operator_integration import events, make_phasemodel
 
     exporter, _ = stack
@@ -350,10 +393,15 @@ def test_operator_waits_on_a_real_infeasible_resize(kube_cluster, k8s_namespace,
     writes = pod_writes(c0, apiserver_counts(kube_cluster))
     assert writes["PATCH pods/resize"] == 0, (writes, windows)
     assert all(line.startswith("1 pods, 0 resized") for line in windows.values()), windows
-    # the user hears of it from the kubelet itself (the operator's plan is the pending target)
+    # the user hears of it from the kubelet and from the operator, in the kubelet's words
     kubelet_says = [e for e in events(kube_cluster, k8s_namespace, "ResizeInfeasible")
                     if e.involved_object.name == "inf"]
     assert kubelet_says and kubelet_says[0].type == "Warning", kubelet_says
+    waiting = [e for e in events(kube_cluster, k8s_namespace, "ResizeWaiting")
+               if e.involved_object.name == "inf"]
+    assert waiting and all(e.type == "Warning" and "Infeasible" in e.message
+                           for e in waiting), [(e.type, e.message) for e in waiting]
+    assert cond.get("message", "") in waiting[0].message, (cond, waiting[0].message)
     now = node_pods.get("inf")
     st = now["status"]["containerStatuses"][0]
     assert node_pods.cgroup_value(now, "cpu", "cpu.cfs_quota_us") == quota0

@@ -169,3 +169,11 @@ def test_record_appends_runs_as_separate_executions(tmp_path):
     names = [row["execution"] for row in rows(out)]
     assert len(set(names)) == 2 and all(n.startswith("python") for n in names)
     assert out.read_text().count("execution,") == 1
+
+
+def test_the_default_interval_keeps_a_short_job(tmp_path):
+    """At the old default (15 s) a 20 s job left one row; at 1 s a 3 s job leaves several."""
+    out = tmp_path / "t.csv"
+    r = record("-o", out, "--", sys.executable, "-c", "import time; time.sleep(3.5)")
+    assert r.returncode == 0, r.stderr
+    assert 2 <= len(rows(out)) <= 5

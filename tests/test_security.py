@@ -14,6 +14,9 @@ try. Every row of the table is a request the API server answered; nothing is sim
 - `kubectl auth can-i` as the ServiceAccount, the whole matrix.
 
 The table is printed at the end (and written to $AI4DL_SECURITY_REPORT when set).
+
+FakeKubelet, not the real node: the pods only have to exist; tokens, RBAC and namespaces are
+tested, no kubelet behaviour, and this tier runs without root.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ a real kube-apiserver + etcd and:
 
 Each case adds rows to the fault table (``write_report``). The chart value that turns the check
 off renders the operator's flag (offline, like tests/test_helm.py). Window 10 s, step 1 s.
+
+FakeKubelet, not the real node: the queries' confinement is tested against a fake Prometheus's
+series; the pods only have to exist and be Running.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ malformed ``ai4dl.io/state`` (``"soon"``: the whole PhaseModel went Degraded/Inv
 windows) and a state record copied from another pod. Each is now read as absent: the pod is
 planned as a new one, a Warning Event names the pod and the annotation, the metric counts it,
 the PhaseModel and the other pods go on, and the savings are never inflated.
+
+FakeKubelet, not the real node: records forged on pods' annotations are tested; no kubelet
+behaviour takes part.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ memory bytes) cut into pods of the Prometheus namespace ``hist``, written as cAd
 ending ten minutes ago; one pod restarts (a new container id), one has a long gap. Their labels
 are in kube-state-metrics' ``kube_pod_labels``: six pods the PhaseModel serves (opted in, app
 train) and two it must not learn from (another PhaseModel's pod, and a pod not opted in).
+
+FakeKubelet, not the real node: the live pods' usage is a real trace played by the exporter;
+the refit and its use are tested, not the node.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ rounding.
 History: the AI4DL sample trace ``sample-vr.csv`` (a real DL training container) cut into six
 pods of two Jobs, with kube-state-metrics' owners and requests, written into a real Prometheus
 (promtool blocks) and into VictoriaMetrics (its Prometheus-text import) from the same series.
+
+FakeKubelet, not the real node: the store (VictoriaMetrics against Prometheus) is tested, with
+trace-driven usage.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """The real PyTorch workloads (e2e/workloads): their phases as measured, recorded with
-`ai4dl record`, and served live for a pod to a real Prometheus."""
+`ai4dl record`, and served live for a pod to a real Prometheus.
+
+FakeKubelet, not the real node: the workload runs as a host process beside it and its /proc
+usage is exported; as a real pod it needs the host's Python in the pod (hostPath + chroot),
+issue 27's item 3.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 # Build a test control plane (kube-apiserver, etcd, kubectl) from the Go module proxy.
 #
 # No Docker and no dl.k8s.io needed: each tool is built from a throwaway Go main module
-# (see docs: /work/shared/docs/control-plane.md §1-2). Binaries go to
+# that requires the component at its tagged version (e2e/controlplane/README.md). Binaries go to
 #   ${AI4DL_CACHE:-$HOME/.cache/ai4dl}/bin/{kube-apiserver,etcd,kubectl}
 # Idempotent: when every binary exists and reports the expected version, it exits at once.
 #

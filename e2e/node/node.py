@@ -407,15 +407,25 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                                 f"{_cp._tail(self.dir / 'containerd.log')}")
             time.sleep(0.1)
 
-    def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def _ctr(self, *args: str, check: bool = True,
+             timeout: float = 60) -> subprocess.CompletedProcess:
         res = subprocess.run([str(runtime_dir() / "bin" / "ctr"), "--address", str(self.socket),
-                              "-n", "k8s.io", *args], capture_output=True, text=True, timeout=60)
+                              "-n", "k8s.io", *args], capture_output=True, text=True,
+                             timeout=timeout)
         if check and res.returncode != 0:
             raise NodeError(f"ctr {' '.join(args)}: {res.stderr.strip()}")
         return res
 
     def _import_images(self) -> None:
         self._ctr("images", "import", str(runtime_dir() / "images" / "busybox.tar"))
+
+    def import_image(self, archive: Path, timeout: float = 300) -> float:
+        """Import a docker-save (or OCI) archive into the node's containerd, where the kubelet
+        finds its images (``imagePullPolicy: Never``: nothing can be pulled here). It lives in
+        the node's folder and goes with it. Returns the seconds it took. Raises NodeError."""
+        t0 = time.monotonic()
+        self._ctr("images", "import", str(archive), timeout=timeout)
+        return time.monotonic() - t0
 
     def _kubelet_files(self) -> tuple[Path, Path]:
         d = self.dir / "kubelet"

@@ -21,6 +21,7 @@ import numpy as np
 
 from ai4dl.cli_common import (_model_from_args, add_trace_args, fit_with_progress,
                               load_from_args)
+from ai4dl import __version__
 from ai4dl.errors import Ai4dlError, one_line
 from ai4dl.io.writers import atomic_output, save_figure, write_text_atomic
 
@@ -194,7 +195,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
-                max_executions: int = 3, title: str = "") -> list[Path]:
+                max_executions: int = 3, title: str = "",
+                logged: dict[str, tuple[np.ndarray, Sequence[str]]] | None = None) -> list[Path]:
+    """Trace figures of the chosen executions, distributions, the phase graph and the one-page
+    report. ``logged``: execution name -> (codes per sample, names) of the phases the program
+    logged itself, drawn under the detected ones."""
     import matplotlib.pyplot as plt
 
     from ai4dl import plots
@@ -223,12 +228,16 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
 
     for ex, lab in zip(chosen, chosen_labels):
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in ex.name)
-        save(plots.trace_figure(ex.select(model.features_), lab, model.n_phases_),
-             f"trace-{safe}.png")
+        save(plots.trace_figure(ex.select(model.features_), lab, model.n_phases_,
+                                (logged or {}).get(ex.name)), f"trace-{safe}.png")
     save(plots.distributions_figure(model, values, all_labels), "distributions.png")
     save(plots.graph_figure(model), "phase-graph.png")
+    shown_logged = None
+    if logged and all(e.name in logged for e in chosen[:2]):
+        shown_logged = [logged[e.name] for e in chosen[:2]]
     save(plots.report_figure(model, [e.select(model.features_) for e in chosen[:2]],
-                             chosen_labels[:2], values, all_labels, title), "report.png")
+                             chosen_labels[:2], values, all_labels, title, shown_logged),
+         "report.png")
     return written
 
 
@@ -278,13 +287,16 @@ def _demo_corpus(args: argparse.Namespace, out: Path, start: float) -> int:
         lambda ari: f"{len(test)} executions of {len(test.groups())} jobs not fitted on "
                     f"({', '.join(families)}): adjusted Rand index against the phases the "
                     f"programs logged themselves = {ari:.3f} (logged phases: {', '.join(names)})",
-        "ai4dl demo: phases of recorded PyTorch training runs")
+        "ai4dl demo: phases of recorded PyTorch training runs", logged_names=names)
 
 
 def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, train, test, truth,
-                         check: Callable[[float], str], title: str) -> int:
+                         check: Callable[[float], str], title: str,
+                         logged_names: Sequence[str] | None = None) -> int:
     """Both demos: fit on ``train``, score ``test``'s detected phases against ``truth`` (ARI),
-    write the model, describe.md (with the ``check(ari)`` line) and the plots."""
+    write the model, describe.md (with the ``check(ari)`` line) and the plots; with
+    ``logged_names`` (the names of ``truth``'s codes) the plots show ``truth`` under the
+    detected phases."""
     from sklearn.metrics import adjusted_rand_score
 
     from ai4dl.io.modelfile import save_model
@@ -299,7 +311,9 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
     text = describe(model) + f"\n## Held-out check\n\n{check(ari)}\n"
     write_text_atomic(out / "describe.md", text)
     print(text)
-    written = write_plots(model, test, out, max_executions=2, title=title)
+    logged = ({e.name: (codes, logged_names) for e, codes in zip(test, truth)}
+              if logged_names else None)
+    written = write_plots(model, test, out, max_executions=2, title=title, logged=logged)
     _say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
          + ", ".join(str(p) for p in written) + f" in {time.perf_counter() - start:.0f} s")
     return 0
@@ -582,6 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ai4dl", description="Phase discovery for "
                                      "deep-learning resource-usage traces (CRBM + k-means).")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summaries")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="fit a phase model on traces (-o model.json), or refit a "
@@ -613,7 +628,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0,
                    help="random seed of the CRBM, k-means and the validation split (default 0)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="CRBM training device (default auto: cuda when torch sees one)")
+                   help="CRBM training device (default auto: cuda when torch sees one and the "
+                        "fit is large enough for it to be faster, by the cost model in "
+                        "ai4dl.crbm_train.FitSize)")
     from ai4dl.cli_trainer import add_trainer_args
 
     add_trainer_args(p)
@@ -665,14 +682,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("synthetic", help="write synthetic DL training jobs (the demo's data) as "
-                       "a long CSV")
+    p = sub.add_parser("synthetic", help="write synthetic DL training jobs as a long CSV (the "
+                       "demo's generator; --executions 40 --seed 0: the demo's training jobs)")
     p.add_argument("-o", "--output", default="synthetic.csv",
                    help="long CSV to write (default synthetic.csv)")
-    p.add_argument("--executions", type=int, default=200,
-                   help="synthetic DL jobs to generate (default 200)")
+    p.add_argument("--executions", type=int, default=40,
+                   help="synthetic DL jobs to generate (default 40, as the demo)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--gpu", action="store_true", help="also gpu_util and gpu_memory")
+    p.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=True,
+                   help="gpu_util and gpu_memory beside cpu and memory, as in the demo "
+                        "(default); --no-gpu: cpu and memory only")
     p.set_defaults(func=cmd_synthetic)
 
     p = sub.add_parser("evaluate", help="replay traces through provisioning policies and score "

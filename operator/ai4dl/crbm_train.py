@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -25,6 +26,7 @@ class TrainReport:
     validation_error: float = math.nan
     seconds: float = 0.0
     device: str = "cpu"
+    method: str = "reference"           # the training loop (:data:`METHODS`)
     history: list[tuple[float, float]] = field(default_factory=list)  # (train, validation) per epoch
 
 
@@ -35,16 +37,88 @@ def hidden_probabilities(v, u, W, B, bh):
     return torch.sigmoid(v @ W + u @ B + bh)
 
 
-def resolve_device(device: str) -> str:
+#: The cost model behind ``--device auto`` (see :class:`FitSize`); bench/gpu_check.py measures
+#: its constants. At the default sizes both devices are bound by dispatch, not arithmetic: on
+#: the CPU (one thread) a batch of 128 took 4x the epoch time of a batch of 512 (same samples,
+#: a quarter of the arithmetic per batch), so the time goes with the number of batches; the
+#: arithmetic term (per sample x design column x hidden unit) matters only for wide models.
+#: The constants come from the one GPU measurement there is (issue 29: one H200 machine, 16
+#: cores; 60 epochs of 391 batches of 512, 16 design columns, 10 hidden units, the reference
+#: loop): 13.0 s on the CPU, 24.5 s and 19.6 s on CUDA. CPU: the fused loop took 0.6 x the
+#: reference loop's time here (9.7 s against 15.5-17.0 s, same fit, 2-core machine), so
+#: 0.6 x 13.0 s / (60 x 391) = 0.33 ms a batch; the arithmetic term (about 1 ns per sample x
+#: column x hidden unit: a few flops each at a few GFLOP/s on one core) matters only for wide
+#: models. CUDA: 19.6 s / (60 x 391) = 0.84 ms a batch and a 4.9 s start (the first run's
+#: excess). The CUDA-graph loop should beat that per-batch figure, but it has not run on a GPU
+#: yet, so auto keeps the measured one: it stays on the CPU at the default model's size, where
+#: the CPU was measured faster, and takes CUDA only where arithmetic dominates (wide models).
+#: ``bash bench/gpu_check.sh`` on a GPU machine prints the constants measured there
+#: (``suggested_constants``).
+CPU_SECONDS_PER_UNIT = 1.0e-9
+CPU_SECONDS_PER_BATCH = 3.3e-4
+#: CUDA: a fixed start (context, cuBLAS, the graph capture) and a nearly constant time per batch
+#: (the batch's ~30 tiny kernels: launch latency, not arithmetic).
+CUDA_START_SECONDS = 4.9
+CUDA_SECONDS_PER_BATCH = 8.4e-4
+
+
+@dataclass(frozen=True)
+class FitSize:
+    """What one CRBM fit costs, in the units of the device cost model.
+
+    The CPU's time per epoch is a dispatch cost per batch plus arithmetic (samples x design
+    columns x hidden units); CUDA's is a start-up plus a nearly constant time per batch,
+    whatever the batch's width (launch latency). ``auto`` takes the device
+    whose estimate is lower. Both estimates use the epoch budget; early stopping shortens
+    both by the same factor, so only the start-up is then amortised over fewer epochs.
+    """
+
+    samples_per_epoch: int
+    columns: int        # design row width: visible x (n_history + 1)
+    n_hidden: int
+    batch_size: int
+    epochs: int
+
+    @property
+    def batches(self) -> int:
+        return math.ceil(self.samples_per_epoch / max(self.batch_size, 1))
+
+    def cpu_seconds(self) -> float:
+        units = self.samples_per_epoch * self.columns * self.n_hidden
+        return self.epochs * (units * CPU_SECONDS_PER_UNIT + self.batches * CPU_SECONDS_PER_BATCH)
+
+    def cuda_seconds(self) -> float:
+        return CUDA_START_SECONDS + self.epochs * self.batches * CUDA_SECONDS_PER_BATCH
+
+    def cuda_pays(self) -> bool:
+        return self.cuda_seconds() < self.cpu_seconds()
+
+
+def resolve_device(device: str, size: FitSize | None = None) -> str:
+    """``cpu``/``cuda`` as asked; ``auto``: CUDA only when torch sees one AND the cost model
+    says it is faster for ``size`` (without a size, auto stays on the CPU)."""
     import torch
 
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        if not torch.cuda.is_available():
+            return "cpu"
+        return "cuda" if size is not None and size.cuda_pays() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise Ai4dlError("--device cuda was asked for but torch sees no CUDA device")
     if device not in ("cpu", "cuda"):
         raise Ai4dlError(f"unknown device {device!r} (use auto, cpu or cuda)")
     return device
+
+
+#: Training loops. ``reference``: one permutation gather and one Bernoulli draw per batch (the
+#: loop every published CPU result was computed with). ``fused``: the epoch's samples gathered
+#: and its uniforms drawn in one call each, then the same CD step per batch with h = [u < p];
+#: on the CPU it gives the reference loop's numbers bit for bit (same generator calls in the
+#: same order), about 5x faster, since per-batch Bernoulli draws dominated the reference loop.
+#: ``graph``: ``fused`` with the epoch's batches captured once as a CUDA graph and replayed,
+#: so an epoch costs a few launches instead of ~30 per batch. ``auto``: fused on the CPU, graph
+#: on CUDA.
+METHODS = ("auto", "reference", "fused", "graph")
 
 
 def train_crbm(xs: Sequence[np.ndarray], *, n_hidden: int, n_history: int, epochs: int = 60,
@@ -53,40 +127,35 @@ def train_crbm(xs: Sequence[np.ndarray], *, n_hidden: int, n_history: int, epoch
                min_improvement: float = 1e-3, validation_fraction: float = 0.1,
                max_samples_per_epoch: int | None = 200_000, seed: int = 0, device: str = "cpu",
                on_epoch: Callable[[int, float, float], None] | None = None,
-               ) -> tuple[CRBMParams, TrainReport]:
+               method: str = "auto") -> tuple[CRBMParams, TrainReport]:
     """Fit a CRBM to standardised executions ``xs`` (each (n_i, V) float32).
 
     Validation slices are held out per execution (the last ``validation_fraction`` of the
     executions in a seeded shuffle) so early stopping sees behaviour not trained on. Training
     stops when the validation reconstruction error has not improved by ``min_improvement``
-    (relative) for ``patience`` epochs; the best epoch's weights are returned.
+    (relative) for ``patience`` epochs; the best epoch's weights are returned. ``method``: one
+    of :data:`METHODS`.
     """
     import torch
 
+    if method not in METHODS:
+        raise Ai4dlError(f"unknown training method {method!r} (use {', '.join(METHODS)})")
     start = time.perf_counter()
-    dev = torch.device(resolve_device(device))
     threads = torch.get_num_threads()
-    if dev.type == "cpu":
-        # These matrices are tiny (batch x ~16 x ~10): thread hand-offs cost more than the
-        # arithmetic; one thread measured 3-5x faster than two on 2 cores.
-        torch.set_num_threads(1)
     try:
         return _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
                       weight_decay, cd_k, patience, min_improvement, validation_fraction,
-                      max_samples_per_epoch, seed, dev, on_epoch, start)
+                      max_samples_per_epoch, seed, device, method, on_epoch, start)
     finally:
         torch.set_num_threads(threads)
 
 
 def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum, weight_decay,
            cd_k, patience, min_improvement, validation_fraction, max_samples_per_epoch, seed,
-           dev, on_epoch, start):
+           device, method, on_epoch, start):
     import torch
 
     rng = np.random.default_rng(seed)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
-
     order = rng.permutation(len(xs))
     n_val = int(round(validation_fraction * len(xs))) if len(xs) > 1 else 0
     val_ids, train_ids = order[:n_val], order[n_val:]
@@ -96,6 +165,22 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
     val_X = (np.concatenate([design_matrix(xs[i], n_history) for i in val_ids])
              if n_val else train_X[rng.choice(len(train_X), min(len(train_X), 20_000), replace=False)])
     V = train_X.shape[1] // (n_history + 1)
+    n_train = len(train_X)
+    per_epoch = min(n_train, max_samples_per_epoch or n_train)
+    # The device is chosen once the fit's size is known (the torch generator below is
+    # separate from numpy's, so choosing here leaves every random stream as it was).
+    dev = torch.device(resolve_device(device, FitSize(per_epoch, train_X.shape[1], n_hidden,
+                                                      batch_size, epochs)))
+    if method == "auto":
+        method = "graph" if dev.type == "cuda" else "fused"
+    if method == "graph" and dev.type != "cuda":
+        raise Ai4dlError("training method 'graph' needs CUDA (CUDA graphs)")
+    if dev.type == "cpu":
+        # These matrices are tiny (batch x ~16 x ~10): thread hand-offs cost more than the
+        # arithmetic; one thread measured 3-5x faster than two on 2 cores.
+        torch.set_num_threads(1)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
     train_t = torch.from_numpy(train_X).to(dev)
     val_t = torch.from_numpy(np.ascontiguousarray(val_X[:100_000])).to(dev)
 
@@ -110,43 +195,57 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
     velocity = [torch.zeros_like(p) for p in params]
     decays = [weight_decay, weight_decay, 0.0, 0.0]
 
+    def cd_step(X0, draw, params, velocity):
+        """One CD-k update of ``params`` in place from the batch ``X0``; ``draw(k, p)`` samples
+        the hidden units of Gibbs step k from their probabilities p."""
+        M, A, bv, bh = params
+        v0, u = X0[:, :V], X0[:, V:]
+        dyn_v = torch.addmm(bv, u, A)
+        h0 = torch.sigmoid(torch.addmm(bh, X0, M))
+        hk, Xk = h0, X0.clone()
+        for k in range(cd_k):
+            h_sample = draw(k, hk)
+            # Gaussian visible units: the mean (unit variance, not sampled)
+            Xk[:, :V] = torch.addmm(dyn_v, h_sample, M[:V].T)
+            hk = torch.sigmoid(torch.addmm(bh, Xk, M))
+        scale = 1.0 / len(X0)
+        grads = [
+            (X0.T @ h0 - Xk.T @ hk) * scale,
+            u.T @ (v0 - Xk[:, :V]) * scale,
+            (v0 - Xk[:, :V]).mean(0),
+            (h0 - hk).mean(0),
+        ]
+        for p, vel, g, wd in zip(params, velocity, grads, decays):
+            if wd:
+                g = g - wd * p
+            vel.mul_(momentum).add_(g, alpha=learning_rate)
+            p.add_(vel)
+
     def recon_error(X: torch.Tensor) -> float:
         v, u = X[:, :V], X[:, V:]
         h = hidden_probabilities(v, u, M[:V], M[V:], bh)
         r = h @ M[:V].T + u @ A + bv
         return float(((r - v) ** 2).mean())
 
-    report = TrainReport(device=str(dev))
+    if method == "reference":
+        def reference_draw(k, p):
+            return torch.bernoulli(p, generator=gen)
+
+        def run_epoch():
+            perm = torch.randperm(n_train, generator=gen, device=dev)[:per_epoch]
+            for s in range(0, per_epoch, batch_size):
+                cd_step(train_t[perm[s:s + batch_size]], reference_draw, params, velocity)
+            return train_t[perm[:100_000]]
+    else:
+        run_epoch, method = _fused_epochs(cd_step, train_t, per_epoch, batch_size, cd_k, n_hidden,
+                                          gen, params, velocity, graph=method == "graph")
+
+    report = TrainReport(device=str(dev), method=method)
     best = (math.inf, [p.clone() for p in params], 0)
     stale = 0
-    n_train = len(train_t)
-    per_epoch = min(n_train, max_samples_per_epoch or n_train)
     for epoch in range(1, epochs + 1):
-        perm = torch.randperm(n_train, generator=gen, device=dev)[:per_epoch]
-        for s in range(0, per_epoch, batch_size):
-            X0 = train_t[perm[s:s + batch_size]]
-            v0, u = X0[:, :V], X0[:, V:]
-            dyn_v = torch.addmm(bv, u, A)
-            h0 = torch.sigmoid(torch.addmm(bh, X0, M))
-            hk, Xk = h0, X0.clone()
-            for _ in range(cd_k):
-                h_sample = torch.bernoulli(hk, generator=gen)
-                # Gaussian visible units: the mean (unit variance, not sampled)
-                Xk[:, :V] = torch.addmm(dyn_v, h_sample, M[:V].T)
-                hk = torch.sigmoid(torch.addmm(bh, Xk, M))
-            scale = 1.0 / len(X0)
-            grads = [
-                (X0.T @ h0 - Xk.T @ hk) * scale,
-                u.T @ (v0 - Xk[:, :V]) * scale,
-                (v0 - Xk[:, :V]).mean(0),
-                (h0 - hk).mean(0),
-            ]
-            for p, vel, g, wd in zip(params, velocity, grads, decays):
-                if wd:
-                    g = g - wd * p
-                vel.mul_(momentum).add_(g, alpha=learning_rate)
-                p.add_(vel)
-        train_err = recon_error(train_t[perm[:100_000]])
+        seen = run_epoch()
+        train_err = recon_error(seen)
         val_err = recon_error(val_t)
         if not math.isfinite(train_err):
             raise Ai4dlError("CRBM training diverged (non-finite error): lower the learning rate")
@@ -169,6 +268,67 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
     report.train_error = report.history[best_epoch - 1][0]
     report.seconds = time.perf_counter() - start
     return out, report
+
+
+def _fused_epochs(cd_step, train_t, per_epoch, batch_size, cd_k, n_hidden, gen, params,
+                  velocity, graph: bool):
+    """An epoch function for the ``fused``/``graph`` methods. The epoch's rows and uniforms
+    live in fixed buffers, refilled in place by one gather and one draw, so the batches read
+    the same memory every epoch: what lets one CUDA graph, captured once, replay them all."""
+    import torch
+
+    dev = train_t.device
+    n_train = len(train_t)
+    X_epoch = torch.empty((per_epoch, train_t.shape[1]), device=dev, dtype=train_t.dtype)
+    # Uniforms in the order the reference loop draws them: batch by batch, and within a batch
+    # Gibbs step by step, row-major. On the CPU torch's bernoulli(p) takes one uniform per
+    # element from the generator and returns u < p, so this loop gives the reference loop's
+    # numbers exactly (a test checks it), from one draw an epoch instead of one a batch.
+    U_epoch = torch.empty(per_epoch * cd_k * n_hidden, device=dev, dtype=train_t.dtype)
+    spans = [(s, min(s + batch_size, per_epoch)) for s in range(0, per_epoch, batch_size)]
+
+    def all_batches(params, velocity, spans=spans):
+        for a, b in spans:
+            U = U_epoch[a * cd_k * n_hidden:b * cd_k * n_hidden].view(cd_k, b - a, n_hidden)
+            cd_step(X_epoch[a:b], lambda k, p: (U[k] < p).to(p.dtype), params, velocity)
+
+    def refill():
+        perm = torch.randperm(n_train, generator=gen, device=dev)[:per_epoch]
+        torch.index_select(train_t, 0, perm, out=X_epoch)
+        U_epoch.uniform_(generator=gen)
+
+    def run_epoch():
+        refill()
+        all_batches(params, velocity)
+        return X_epoch[:100_000]
+
+    if not graph:
+        return run_epoch, "fused"
+    try:
+        # Warm-up on a side stream before capture (cuBLAS handles and workspaces are created
+        # lazily, which a capture forbids), on copies: the real weights must not move.
+        side = torch.cuda.Stream(device=dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            scratch = [p.clone() for p in params], [v.clone() for v in velocity]
+            all_batches(*scratch, spans=spans[:1] + spans[-1:])
+        torch.cuda.current_stream(dev).wait_stream(side)
+        torch.cuda.synchronize(dev)
+        # Capture records the kernels without running them: the weights stay as they are.
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            all_batches(params, velocity)
+    except RuntimeError as err:
+        # Same numbers without the graph, only slower: say so and go on.
+        torch.cuda.synchronize(dev)
+        warnings.warn(f"CUDA graph capture failed ({err}); training without it", stacklevel=2)
+        return run_epoch, "fused"
+
+    def run_graph_epoch():
+        refill()
+        g.replay()
+        return X_epoch[:100_000]
+    return run_graph_epoch, "graph"
 
 
 def torch_encode(params: CRBMParams, x: np.ndarray) -> np.ndarray:

@@ -49,20 +49,55 @@ def _safe(name: str) -> str:
 
 
 # ----------------------------------------------------------------------------- executions
+#: The policies an execution's figure draws when the run has them: what a user would pick
+#: instead (the author's static request, VPA, KRR), the reactive baseline, auto's choice, and
+#: the oracle. Ten step lines over one usage line read as none; every policy is in the tables.
+SHOWN_POLICIES = ("static", "vpa", "krr", "adaptive-max", "auto", "oracle")
+
+
+def shown_policies(names: Sequence[str], most: int = 6) -> list[str]:
+    """The policies an execution's figure draws: SHOWN_POLICIES present in the run, else the
+    first ``most`` in the tables' order."""
+    ordered = policy_order(list(names))
+    chosen = [n for n in ordered if n in SHOWN_POLICIES]
+    return chosen if len(chosen) >= 2 else ordered[:most]
+
+
+def duration_text(seconds: float) -> str:
+    """``40 s``, ``10 min``, ``1.5 h``: a duration in the unit a person reads it in."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"
+
+
+def time_axis(seconds: float) -> tuple[float, str]:
+    """(divisor, name) for an axis spanning ``seconds``: seconds, minutes or hours."""
+    if seconds < 120:
+        return 1.0, "seconds"
+    if seconds < 2 * 3600:
+        return 60.0, "minutes"
+    return 3600.0, "hours"
+
+
 def execution_figure(result: EvaluationResult, i: int):
-    """One panel per resource: usage (black) and each policy's allocation as a step line
-    (oracle dashed), hours since the start on x; the legend gives each policy's
-    allocation ÷ oracle on this execution."""
+    """One panel per resource: usage (black) and a few policies' allocations as step lines
+    (:func:`shown_policies`; oracle dashed), time since the start on x in the unit the run's
+    length reads best in; the legend gives each policy's allocation ÷ oracle on this
+    execution."""
     data, cfg = result.data, result.config
     u = data.usage[i]
     n, W, step = len(u), cfg.window, data.step
-    hours = step / 3600.0
-    t = np.arange(n) * hours
+    div_t, t_unit = time_axis(n * step)
+    per_sample = step / div_t
+    t = np.arange(n) * per_sample
     n_win = -(-n // W)
-    edges = np.minimum(np.arange(n_win + 1) * W, n) * hours
+    edges = np.minimum(np.arange(n_win + 1) * W, n) * per_sample
     R = len(data.resources)
     fig, axes = plt.subplots(R, 1, figsize=(11.5, 2.5 * R + 0.9), sharex=True, squeeze=False)
-    names = policy_order(list(result.replays))
+    names = shown_policies(list(result.replays))
+    left_out = [n for n in policy_order(list(result.replays)) if n not in names]
     per = result.per_execution[i] if i < len(result.per_execution) else {}
     for j, ax in enumerate(axes[:, 0]):
         div, unit = _display(data.units[j])
@@ -84,11 +119,14 @@ def execution_figure(result: EvaluationResult, i: int):
         ax.grid(alpha=0.25, lw=0.5)
         ax.tick_params(labelsize=8)
         ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7.5, frameon=False)
-    axes[-1, 0].set_xlabel("hours since the execution started", fontsize=9)
+    axes[-1, 0].set_xlabel(f"{t_unit} since the execution started", fontsize=9)
     axes[0, 0].set_title(f"{data.names[i]}: usage and allocation per policy "
-                         f"(window {W} samples = {W * step / 60:g} min; legend: allocation ÷ "
-                         f"oracle on this execution)", fontsize=10)
-    fig.tight_layout()
+                         f"(window {W} samples = {duration_text(W * step)}; legend: allocation "
+                         f"÷ oracle on this execution)", fontsize=10)
+    if left_out:
+        fig.text(0.01, 0.005, "not drawn (in the tables): " + ", ".join(left_out), fontsize=7,
+                 ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.025 if left_out else 0, 1, 1))
     return fig
 
 

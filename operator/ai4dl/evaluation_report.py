@@ -41,6 +41,8 @@ class RunContext:
     model_source: str | None = None  # model file, "fitted on the train executions", or None
     n_phases: int | None = None
     folds: int = 0                   # cross-fitted in this many folds (every execution scored)
+    #: split by a meta key (not group): the key's values held out, named in the header
+    held_out: tuple[str, ...] = ()
 
 
 def make_context(traces, result: EvaluationResult, source: str,
@@ -61,8 +63,11 @@ def make_context(traces, result: EvaluationResult, source: str,
     else:
         origin = "fitted on the train executions" if cfg.test_fraction > 0 else \
             "fitted on all executions"
+    held_out = ()
+    if cfg.test_fraction > 0 and cfg.split_by != "group":
+        held_out = tuple(sorted({str(e.meta[cfg.split_by]) for e in test}))
     return RunContext(source, len(train), len(train.groups()), len(test), len(test.groups()),
-                      cfg.test_fraction > 0, origin, n_phases)
+                      cfg.test_fraction > 0, origin, n_phases, held_out=held_out)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -156,6 +161,9 @@ def header_line(result: EvaluationResult, ctx: RunContext) -> str:
                  f"{ctx.n_train} train executions ({ctx.train_groups} groups) "
                  f"[split by {cfg.split_by}, test fraction {cfg.test_fraction:g}, "
                  f"seed {cfg.seed}]")
+        if ctx.held_out:
+            shown = ", ".join(ctx.held_out[:12]) + (", ..." if len(ctx.held_out) > 12 else "")
+            split += f"; {cfg.split_by} held out: {shown}"
     else:
         split = (f"no train/test split: all {ctx.n_test} executions ({ctx.test_groups} groups) "
                  f"scored")
@@ -458,7 +466,8 @@ def counts(result: EvaluationResult, ctx: RunContext) -> dict:
     first = 0 if cfg.include_cold_start else cfg.window
     return {"train_executions": ctx.n_train, "train_groups": ctx.train_groups,
             "test_executions": ctx.n_test, "test_groups": ctx.test_groups,
-            "split": ctx.split,
+            "split": ctx.split, **({"held_out": {cfg.split_by: list(ctx.held_out)}}
+                                   if ctx.held_out else {}),
             "samples": int(sum(len(u) for u in data.usage)),
             "scored_samples": int(sum(max(len(u) - first, 0) for u in data.usage)),
             "step_seconds": _num(data.step),

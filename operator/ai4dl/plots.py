@@ -29,13 +29,18 @@ def _scaled(values: np.ndarray, unit: str) -> tuple[np.ndarray, str]:
     return values / div, name
 
 
-def draw_trace(axes: Sequence, execution: Execution, phases: np.ndarray) -> None:
-    """One panel per feature: the series, with the background coloured by phase."""
+def draw_trace(axes: Sequence, execution: Execution, phases: np.ndarray,
+               logged: tuple[np.ndarray, Sequence[str]] | None = None) -> None:
+    """One panel per feature: the series, with the background coloured by phase. ``logged``
+    (codes per sample, their names): the phases the program itself logged, drawn in one more
+    panel (``axes`` holds one more) so detected and logged phases can be compared by eye."""
     t = (execution.times - execution.times[0]) / 60.0
     step = (execution.step or 0) / 60.0
     run_phase, run_length = runs(phases)
     run_start = np.r_[0, np.cumsum(run_length)[:-1]]
-    for ax, f, u, col in zip(axes, execution.features, execution.units, execution.values.T):
+    feature_axes = axes[:-1] if logged is not None else axes
+    for ax, f, u, col in zip(feature_axes, execution.features, execution.units,
+                             execution.values.T):
         y, unit = _scaled(col, u)
         for p, s, n in zip(run_phase, run_start, run_length):
             ax.axvspan(t[s], t[s + n - 1] + step, color=phase_colour(int(p)), alpha=0.35, lw=0)
@@ -43,14 +48,41 @@ def draw_trace(axes: Sequence, execution: Execution, phases: np.ndarray) -> None
         ax.set_ylabel(f"{f}\n[{unit}]", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.margins(x=0)
+    if logged is not None:
+        _draw_logged(axes[-1], t, step, *logged)
     axes[-1].set_xlabel("minutes since start", fontsize=8)
-    axes[0].set_title(f"{execution.name}: phases over time", fontsize=9)
+    axes[0].set_title(f"{execution.name}: phases over time"
+                      + (" (bands: detected; bottom strip: logged by the program)"
+                         if logged is not None else ""), fontsize=9)
 
 
-def trace_figure(execution: Execution, phases: np.ndarray, k: int):
+def _draw_logged(ax, t: np.ndarray, step: float, codes: np.ndarray, names: Sequence[str]) -> None:
+    """The program's own phases as a strip of named bands (a palette apart from the detected
+    phases' colours: the two numberings are unrelated)."""
+    cmap = plt.get_cmap("Pastel2")
+    run_code, run_length = runs(np.asarray(codes))
+    run_start = np.r_[0, np.cumsum(run_length)[:-1]]
+    span = (t[-1] + step - t[0]) or 1.0
+    for c, s, n in zip(run_code, run_start, run_length):
+        x0, x1 = t[s], t[s + n - 1] + step
+        ax.axvspan(x0, x1, color=cmap(int(c) % 8), lw=0)
+        if (x1 - x0) / span > 0.04:   # a name only where it fits
+            ax.text((x0 + x1) / 2, 0.5, names[int(c)], ha="center", va="center", fontsize=6,
+                    transform=ax.get_xaxis_transform(), clip_on=True)
+    ax.set_yticks([])
+    ax.set_ylabel("logged\nphase", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.margins(x=0)
+
+
+def trace_figure(execution: Execution, phases: np.ndarray, k: int,
+                 logged: tuple[np.ndarray, Sequence[str]] | None = None):
     n = len(execution.features)
-    fig, axes = plt.subplots(n, 1, figsize=(11, 1.6 * n + 0.8), sharex=True, squeeze=False)
-    draw_trace(axes[:, 0], execution, phases)
+    rows = n + (logged is not None)
+    fig, axes = plt.subplots(rows, 1, figsize=(11, 1.6 * n + 0.5 * (rows - n) + 0.8),
+                             sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": [1.6] * n + [0.5] * (rows - n)})
+    draw_trace(axes[:, 0], execution, phases, logged)
     _legend(fig, k)
     fig.tight_layout(rect=(0, 0, 0.9, 1))
     return fig
@@ -123,18 +155,25 @@ def graph_figure(model: PhaseModel):
 
 def report_figure(model: PhaseModel, executions: Sequence[Execution],
                   phases: Sequence[np.ndarray], all_values: np.ndarray, all_labels: np.ndarray,
-                  title: str = ""):
-    """One page: example traces with phase bands, per-phase distributions, the phase graph."""
+                  title: str = "", logged: Sequence[tuple[np.ndarray, Sequence[str]]] | None = None):
+    """One page: example traces with phase bands (and, given ``logged``, the phases each program
+    logged under it), per-phase distributions, the phase graph."""
     nf = len(model.features_)
     ne = len(executions)
-    fig = plt.figure(figsize=(13, 1.5 * nf * ne + 4.2))
-    outer = fig.add_gridspec(ne + 1, 1, height_ratios=[1.5 * nf] * ne + [4.0], hspace=0.35)
+    extra = 0.5 if logged is not None else 0.0
+    fig = plt.figure(figsize=(13, (1.5 * nf + extra) * ne + 4.2))
+    outer = fig.add_gridspec(ne + 1, 1, height_ratios=[1.5 * nf + extra] * ne + [4.0],
+                             hspace=0.35)
     for i, (ex, lab) in enumerate(zip(executions, phases)):
-        sub = outer[i].subgridspec(nf, 1, hspace=0.08)
-        axes = [fig.add_subplot(sub[j]) for j in range(nf)]
+        rows = nf + (logged is not None)
+        sub = outer[i].subgridspec(rows, 1, hspace=0.08,
+                                   height_ratios=[1.5] * nf + [0.5] * (rows - nf))
+        axes = [fig.add_subplot(sub[j]) for j in range(rows)]
+        for a in axes[1:]:
+            a.sharex(axes[0])
         for a in axes[:-1]:
             a.tick_params(labelbottom=False)
-        draw_trace(axes, ex, lab)
+        draw_trace(axes, ex, lab, logged[i] if logged is not None else None)
     bottom = outer[ne].subgridspec(1, nf + 2, wspace=0.45)
     draw_distributions([fig.add_subplot(bottom[j]) for j in range(nf)], model, all_values,
                        all_labels)
@@ -149,8 +188,10 @@ def report_figure(model: PhaseModel, executions: Sequence[Execution],
 def headroom_figure(policies):
     """Heat-map of the learned head-room per state: one panel per (table, resource), rows the
     phase of the last sample, columns the burstiness bin of the last window; colour the
-    multiplier, each cell labelled with the estimator it multiplies."""
-    from ai4dl.policy.headroom import ESTIMATORS
+    multiplier, each cell labelled with the estimator it multiplies. A panel whose states were
+    all pooled (too few training windows per state) says so in its title: its one colour is
+    the fit's, not a finding about the phases."""
+    from ai4dl.policy.headroom import ESTIMATORS, POOL_LEVELS
 
     panels = [(p, r) for p in policies for r in range(len(p.resources_))]
     n = len(panels)
@@ -172,7 +213,16 @@ def headroom_figure(policies):
                       else ["any"], fontsize=7)
         ax.set_xlabel("burstiness of the last window (max ÷ mean)", fontsize=8)
         ax.set_ylabel("phase of the last sample" if p.use_phase else "", fontsize=8)
-        ax.set_title(f"{p.name}: {p.resources_[r]} (fit {100 * p.target:g} %)", fontsize=9)
+        title = f"{p.name}: {p.resources_[r]} (fit {100 * p.target:g} %)"
+        levels = set(np.asarray(p.pooled_[r][:, :bins]).ravel().tolist())
+        if len(M) * bins > 1 and levels <= {1, 2}:
+            title += (f"\nall states pooled ({POOL_LEVELS[max(levels)]}): "
+                      f"< {p.resolved_min_windows()} windows each")
+        ax.set_title(title, fontsize=9)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
-    fig.tight_layout()
+    if len({int(e) for p, r in panels for e in np.asarray(p.estimator_[r]).ravel()}) > 1:
+        fig.text(0.5, 0.005, "colour: the multiplier; cells multiply different estimators (named "
+                 "in each cell): compare colours only between cells of one estimator",
+                 ha="center", va="bottom", fontsize=7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig

@@ -3,8 +3,8 @@
 Runs COMMAND, samples its process tree (:class:`ai4dl.procstat.ProcessTree`) every
 ``--interval`` seconds and appends one row per sample to a long CSV::
 
-    execution,timestamp,cpu,memory
-    python cnn.py@20250101T120000,1735732815.012,0.8312,412385280
+    execution,timestamp,cpu,memory[,gpu_util,gpu_memory]
+    python cnn.py@20250101T120000,1735732815.012,0.8312,412385280,87.5,2147483648
 
 ``cpu`` is in cores: the growth of the tree's CPU counter over the interval divided by the
 interval (what ``rate(container_cpu_usage_seconds_total[...])`` gives in a cluster); ``memory``
@@ -12,7 +12,15 @@ is the tree's working set in bytes (PSS sum) at the sample. A row stands for the
 ends at its timestamp, so the first row comes one interval after the start. Each row is
 flushed as it is written: an interrupted recording keeps every sample taken. The file loads
 with ``ai4dl train/detect/evaluate`` (pass ``--step`` equal to the interval to keep every
-sample; the default step of 15 s averages them).
+sample; the default step of 15 s averages them). The default interval is 1 s: at the operator's
+15 s a 20 s job left one row.
+
+With NVML (``pip install 'ai4dl-operator[gpu]'``) and a GPU, two more columns
+(:mod:`ai4dl.gpustat`): ``gpu_util``, the tree's SM utilisation in percent over the interval
+(per-process samples; the device's utilisation where the driver has none, said at the end),
+and ``gpu_memory``, the GPU memory of the tree's processes in bytes at the sample. ``--gpu
+auto`` (the default) adds them when NVML sees a GPU, ``--gpu on`` also says in one line why
+not when it cannot, ``--gpu off`` never adds them. ``--append`` keeps the file's columns.
 
 Exit status: the command's own (128 + N when a signal N killed it), 127 when the command is
 not found, 126 when it cannot be run, 2 for our own usage errors. SIGINT and SIGTERM sent to
@@ -34,26 +42,33 @@ import time
 from pathlib import Path
 
 from ai4dl.errors import Ai4dlError
+from ai4dl.gpustat import GpuTree, GpuUnavailable
 from ai4dl.procstat import ProcessTree
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
 HEADER = ["execution", "timestamp", "cpu", "memory"]
+GPU_HEADER = HEADER + ["gpu_util", "gpu_memory"]
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 _SI_KERNEL = 0x80  # si_code of signals the kernel sends, e.g. a terminal's Ctrl-C
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "record", help="run a command and record its CPU and memory as a long trace CSV",
-        description="Run COMMAND and sample its process tree (CPU cores, memory bytes) into "
+        "record", help="run a command and record its CPU, memory (and GPU) as a long trace CSV",
+        description="Run COMMAND and sample its process tree (CPU cores, memory bytes; GPU "
+                    "utilisation and memory with NVML) into "
                     "the generic long trace format that train/detect/evaluate read.")
-    p.add_argument("-i", "--interval", type=float, default=15.0,
-                   help="seconds between samples (default 15, the operator's step)")
+    p.add_argument("-i", "--interval", type=float, default=1.0,
+                   help="seconds between samples (default 1: a short job keeps its phases; "
+                        "train/detect/evaluate resample to their --step, 15 s by default)")
     p.add_argument("-o", "--output", default="trace.csv", help="trace file (default trace.csv)")
     p.add_argument("--name", help="execution name (default: the command and the start time)")
     p.add_argument("--append", action="store_true",
                    help="add rows to an existing trace file instead of replacing it")
+    p.add_argument("--gpu", choices=("auto", "on", "off"), default="auto",
+                   help="gpu_util and gpu_memory columns through NVML: auto (default) when "
+                        "NVML sees a GPU, on (say why not when it cannot), off")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="the command to run, after --")
     p.set_defaults(func=run)
@@ -74,16 +89,42 @@ def _say(args: argparse.Namespace, msg: str) -> None:
         print(f"ai4dl: {msg}", file=sys.stderr, flush=True)
 
 
-def _open_output(path: Path, append: bool):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if append and path.exists() and path.stat().st_size > 0:
-        with open(path, newline="") as fh:
-            head = next(csv.reader(fh), None)
-        if head != HEADER:
-            raise Ai4dlError(f"{path}: --append needs a file written by 'ai4dl record' "
-                             f"(header {','.join(HEADER)}), found {','.join(head or [])!r}")
-        return open(path, "a", newline=""), False
-    return open(path, "w", newline=""), True
+def _existing_header(path: Path, append: bool) -> list[str] | None:
+    """The header of the file --append adds to (None: a new file is written)."""
+    if not (append and path.exists() and path.stat().st_size > 0):
+        return None
+    with open(path, newline="") as fh:
+        head = next(csv.reader(fh), None)
+    if head not in (HEADER, GPU_HEADER):
+        raise Ai4dlError(f"{path}: --append needs a file written by 'ai4dl record' "
+                         f"(header {','.join(HEADER)}[,gpu_util,gpu_memory]), found "
+                         f"{','.join(head or [])!r}")
+    return head
+
+
+def _open_gpu(args: argparse.Namespace, head: list[str] | None) -> GpuTree | None:
+    """NVML for the GPU columns, or None. --append follows the file: GPU columns are written
+    to a file that has them (and demanded), never added to one that has not."""
+    mode = getattr(args, "gpu", "auto")
+    if head is not None:
+        if head == HEADER:
+            if mode == "on":
+                raise Ai4dlError(f"{args.output} has no gpu columns: --gpu on cannot append to "
+                                 "it (record to a new file)")
+            return None
+        mode = "on"
+    if mode == "off":
+        return None
+    try:
+        return GpuTree.open()
+    except GpuUnavailable as why:
+        if head is not None:
+            raise Ai4dlError(f"{args.output} has gpu columns but no GPU can be recorded "
+                             f"here: {why}") from None
+        if mode == "on":
+            print(f"ai4dl: warning: --gpu on: {why}; recording cpu and memory only",
+                  file=sys.stderr, flush=True)
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,7 +141,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"ai4dl: error: command not found: {command[0]}", file=sys.stderr)
         return EXIT_NOT_FOUND
     out = Path(args.output)
-    fh, new = _open_output(out, args.append)
+    head = _existing_header(out, args.append)
+    gpu = _open_gpu(args, head)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = head is None
+    fh = open(out, "w" if new else "a", newline="")
 
     # Signals are taken synchronously (sigtimedwait) rather than by handlers: the loop then
     # waits for "next sample, child exited or signal" in one call, and sees who sent a signal.
@@ -114,10 +159,14 @@ def run(args: argparse.Namespace) -> int:
                 signal.SIG_SETMASK, old_mask))
         except PermissionError as err:
             fh.close()
+            if gpu:
+                gpu.close()
             print(f"ai4dl: error: cannot run {command[0]}: {err.strerror}", file=sys.stderr)
             return EXIT_CANNOT_RUN
         except OSError as err:
             fh.close()
+            if gpu:
+                gpu.close()
             code = EXIT_NOT_FOUND if isinstance(err, FileNotFoundError) else EXIT_CANNOT_RUN
             print(f"ai4dl: error: cannot run {command[0]}: {err.strerror or err}", file=sys.stderr)
             return code
@@ -125,9 +174,13 @@ def run(args: argparse.Namespace) -> int:
         with fh:
             writer = csv.writer(fh, lineterminator="\n")
             if new:
-                writer.writerow(HEADER)
+                writer.writerow(GPU_HEADER if gpu else HEADER)
                 fh.flush()
-            rows, total_cpu, peak = _loop(proc, args.interval, name, writer, fh)
+            try:
+                rows, total_cpu, peak = _loop(proc, args.interval, name, writer, fh, gpu)
+            finally:
+                if gpu:
+                    gpu.close()
         code = proc.wait()
     finally:
         # drop signals still pending (a Ctrl-C that also stopped the command): unblocked,
@@ -140,8 +193,10 @@ def run(args: argparse.Namespace) -> int:
     if rows == 0:
         print(f"ai4dl: warning: the command ended after {elapsed:.1f} s, before the first "
               f"sample (-i {args.interval:g}): no rows written to {out}", file=sys.stderr)
+    gpu_note = (f", GPU peak {gpu.peak_memory / 2**20:.0f} MiB (memory {gpu.memory_source}, "
+                f"utilisation {gpu.util_source})" if gpu else "")
     _say(args, f"recorded {rows} samples of {name!r} to {out} ({elapsed:.1f} s, "
-         f"{total_cpu:.1f} CPU s, peak {peak / 2**20:.0f} MiB, exit {status})")
+         f"{total_cpu:.1f} CPU s, peak {peak / 2**20:.0f} MiB{gpu_note}, exit {status})")
     return status
 
 
@@ -155,7 +210,8 @@ def _exited(pid: int) -> bool:
     return info is not None
 
 
-def _loop(proc: subprocess.Popen, interval: float, name: str, writer, fh) -> tuple[int, float, int]:
+def _loop(proc: subprocess.Popen, interval: float, name: str, writer, fh,
+          gpu: GpuTree | None = None) -> tuple[int, float, int]:
     tree = ProcessTree(proc.pid)
     first = tree.sample()
     last_t, last_cpu = time.monotonic(), first.cpu_seconds
@@ -183,7 +239,11 @@ def _loop(proc: subprocess.Popen, interval: float, name: str, writer, fh) -> tup
             return rows, s.cpu_seconds, peak
         dt = now - last_t
         cpu = max(0.0, s.cpu_seconds - last_cpu) / dt if dt > 0 else 0.0
-        writer.writerow([name, f"{time.time():.3f}", f"{cpu:.6g}", str(s.memory_bytes)])
+        row = [name, f"{time.time():.3f}", f"{cpu:.6g}", str(s.memory_bytes)]
+        if gpu is not None:
+            g = gpu.sample(s.pids)
+            row += [f"{g.util_percent:.4g}", str(g.memory_bytes)]
+        writer.writerow(row)
         fh.flush()
         rows += 1
         peak = max(peak, s.memory_bytes)

@@ -17,6 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Phase-based vertical autoscaling of opted-in pods (kopf operator). Pods opt "
                     "in with the label ai4dl.io/managed=true and name their PhaseModel with the "
                     "annotation ai4dl.io/phasemodel.")
+    from ai4dl import __version__
+
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     g = p.add_argument_group("metrics source")
     g.add_argument("--prometheus-url", default=os.environ.get("AI4DL_PROMETHEUS_URL", ""),
                    help="Prometheus base URL (env AI4DL_PROMETHEUS_URL); required")

@@ -13,6 +13,10 @@ RECOMMENDATION = Gauge("ai4dl_recommendation", "Recommended request (cores, byte
                        registry=REGISTRY)
 RESIZES = Counter("ai4dl_resizes_total", "In-place resizes patched",
                   ["namespace", "phasemodel"], registry=REGISTRY)
+RESIZES_REFUSED = Counter("ai4dl_resizes_refused_total",
+                          "Resizes the kubelet refused (PodResizeInProgress Error: a memory "
+                          "limit below the container's usage), each taken back by the operator",
+                          ["namespace", "phasemodel"], registry=REGISTRY)
 SKIPPED_WINDOWS = Counter("ai4dl_skipped_windows_total",
                           "Windows (or pods within one) skipped, by reason",
                           ["namespace", "phasemodel", "reason"], registry=REGISTRY)

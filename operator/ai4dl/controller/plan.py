@@ -14,7 +14,14 @@ Rules that make it safe to change other people's running jobs:
   requests at or under their limits; BestEffort pods are left alone);
 - a pending or in-progress resize is not stacked on (Deferred / Infeasible / InProgress);
 - a write the API server would cap or change (a quantity beyond int64) is never sent, and a
-  resize the API server did not apply as sent is not sent again until the target changes.
+  resize the API server did not apply as sent is not sent again until the target changes;
+- a resize the kubelet refuses (PodResizeInProgress Error: a memory limit below the
+  container's usage) is taken back at once (the spec set to what the container has: left in
+  place, the kubelet would apply it the moment usage dips, and the job would be OOM-killed when
+  it rises again), with a Warning Event and a metric; the refused level is not asked for again
+  for a back-off of windows (:data:`REFUSED_BACKOFF_WINDOWS`, doubled per refusal in a row);
+- a resource whose ``resizePolicy`` is RestartContainer is not resized: the kubelet would
+  restart the container (a training job loses its progress), once per phase change.
 
 Every pod that gets nothing says why: ``PodPlan.skipped`` (a reason counted in /metrics) and,
 for what its owner must fix, ``PodPlan.notices`` (Warning Events the runtime emits once per pod).
@@ -55,6 +62,11 @@ SKIP_ORDER = (*DATA_SKIPS, "warming-up")
 # Grace after a container starts before its series is complete: the cpu feature is a rate over
 # one minute, which Prometheus answers only once two scrapes are in it.
 START_GRACE_SECONDS = 60.0
+# After the kubelet refuses a resize (a memory limit below the container's usage), the refused
+# level is not asked for again for this many windows, doubled with each refusal in a row (up
+# to the cap): the job's usage must fall first, and the kubelet says nothing about when.
+REFUSED_BACKOFF_WINDOWS = 2
+REFUSED_BACKOFF_MAX_WINDOWS = 64
 # The API server keeps quantities as 64-bit integers (bytes, millicores): a larger value is
 # silently capped, so it is never sent.
 INT64_MAX = float(2 ** 63 - 1)
@@ -85,6 +97,9 @@ class PodPlan:
     # pod, not every window.
     notices: list[tuple[str, str]] = field(default_factory=list)
     skipped: str | None = None                  # why the whole pod was skipped this window
+    # The kubelet refused the pod's last resize (PodResizeInProgress Error) and this plan takes
+    # it back: the kubelet's message (counted in ai4dl_resizes_refused_total).
+    refused: str | None = None
 
     @property
     def phase(self) -> int | None:
@@ -441,6 +456,7 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         return
     by_name = {c.name: c for c in pod.containers}
     qos = pod.qos
+    refused_hold = {} if pod.state_untrusted else (pod.state().get("refused") or {})
     new_containers: list[Container] = []
     changes: dict[str, dict] = {}
     for c in pod.containers:
@@ -450,6 +466,18 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
             for r, t in cp.target.items():
                 if abs(t - c.requests.get(r, t)) <= 1e-9 * max(t, 1.0):
                     continue
+                if mode == "InPlace" and r in c.restart_on_resize:
+                    plan.notices.append(("ResizeRestartsContainer", (
+                        f"container {c.name}'s resizePolicy for {r} is RestartContainer: an "
+                        f"in-place resize would restart it, so its {r} is left as it is "
+                        f"(recommended {format_resource(r, t)}; set NotRequired to let the "
+                        f"operator resize it)")))
+                    continue
+                held = refused_hold.get(c.name, {}).get(r)
+                if (held is not None and t < c.requests.get(r, t)
+                        and t <= float(held["value"]) * (1 + 1e-9)
+                        and window_start < float(held["until"])):
+                    continue        # the kubelet refused this level lately: back-off
                 if qos == "Guaranteed":
                     req[r] = lim[r] = t             # Guaranteed: requests == limits, always
                 else:
@@ -474,6 +502,18 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         separators=(",", ":"), sort_keys=True)
     state = pod.state()
     state["window"] = window_start
+    if refused_hold and not pod.resize_error:
+        # a held level the container now has was taken (the kubelet applied it): the refusals
+        # are no longer "in a row"
+        kept = {name: {r: h for r, h in per.items() if name not in by_name
+                       or by_name[name].requests.get(r, float("inf"))
+                       > float(h["value"]) * (1 + 1e-9)}
+                for name, per in refused_hold.items()}
+        kept = {name: per for name, per in kept.items() if per}
+        if kept:
+            state["refused"] = kept
+        else:
+            state.pop("refused", None)
     if "orig" not in state:
         # the authors' requests before the operator's first write: the baseline of the savings
         # (ai4dl.controller.savings: admission's verified record, else the pod's requests;
@@ -497,6 +537,17 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     unchanged = not pod.state_untrusted and all(pod.annotations.get(k) ==
                                                 plan.annotations.get(k)
                                                 for k in (A_PHASE, A_RECOMMENDATION))
+    if mode == "InPlace" and pod.resize_error and not pod.resize_pending:
+        _take_back_refused(plan, state, spec, window_start, unchanged)
+        return
+    if mode == "InPlace" and not changes and pod.resize_pending == "Infeasible":
+        # The plan is the resize the kubelet will never apply (its own target): the owner
+        # still hears of it from the operator, as when the target moved.
+        plan.events.append(("Warning", "ResizeWaiting", _waiting(pod)))
+        plan.skipped = "resize-pending"
+        if unchanged:
+            plan.annotations = {}
+        return
     if mode != "InPlace" or not changes:
         if unchanged:
             plan.annotations = {}
@@ -507,11 +558,8 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         plan.skipped = "qos"
         return
     if pod.resize_pending or pod.resize_in_progress:
-        why = (f"a resize is still pending ({pod.resize_pending})" if pod.resize_pending
-               else "a resize is in progress" + (f": {pod.resize_error}" if pod.resize_error
-                                                 else ""))
         plan.events.append(("Warning" if pod.resize_pending == "Infeasible" or pod.resize_error
-                            else "Normal", "ResizeWaiting", why))
+                            else "Normal", "ResizeWaiting", _waiting(pod)))
         plan.skipped = "resize-pending"
         return
     body = []
@@ -554,3 +602,90 @@ def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     what = (f"phase {phase}" if phase is not None else
             "cold start" if any(c.cold_start for c in planned) else "no phase model")
     plan.events.append(("Normal", "Resized", f"{what}: " + ", ".join(summary)))
+
+
+def _waiting(pod: PodInfo) -> str:
+    """Why a pod's resize waits, with the kubelet's own words."""
+    if pod.resize_pending:
+        return (f"a resize is still pending ({pod.resize_pending})"
+                + (f": {pod.resize_message}" if pod.resize_message else ""))
+    return "a resize is in progress" + (f": {pod.resize_error}" if pod.resize_error else "")
+
+
+def _take_back_refused(plan: PodPlan, state: dict, spec: PhaseModelSpec, window_start: float,
+                       unchanged: bool) -> None:
+    """The kubelet refused the pod's resize (PodResizeInProgress, reason Error; in 1.34+ a
+    memory limit below the container's usage): set the spec back to what the containers have
+    (status.containerStatuses[].resources), so the refused limit is not applied later at a
+    moment of low usage, and hold that level for a back-off. One Warning Event: the take-back
+    ends the kubelet's condition, so the next window does not see it again."""
+    pod = plan.pod
+    where = f"pod {pod.namespace}/{pod.name}"
+    if not _is_last_applied(pod):
+        # someone else's resize (the spec is not what the operator last sent): theirs to
+        # take back; the operator waits and says why
+        plan.events.append(("Warning", "ResizeWaiting", f"{where}: " + _waiting(pod)))
+        plan.skipped = "resize-pending"
+        if unchanged:
+            plan.annotations = {}
+        return
+    plan.refused = pod.resize_error or "resize error"
+    hold = {k: dict(v) for k, v in (state.get("refused") or {}).items()}
+    body, summary, longest = [], [], 0
+    for c in pod.containers:
+        res: dict = {}
+        for part, want, have in (("requests", c.requests, c.actual_requests),
+                                 ("limits", c.limits, c.actual_limits)):
+            diff = {r: format_resource(r, have[r]) for r in want
+                    if r in have and abs(want[r] - have[r]) > 1e-9 * max(have[r], 1.0)}
+            if diff:
+                res[part] = diff
+        if not res:
+            continue
+        body.append({"name": c.name, "resources": res})
+        for r in sorted({r for part in res.values() for r in part}):
+            asked = c.requests.get(r, c.limits.get(r))
+            had = c.actual_requests.get(r, c.actual_limits.get(r))
+            summary.append(f"{c.name} {r} {format_resource(r, asked)}→{format_resource(r, had)}")
+            if asked is not None and had is not None and asked < had:
+                prev = hold.get(c.name, {}).get(r) or {}
+                n = int(prev.get("n", 0)) + 1
+                windows = min(REFUSED_BACKOFF_WINDOWS * 2 ** (n - 1),
+                              REFUSED_BACKOFF_MAX_WINDOWS)
+                longest = max(longest, windows)
+                hold.setdefault(c.name, {})[r] = {
+                    "value": asked, "n": n,
+                    "until": window_start + (windows + 1) * spec.window_seconds}
+    if not body:
+        # nothing to take back (the kubelet reports no resources): wait, and say why
+        plan.events.append(("Warning", "ResizeWaiting", f"{where}: " + _waiting(pod)))
+        plan.skipped = "resize-pending"
+        plan.refused = None
+        if unchanged:
+            plan.annotations = {}
+        return
+    state.pop("untaken", None)
+    state["refused"] = hold
+    plan.resize = {"spec": {"containers": body}}
+    plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
+    plan.annotations[A_LAST_APPLIED] = json.dumps(
+        {"window": window_start, "containers": {b["name"]: b["resources"] for b in body}},
+        separators=(",", ":"), sort_keys=True)
+    plan.events.append(("Warning", "ResizeRefused", (
+        f"the kubelet refused the resize of {where}: {plan.refused}; set back to what the "
+        f"container has ({', '.join(summary)})"
+        + (f"; not lowered to that level again for {longest} windows" if longest else ""))))
+
+
+def _is_last_applied(pod: PodInfo) -> bool:
+    """The pod's spec is the resize the operator sent last (``ai4dl.io/last-applied``)."""
+    try:
+        last = json.loads(pod.annotations.get(A_LAST_APPLIED) or "")
+        sent = last["containers"]
+        by_name = {c.name: c for c in pod.containers}
+        return bool(sent) and all(
+            parse_quantity(q) == getattr(by_name[name], part)[r]
+            for name, res in sent.items() for part, values in res.items()
+            if part in ("requests", "limits") for r, q in values.items())
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False

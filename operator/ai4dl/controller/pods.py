@@ -30,6 +30,14 @@ class Container:
     name: str
     requests: dict[str, float]
     limits: dict[str, float]
+    # What the kubelet reports the container has (status.containerStatuses[].resources): the
+    # spec is what was asked for, which a refused resize leaves behind. Not part of equality:
+    # the kubelet moves it on its own (a resize read twice is "changed" only by its spec).
+    actual_requests: dict[str, float] = field(default_factory=dict, compare=False)
+    actual_limits: dict[str, float] = field(default_factory=dict, compare=False)
+    # Resources whose resizePolicy is RestartContainer: an in-place resize of them restarts
+    # the container (the operator leaves them alone, see ai4dl.controller.plan).
+    restart_on_resize: frozenset[str] = field(default_factory=frozenset, compare=False)
 
 
 @dataclass
@@ -45,7 +53,8 @@ class PodInfo:
     deleting: bool = False
     resize_pending: str | None = None       # reason of PodResizePending (Deferred/Infeasible)
     resize_in_progress: bool = False
-    resize_error: str | None = None
+    resize_error: str | None = None         # message of PodResizeInProgress reason Error
+    resize_message: str = ""                # the kubelet's message of PodResizePending
     resource_version: str = ""              # of the object read: the precondition of a resize
     started: dict[str, float] = field(default_factory=dict)   # container -> start (unix s)
     # The operator's state record, once verified (verify_pod): {} until then, and when the
@@ -134,13 +143,21 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
     spec = obj.get("spec", {}) or {}
     status = obj.get("status", {}) or {}
     annotations = dict(meta.get("annotations") or {})
+    actual = {cs.get("name"): cs.get("resources") or {}
+              for cs in status.get("containerStatuses") or []}
     containers = [Container(c["name"], _resources((c.get("resources") or {}).get("requests")),
-                            _resources((c.get("resources") or {}).get("limits")))
+                            _resources((c.get("resources") or {}).get("limits")),
+                            _resources(actual.get(c["name"], {}).get("requests")),
+                            _resources(actual.get(c["name"], {}).get("limits")),
+                            frozenset(p.get("resourceName") for p in c.get("resizePolicy") or []
+                                      if p.get("restartPolicy") == "RestartContainer"))
                   for c in spec.get("containers", [])]
     pending = in_progress = error = None
+    message = ""
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodResizePending" and cond.get("status") == "True":
             pending = cond.get("reason") or "Pending"
+            message = cond.get("message") or ""
         elif cond.get("type") == "PodResizeInProgress" and cond.get("status") == "True":
             in_progress = True
             if cond.get("reason") == "Error":
@@ -164,4 +181,5 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
         running=status.get("phase") == "Running",
         deleting=bool(meta.get("deletionTimestamp")),
         resize_pending=pending, resize_in_progress=bool(in_progress), resize_error=error,
+        resize_message=message,
         resource_version=str(meta.get("resourceVersion") or ""), started=started)

@@ -145,6 +145,17 @@ def peek(text: str | None) -> dict:
 
 
 # ----------------------------------------------------------------------------- the records
+class RefusedHold(BaseModel):
+    """A level the kubelet refused for one container's resource (ai4dl.controller.plan): not
+    asked for again before ``until`` (unix s); ``n`` refusals in a row (the back-off doubles)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float = Field(ge=0, allow_inf_nan=False)
+    until: float = Field(allow_inf_nan=False)
+    n: int = Field(ge=1, le=64)
+
+
 class PodState(BaseModel):
     """What ``ai4dl.io/state`` holds (checked after it verified: a record of an older operator
     version with other fields reads as malformed, and is then treated as absent)."""
@@ -157,6 +168,7 @@ class PodState(BaseModel):
     lastIncrease: dict[str, dict[str, float]] = {}
     own: dict[str, dict[str, Any]] = {}
     untaken: dict[str, Any] | None = None
+    refused: dict[str, dict[str, RefusedHold]] = {}
 
     @field_validator("window")
     @classmethod

@@ -406,6 +406,8 @@ class WindowRunner:
                 if outcome == "resized":
                     report.resized += 1
                     m.RESIZES.labels(*labels).inc()
+                    if p.refused:           # the take-back of a resize the kubelet refused
+                        m.RESIZES_REFUSED.labels(*labels).inc()
                 elif outcome in SKIP_REASONS:
                     m.SKIPPED_WINDOWS.labels(*labels, SKIP_REASONS[outcome]).inc()
                     report.skipped[SKIP_REASONS[outcome]] = \

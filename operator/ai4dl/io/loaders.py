@@ -34,6 +34,7 @@ what was dropped or skipped, for the caller to show.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import inspect
@@ -799,8 +800,11 @@ def _detect(path: Path) -> str:
             return "corpus"
         if any((path / f"{stem}.tar.gz").is_file() for stem, _ in _ALIBABA_FILES.values()):
             return "alibaba"
-        raise TraceError("folder holds neither a corpus manifest nor Alibaba pod tarballs; "
-                         "pass format=", path=str(path))
+        if _csv_files(path):
+            return "csv-folder"
+        raise TraceError("folder holds no CSV file, corpus manifest or Alibaba pod tarballs "
+                         "(name a file, or --format / format= for the folder's format)",
+                         path=str(path))
     if name.endswith((".tar.gz", ".tgz", ".tar")):
         return "gcd"  # the GCD loader says so if the archive is something else
     if name.endswith((".parquet", ".pq")):
@@ -814,8 +818,54 @@ def _detect(path: Path) -> str:
         except (OSError, EOFError, zlib.error) as e:
             raise TraceError(f"cannot read file: {_why(e)}", path=str(path)) from None
         return "ai4dl" if b"cpu.usage.cores" in header else "long"
-    raise TraceError(f"cannot tell the trace format from the name; pass format= one of "
-                     f"{', '.join(FORMATS[1:])}", path=str(path))
+    raise TraceError(f"cannot tell the trace format from the name; pass --format (format= in "
+                     f"the library), one of {', '.join(FORMATS[1:])}", path=str(path))
+
+
+def _csv_files(folder: Path) -> list[Path]:
+    return sorted(f for f in folder.iterdir()
+                  if f.is_file() and f.name.lower().endswith((".csv", ".csv.gz")))
+
+
+def _load_csv_folder(folder: Path, fmt: str, max_rows: int | None, kwargs: dict) -> TraceSet:
+    """Every CSV of a folder, read as ``fmt`` (each file detected when ``fmt`` is auto: all must
+    agree), as one TraceSet. Execution names repeated across files get the file's name in front,
+    so two files' ``pod-0`` stay two executions."""
+    files = _csv_files(folder)
+    kinds = {f.name: (_detect(f) if fmt == "auto" else fmt) for f in files}
+    if len(set(kinds.values())) > 1:
+        raise TraceError("the folder mixes CSV formats (" + ", ".join(
+            f"{n}: {k}" for n, k in list(kinds.items())[:4]) + "); pass --format, or one file",
+            path=str(folder))
+    kind = next(iter(kinds.values()))
+    if kind not in ("ai4dl", "long"):
+        raise TraceError(f"format {kind!r} is not a CSV format: a folder is read as CSV files "
+                         f"(ai4dl or long)", path=str(folder))
+    if max_rows is not None:  # the bound is on the folder's rows together
+        rows = 0
+        for f in files:
+            with contextlib.suppress(OSError):
+                with open(f, "rb") as fh:
+                    gz = fh.read(2) == b"\x1f\x8b"
+                with (gzip.open if gz else open)(f, "rb") as fh:
+                    rows += max(_count_lines(fh, str(folder), max_rows - rows + 1, max_rows) - 1,
+                                0)
+    parts = [_LOADERS[kind](f, **kwargs) for f in files]
+    seen: dict[str, int] = {}
+    for part in parts:
+        for e in part:
+            seen[e.name] = seen.get(e.name, 0) + 1
+    executions, warnings = [], []
+    for f, part in zip(files, parts):
+        warnings += [f"{f.name}: {w}" for w in getattr(part, "warnings", [])]
+        for e in part:
+            if seen[e.name] > 1:
+                e = Execution(f"{f.name}:{e.name}", e.times, e.values, e.features, e.units,
+                              f"{f.name}:{e.group}", e.step, dict(e.meta))
+            executions.append(e)
+    ts = TraceSet(executions, source=str(folder))
+    ts.warnings = warnings
+    return ts
 
 
 # ----------------------------------------------------------------------------- size bound
@@ -938,7 +988,18 @@ def load_traces(path: str | os.PathLike, *, format: str = "auto",
     if format not in FORMATS:
         raise TraceError(f"unknown format {format!r} (known: {', '.join(FORMATS)})",
                          path=str(path))
-    fmt = _detect(p) if format == "auto" else format
+    fmt = _detect(p) if format == "auto" or p.is_dir() and format in ("ai4dl", "long") \
+        else format
+    if fmt == "csv-folder" or p.is_dir() and fmt in ("ai4dl", "long"):
+        unknown = set(kwargs) - set(inspect.signature(load_long_csv if format == "long" else
+                                                      load_ai4dl_csv).parameters)
+        if format == "auto":  # the folder's files decide; both CSV loaders take these
+            unknown = set(kwargs) - set(inspect.signature(load_ai4dl_csv).parameters) - set(
+                inspect.signature(load_long_csv).parameters)
+        if unknown:
+            raise TraceError(f"format '{format}' does not take {', '.join(sorted(unknown))}",
+                             path=str(path))
+        return _load_csv_folder(p, format, max_rows, kwargs)
     loader = _LOADERS[fmt]
     unknown = set(kwargs) - set(inspect.signature(loader).parameters)
     if unknown:

@@ -1,0 +1,206 @@
+"""The product's proof on a real node: the same real PyTorch training jobs as Guaranteed pods
+under four sizing policies, and what each cost. Writes the "On a real node" table.
+
+    AI4DL_REAL_NODE=1 PYTHONPATH=$PWD/operator .venv/bin/python bench/bench_real_node.py \
+        --out docs/results/real-node.md          # + docs/results/real-node.json (raw)
+
+Needs root and the real-node tier's programs (``bash e2e/node/build.sh``; ``make e2e-deps``).
+Starts a harness control plane (etcd + kube-apiserver, ``e2e/controlplane``), the CRD, the
+operator's ServiceAccount and RBAC (``deploy/rbac.yaml``), a real node (kubelet + containerd,
+``e2e/node/node.py``) and the real Prometheus scraping the kubelet's /metrics/cadvisor; then
+runs the jobs (``e2e/node/jobs.py``: ``cnn.py`` and ``transformer.py``, 2 minutes each, both at
+once, requests = limits = the author's 1 cpu / 2 GiB) in a namespace per policy, one policy
+after the other:
+
+1. ``static``: the author's requests, nothing resizes them. Its cAdvisor series are the
+   recording the model is fitted on (``ai4dl`` API: PhaseModel + the trainer's auto choice
+   and head-room tables, for the operator's step and window);
+2. ``adaptive-max``: the operator (``python -m ai4dl.controller``, its own ServiceAccount)
+   serving a PhaseModel of that kind, InPlace;
+3. ``vpa``: the VPA recommender replica (``ai4dl.policy.vpa``) fed the same cAdvisor series
+   and the static run's history, its target applied in place each window;
+4. ``auto``: the operator serving a PhaseModel with the CRD's defaults (kind auto: the
+   trainer's choice stored in the model), InPlace.
+
+No admission webhook: every pod starts with the author's requests, the policies resize them in
+place. Everything started is stopped at the end (also on Ctrl-C/SIGTERM); ``--keep`` keeps the
+work folder (operator, kubelet, Prometheus logs). Takes about 15 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+for _p in (REPO, REPO / "tests", REPO / "bench"):
+    if str(_p) not in sys.path:
+        sys.path.append(str(_p))
+
+POLICIES = ("static", "adaptive-max", "vpa", "auto")
+
+
+def log(msg: str) -> None:
+    print(f"[real-node {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def machine() -> str:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+    return (f"{os.cpu_count()} cores ({model}), {mem:.0f} GiB, Linux {platform.release()}, "
+            f"shared (load average {os.getloadavg()[0]:.1f} at the start)")
+
+
+def create_namespace(core, name: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core.create_namespace({"metadata": {"name": name}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="docs/results/real-node.md", help="the markdown table")
+    ap.add_argument("--json", default=None, help="the raw results (default: --out's .json)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds each job runs (default: the jobs' own, 120)")
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help=f"comma-separated, in order (default {','.join(POLICIES)}); the "
+                         "operator's policies need static first (the model's recording)")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    args = ap.parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    if policies[0] != "static" and any(p in ("vpa", "auto") for p in policies):
+        ap.error("vpa and auto need the static run first (the history and the model)")
+    if os.geteuid() != 0:
+        ap.error("a real node needs root (cgroups, mounts)")
+
+    def on_term(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+
+    from kubernetes import client
+
+    from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+    from bench_operator import OperatorProcess, setup_cluster
+    from e2e.controlplane import cluster as cpmod
+    from e2e.node import jobs as J
+    from e2e.node.node import RealNode, ensure_programs
+    from e2e.prometheus.server import find_prometheus
+
+    jobs = list(J.DEFAULT_JOBS)
+    if args.duration:
+        jobs = [replace(j, duration=args.duration) for j in jobs]
+    out = Path(args.out)
+    out_json = Path(args.json) if args.json else out.with_suffix(".json")
+    workdir = Path(tempfile.mkdtemp(prefix="ai4dl-real-node-"))
+    t_start = time.time()
+    meta = {"machine": machine(), "jobs": [asdict(j) for j in jobs], "step": J.STEP,
+            "window": J.WINDOW, "scrape": "5s", "kubelet": cpmod.KUBE_VERSION,
+            "command": "bench/bench_real_node.py " + " ".join(argv if argv is not None
+                                                              else sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d"), "notes": []}
+    cp = node = prom = op = None
+    results: list[dict] = []
+    try:
+        log("binaries (control plane, kubelet + containerd, Prometheus)")
+        cpmod.ensure_binaries(quiet=True)
+        ensure_programs()
+        prom_bin = find_prometheus(install=True)
+        cp = cpmod.ControlPlane(startup_timeout=120).start()
+        api, op_kubeconfig = setup_cluster(cp, workdir)
+        core = client.CoreV1Api(api)
+        node = RealNode(cp).start()
+        log(f"node {node.name} Ready in {node.start_seconds:.1f} s")
+        prom = J.cadvisor_prometheus(cp, node, workdir / "prometheus", prom_bin)
+        names = [j.name for j in jobs]
+        history: dict = {}
+        model_doc = None
+        for policy in policies:
+            ns = f"jobs-{policy}"
+            create_namespace(core, ns)
+            log(f"{policy}: {len(jobs)} jobs in {ns}")
+            kw: dict = {}
+            if policy in ("adaptive-max", "auto"):
+                if op is None:
+                    op = OperatorProcess(op_kubeconfig, prom.url, workdir / "operator.log",
+                                         timeout=5, settle=1.5).start()
+                client.CustomObjectsApi(api).create_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, J.phasemodel_body("pm", policy, model_doc))
+                kw = {"labels": {OPT_IN_LABEL: "true"}, "annotations": {MODEL_ANNOTATION: "pm"}}
+            elif policy == "vpa":
+                kw = {"vpa": J.VpaUpdater(core, prom.url, ns, names, history=history)}
+            res = J.run_jobs(core, node, prom, ns, jobs, policy=policy, log=log, **kw)
+            results.append(res)
+            t = res["totals"]
+            log(f"{policy}: OOM kills {t['oom_kills']}, throttled {t['throttled_seconds']} s, "
+                f"{t['requested_core_hours']:.4f} core-h, {t['requested_gib_hours']:.4f} GiB-h, "
+                f"resizes {t['resizes']}, unfinished {t['unfinished']}")
+            if policy == "static":
+                spans = {j["job"]: (j["record"]["created"], j["record"]["created"]
+                                    + j["wall_seconds"]) for j in res["jobs"]}
+                history = J.record_executions(prom.url, ns, spans)
+                t0 = time.time()
+                model_doc = J.fit_model_doc(list(history.values()))
+                choice = model_doc.get("policyChoice") or {}
+                meta["model"] = {"fit_seconds": time.time() - t0,
+                                 "samples": {k: len(v) for k, v in history.items()},
+                                 "winners": choice.get("winners"),
+                                 "reason": choice.get("reason")}
+                log(f"model fitted in {meta['model']['fit_seconds']:.1f} s on "
+                    f"{meta['model']['samples']} samples; auto serves {choice.get('winners')}")
+        if op is not None:
+            meta["operator_log_tail"] = "\n".join(op.log_lines()[-60:])
+    except KeyboardInterrupt:
+        log("interrupted: cleaning up")
+        return 130
+    finally:
+        if op is not None:
+            op.stop()
+        if prom is not None:
+            with contextlib.suppress(Exception):
+                prom.cleanup()
+        if node is not None:
+            problems = node.stop()
+            if problems:
+                log(f"node teardown left: {problems}")
+        if cp is not None:
+            with contextlib.suppress(Exception):
+                cp.stop()
+        if args.keep:
+            log(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    meta["seconds"] = time.time() - t_start
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    out.write_text(J.report_markdown(results, meta))
+    log(f"wrote {out} and {out_json} in {meta['seconds'] / 60:.1f} min")
+    print(out.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

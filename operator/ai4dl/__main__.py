@@ -1,0 +1,7 @@
+"""``python -m ai4dl``: the same CLI as the ``ai4dl`` command."""
+
+import sys
+
+from ai4dl.cli import main
+
+sys.exit(main())

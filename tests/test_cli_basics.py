@@ -1,0 +1,120 @@
+"""A newcomer's small things (issue 28, item 7): ``--version`` on both commands, ``python -m
+ai4dl``, the model file functions exported beside the loaders, and the README's library snippet's
+document serialisable as JSON the way its comment says."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import ai4dl
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_version_is_the_packages_and_the_charts():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert ai4dl.__version__ == project["version"]
+    chart = (REPO / "charts" / "ai4dl-operator" / "Chart.yaml").read_text()
+    assert re.search(rf'^appVersion: "{re.escape(ai4dl.__version__)}"$', chart, re.M)
+
+
+@pytest.mark.parametrize("module", ["ai4dl", "ai4dl.controller"])
+def test_version_flag(module):
+    r = _run("-m", module, "--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [module.replace(".controller", "-operator"), ai4dl.__version__]
+
+
+def test_python_dash_m_ai4dl_is_the_cli():
+    r = _run("-m", "ai4dl", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: ai4dl ")
+    r = _run("-m", "ai4dl", "no-such-command")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_model_files_are_exported_with_the_loaders(tmp_path):
+    from ai4dl import synthetic
+    from ai4dl.io import load_model, save_model
+    from ai4dl.model import PhaseModel
+
+    traces, _ = synthetic.generate(6, seed=1)
+    model = PhaseModel(n_phases=2, epochs=2, random_state=0).fit(traces)
+    path = save_model(model, tmp_path / "m.json")
+    assert load_model(path).n_phases_ == 2
+    doc = model.to_document()
+    # the README's snippet: the document is pydantic; JSON through model_dump(mode="json")
+    text = json.dumps(doc.model_dump(mode="json", by_alias=True, exclude_none=True))
+    assert json.loads(text)["schemaVersion"].startswith("ai4dl.io/phase-model/")
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        import ai4dl.io as io
+
+        io.nothing  # noqa: B018
+
+
+def test_the_readme_library_snippet_runs_as_written(tmp_path, monkeypatch):
+    readme = (REPO / "README.md").read_text()
+    snippet = readme.split("Library use (scikit-learn style):", 1)[1]
+    snippet = snippet.split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(snippet, "README.md (library use)", "exec"), scope)
+    assert len(scope["phases"]) == len(scope["test"]) > 0
+    assert (tmp_path / "model.json").is_file()
+    assert json.loads(scope["doc"].model_dump_json(by_alias=True))["schemaVersion"]
+
+
+def test_split_by_a_key_names_what_it_held_out(tmp_path):
+    """``--split-by family`` says which families were held out (text and JSON), so a reader
+    knows which kinds of job the scores are about."""
+    from ai4dl.io import load_traces
+
+    out = tmp_path / "r.json"
+    r = _run("-m", "ai4dl", "-q", "evaluate", "dl-corpus", "--window", "40", "--split-by",
+             "family", "--policies", "static", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    traces = load_traces("dl-corpus")
+    _, test = traces.split_by_group(0.3, 0, "family")
+    families = sorted({e.meta["family"] for e in test})
+    assert f"family held out: {', '.join(families)};" in r.stdout
+    doc = json.loads(out.read_text())
+    assert next(v for k, v in _walk(doc) if k == "held_out") == {"family": families}
+
+
+def _walk(doc):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield k, v
+            yield from _walk(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _walk(v)
+
+
+def test_synthetic_by_default_writes_the_demos_training_jobs(tmp_path):
+    import numpy as np
+
+    from ai4dl import synthetic
+    from ai4dl.io import load_traces
+
+    r = _run("-m", "ai4dl", "-q", "synthetic", "-o", str(tmp_path / "jobs.csv"))
+    assert r.returncode == 0, r.stderr
+    written = load_traces(tmp_path / "jobs.csv", step=synthetic.SyntheticConfig().step)
+    assert written.features == ("cpu", "memory", "gpu_util", "gpu_memory")
+    demo, _ = synthetic.generate(40, seed=0)   # what cmd_demo trains on
+    assert [e.name for e in written] == [e.name for e in demo]
+    for w, d in zip(written, demo):
+        np.testing.assert_allclose(w.values, d.values, rtol=1e-6)

@@ -1,0 +1,343 @@
+"""The chart on the real node: the operator runs as a pod, from the image built here without a
+Docker engine or a registry (``e2e/node/operator_image.sh``: the Dockerfile's ``operator``
+target, buildah, a local Debian root), installed by ``helm install charts/ai4dl-operator``, and
+resizes a pod beside it in place.
+
+Runs with ``AI4DL_REAL_NODE=1`` like tests/test_real_node.py (root; ``make e2e-deps`` builds
+the image once: about 2.5 min cold, then a 0.1 s check). An image that cannot be built skips
+the module with the reason, or fails it under ``CI`` (as the ``real_node`` fixture does)::
+
+    AI4DL_REAL_NODE=1 PYTHONPATH=$PWD/operator python -m pytest -q tests/test_real_node_chart.py
+
+What this harness lacks, and what the test does in its place (the operator, its image, the
+chart's Deployment, ServiceAccount, RBAC, admission policy and Secret are all real):
+
+* no kube-controller-manager or scheduler: the test creates the Deployment's pod from its
+  template, bound to the node (what the ReplicaSet controller and the scheduler would do), and
+  the ``kube-root-ca.crt`` ConfigMap of the namespace (the root-ca-cert publisher's);
+* no ServiceAccount admission plugin (off: nothing makes the ``default`` ServiceAccounts it
+  requires): the test adds the ``kube-api-access`` projected volume it would add; the kubelet
+  then requests the chart's ServiceAccount's token (TokenRequest) as on any cluster;
+* no kube-proxy and no Service endpoints: the pod runs with the chart's ``operator.hostNetwork``
+  and ``operator.env`` pointing ``KUBERNETES_SERVICE_HOST`` at the API server on 127.0.0.1;
+  for the same reason the chart's webhook is off (the API server would call its Service's
+  ClusterIP, which nothing routes; with failurePolicy Ignore that would pass unseen): the
+  webhook is proven by tests/test_admission_webhook.py.
+
+Usage comes from the trace exporter through the real Prometheus, as in tests/test_real_node.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ai4dl.crd import GROUP, PLURAL, VERSION
+from e2e_fixtures_k8s import create_namespace
+from e2e_fixtures_node import NodePods, _unavailable
+from e2e_fixtures_operator import crd, free_port, wait_for, write_report  # noqa: F401 (fixtures)
+from test_helm import CHART, helm, helm_env, run  # noqa: F401 (fixtures)
+from test_operator_integration import make_phasemodel, model_doc, stack  # noqa: F401
+from test_real_node import cgroup_matches_spec, jobs, opted_in_pod  # noqa: F401
+
+from e2e.controlplane import cluster as _cp
+
+REPO = Path(__file__).resolve().parent.parent
+IMAGE_SCRIPT = REPO / "e2e" / "node" / "operator_image.sh"
+WINDOW = 10
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+NONROOT = 65532
+
+pytestmark = [pytest.mark.integration, pytest.mark.real_node]
+
+FIGURES: list[tuple[str, str, str]] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report(request):
+    yield
+    if FIGURES:
+        write_report(request, "operator pod on the real node (chart)",
+                     "| case | measure | value |", FIGURES, append=True)
+
+
+def image_dir() -> Path:
+    return Path(os.environ.get("AI4DL_OPERATOR_IMAGE_DIR") or _cp.cache_dir() / "operator-image")
+
+
+@pytest.fixture(scope="module")
+def operator_image(real_node) -> str:
+    """The operator's image, built (or found cached) by operator_image.sh and imported into the
+    node's containerd; its name."""
+    log = _cp.cache_dir() / "operator-image-build.log"
+    t0 = time.monotonic()
+    try:
+        with open(log, "wb") as out:
+            r = subprocess.run(["bash", str(IMAGE_SCRIPT)], stdout=out, stderr=subprocess.STDOUT,
+                               start_new_session=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _unavailable(f"cannot build the operator image ({IMAGE_SCRIPT}): {exc}")
+    if r.returncode != 0:
+        last = (log.read_text(errors="replace").strip().splitlines() or ["?"])[-1]
+        _unavailable(f"cannot build the operator image ({IMAGE_SCRIPT} exit {r.returncode}): "
+                     f"{last} (log {log})")
+    built = time.monotonic() - t0
+    archive = image_dir() / "image.tar"
+    image = (image_dir() / "IMAGE").read_text().strip()
+    imported = real_node.import_image(archive)   # stays in the node, torn down with it
+    FIGURES.extend([
+        ("image", "operator_image.sh (cached unless the sources changed)", f"{built:.1f} s"),
+        ("image", "archive size / ctr import", f"{archive.stat().st_size / 2**20:.0f} MiB / "
+                                               f"{imported:.1f} s"),
+    ])
+    return image
+
+
+def kube_api_access(name: str) -> tuple[dict, dict]:
+    """The volume and mount the ServiceAccount admission plugin adds to a pod (its token
+    requested by the kubelet, the cluster's CA, the namespace)."""
+    volume = {"name": name, "projected": {"defaultMode": 0o644, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+            "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}
+    return volume, {"name": name, "mountPath": SA_MOUNT, "readOnly": True}
+
+
+def pod_from_deployment(dep: dict, node: str) -> dict:
+    """The pod a ReplicaSet would make from ``dep``'s template, bound to ``node`` as the
+    scheduler would, with the ServiceAccount admission plugin's token volume."""
+    tmpl = dep["spec"]["template"]
+    spec = json.loads(json.dumps(tmpl["spec"]))
+    volume, mount = kube_api_access(f"kube-api-access-{uuid.uuid4().hex[:5]}")
+    spec["volumes"] = [*spec.get("volumes", []), volume]
+    for c in spec["containers"]:
+        c["volumeMounts"] = [*c.get("volumeMounts", []), mount]
+    spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{dep['metadata']['name']}-{uuid.uuid4().hex[:5]}",
+                         "namespace": dep["metadata"]["namespace"],
+                         "labels": tmpl["metadata"].get("labels", {}),
+                         "annotations": tmpl["metadata"].get("annotations", {})},
+            "spec": spec}
+
+
+class Release:
+    """The chart installed in ``namespace``, serving ``workloads``; its operator pod."""
+
+    def __init__(self, kube_cluster, node, namespace, workloads, full, metrics_port):
+        self.kube_cluster, self.node = kube_cluster, node
+        self.namespace, self.workloads, self.full = namespace, workloads, full
+        self.metrics_port = metrics_port
+        self.pod_name = ""
+        self.pods = NodePods(kube_cluster, node, namespace)
+
+    def pod(self) -> dict:
+        return self.pods.get(self.pod_name)
+
+    def log_files(self) -> list[Path]:
+        """The kubelet's files of the operator container's output, one per start (read here:
+        the API server's log proxy cannot resolve this node's name)."""
+        return sorted((self.node.dir / "pod-logs").glob(
+            f"{self.namespace}_{self.pod_name}_*/operator/*.log"))
+
+    def log(self) -> str:
+        return "".join(f.read_text(errors="replace") for f in self.log_files())
+
+    def why_not_ready(self) -> str:
+        """The pod's status and its Events (for a failure message)."""
+        events = self.kube_cluster.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={self.pod_name}").items
+        status = self.pod().get("status", {})
+        logs = "\n".join(f"{f.name}: ...{f.read_text(errors='replace')[-1500:]}"
+                         for f in self.log_files())
+        return (f"pod status: {json.dumps(status.get('containerStatuses') or status)[:1500]}\n"
+                "events:\n" + "\n".join(f"  {e.reason}: {e.message}" for e in events[-10:])
+                + f"\ncontainer logs:\n{logs}")
+
+    def main_pid(self) -> int:
+        """The operator's process on this machine (PID 1 of the container)."""
+        procs = self.pods.cgroup(self.pod(), "cpu", container="operator") / "cgroup.procs"
+        return min(int(p) for p in procs.read_text().split())
+
+
+@pytest.fixture(scope="module")
+def release(real_node, operator_image, kube_cluster, crd, stack, helm, helm_env):  # noqa: F811
+    """``helm install`` of the chart with the image built here; the operator's pod on the node."""
+    _, prom = stack
+    core = kube_cluster.core
+    ns = create_namespace(kube_cluster, f"ai4dl-chart-{uuid.uuid4().hex[:6]}")
+    work = create_namespace(kube_cluster, f"chart-work-{uuid.uuid4().hex[:6]}")
+    name, full = "node", "node-ai4dl-operator"
+    repo, tag = operator_image.rsplit(":", 1)
+    metrics_port, health_port = free_port(), free_port()
+    api_port = kube_cluster.control_plane.port
+    helm_cmd = [helm, "--kubeconfig", kube_cluster.kubeconfig]
+    run([*helm_cmd, "install", name, CHART, "--namespace", ns, "--timeout", "60s",
+         "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
+         "--set", "image.pullPolicy=Never",
+         "--set", f"prometheus.url={prom.url}",
+         "--set", f"operator.watchNamespaces={{{work}}}",
+         "--set", "operator.hostNetwork=true",
+         # no kube-proxy: the in-cluster config's Service address, replaced by the API server's
+         "--set", "operator.env[0].name=KUBERNETES_SERVICE_HOST",
+         "--set", "operator.env[0].value=127.0.0.1",
+         "--set", "operator.env[1].name=KUBERNETES_SERVICE_PORT",
+         "--set-string", f"operator.env[1].value={api_port}",
+         # the node's network is the machine's: free ports
+         "--set", f"metrics.port={metrics_port}", "--set", f"probes.port={health_port}",
+         "--set", "webhook.enabled=false",   # see the module's docstring
+         "--set", "probes.readiness.initialDelaySeconds=1",
+         "--set", "probes.readiness.periodSeconds=1",
+         # the test's 10 s windows are below the default minimum (60 s)
+         "--set", "operator.minWindowSeconds=0"], helm_env)
+    from kubernetes import client
+
+    apps = client.AppsV1Api(kube_cluster.api_client)
+    rel = Release(kube_cluster, real_node, ns, work, full, metrics_port)
+    try:
+        core.create_namespaced_config_map(ns, {"metadata": {"name": "kube-root-ca.crt"}, "data": {
+            "ca.crt": kube_cluster.control_plane.pki.ca_crt.read_text()}})
+        dep = kube_cluster.api_client.sanitize_for_serialization(
+            apps.read_namespaced_deployment(full, ns))
+        pod = pod_from_deployment(dep, real_node.name)
+        rel.pod_name = pod["metadata"]["name"]
+        t0 = time.monotonic()
+        core.create_namespaced_pod(ns, pod)
+        yield rel, t0
+    finally:
+        if rel.pod_name:
+            with _suppress_api():
+                print(f"--- operator pod log (tail):\n{rel.log()[-3000:]}")
+            with _suppress_api():
+                core.delete_namespaced_pod(rel.pod_name, ns, grace_period_seconds=0)
+        run([*helm_cmd, "uninstall", name, "--namespace", ns, "--wait", "--timeout", "60s"],
+            helm_env, check=False)
+        with _suppress_api():
+            core.delete_namespaced_config_map("kube-root-ca.crt", ns)
+        # the namespaces go at the module's end (create_namespace)
+
+
+class _suppress_api:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        from kubernetes.client.exceptions import ApiException
+
+        return typ is not None and issubclass(typ, ApiException)
+
+
+def in_container(root: Path, path: str) -> Path:
+    """``path`` in the container whose root is ``root`` (/proc/PID/root), its symlinks
+    resolved inside the container (Debian's /var/run -> /run would lead to the host's)."""
+    out = root
+    for part in Path(path).relative_to("/").parts:
+        out = out / part
+        for _ in range(8):
+            if not out.is_symlink():
+                break
+            target = os.readlink(out)
+            out = root / target.lstrip("/") if target.startswith("/") else out.parent / target
+    return out
+
+
+def _jwt_claims(token: str) -> dict:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+def test_operator_pod_is_ready_non_root_under_the_charts_serviceaccount(release,
+                                                                      operator_image):
+    """The chart's operator runs as a pod of the image built here: Ready by its health probe,
+    its process uid/gid 65532 (the image's USER and the chart's securityContext), no torch in
+    the image, talking to the API server with the chart's ServiceAccount's token (its RBAC:
+    no Forbidden in its log) and serving /metrics on the node."""
+    rel, t0 = release
+    pod = wait_for(lambda: (lambda p: p if any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in p["status"].get("conditions") or []) else None)(rel.pod()),
+        90, interval=0.25, what="the operator pod Ready (its readiness probe)",
+        reason=rel.why_not_ready)
+    ready = time.monotonic() - t0
+    st = pod["status"]["containerStatuses"][0]
+    assert st["image"] == operator_image and st["restartCount"] == 0, st
+    assert pod["spec"]["serviceAccountName"] == rel.full
+    pid = rel.main_pid()
+    status = dict(line.split(":", 1) for line in
+                  Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    assert status["Uid"].split()[:2] == [str(NONROOT)] * 2, status["Uid"]
+    assert status["Gid"].split()[:2] == [str(NONROOT)] * 2, status["Gid"]
+    root = Path(f"/proc/{pid}/root")
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert any(b"ai4dl-operator" in a for a in cmdline), cmdline
+    site = next((root / "opt" / "ai4dl" / "lib").glob("python3*/site-packages"))
+    assert (site / "ai4dl").is_dir() and not (site / "torch").exists()
+    claims = _jwt_claims((in_container(root, SA_MOUNT) / "token").read_text())
+    assert claims["sub"] == f"system:serviceaccount:{rel.namespace}:{rel.full}", claims
+    with urllib.request.urlopen(f"http://127.0.0.1:{rel.metrics_port}/metrics", timeout=5) as r:
+        assert "# TYPE ai4dl_pod_phase gauge" in r.read().decode()
+    log = rel.log()
+    assert "Forbidden" not in log and " 403" not in log, log[-3000:]
+    FIGURES.append(("operator pod", "seconds from pod created to Ready (image already in "
+                    "containerd)", f"{ready:.1f} s"))
+
+
+def test_operator_pod_resizes_a_pod_beside_it_in_place(release, kube_cluster, stack, jobs,
+                                                       model_doc):
+    """The chart's operator (InPlace mode, watching one namespace) resizes a running
+    Guaranteed busybox pod on the same node: the kubelet applies it to the cgroup files, the
+    container is not restarted and the pod stays Guaranteed; the operator's log shows no
+    Forbidden (the chart's RBAC and admission policy let it do exactly this)."""
+    rel, _ = release
+    exporter, _ = stack
+    wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
+                         for c in rel.pod()["status"].get("conditions") or []),
+             90, interval=0.25, what="the operator pod Ready", reason=rel.why_not_ready)
+    pods = NodePods(kube_cluster, rel.node, rel.workloads)
+    try:
+        pod = opted_in_pod(pods, exporter, jobs, "beside", 0, cpu="500m", memory="512Mi")
+        cid = pod["status"]["containerStatuses"][0]["containerID"]
+        before = pod["spec"]["containers"][0]["resources"]
+        make_phasemodel(kube_cluster, rel.workloads, "pm", model_doc,
+                        resources={"cpu": {"ceiling": "1500m"}, "memory": {"ceiling": "2Gi"}})
+        t0 = time.monotonic()
+        resized = wait_for(lambda: (lambda p: p if p["spec"]["containers"][0]["resources"]
+                                    != before else None)(pods.get("beside")),
+                           3 * WINDOW + 15, what="the operator pod's resize of pod beside")
+        t_resize = time.monotonic() - t0
+        res = resized["spec"]["containers"][0]["resources"]
+        assert res["requests"] == res["limits"], res      # Guaranteed: limits moved too
+        wait_for(lambda: cgroup_matches_spec(pods, pods.get("beside")), 30, interval=0.2,
+                 what="the cgroup files to take the operator's resize")
+        t_cgroup = time.monotonic() - t0
+        after = pods.get("beside")
+        st = after["status"]["containerStatuses"][0]
+        assert st["restartCount"] == 0 and st["containerID"] == cid
+        assert after["status"]["qosClass"] == "Guaranteed"
+        log = rel.log()
+        # it was this pod's operator (the only one serving this namespace) that resized it
+        assert f"PhaseModel {rel.workloads}/pm window" in log and " 1 resized" in log, log[-3000:]
+        assert "Forbidden" not in log and " 403" not in log, log[-3000:]
+        assert rel.pod()["status"]["containerStatuses"][0]["restartCount"] == 0
+    finally:
+        from kubernetes import client
+
+        with _suppress_api():
+            client.CustomObjectsApi(kube_cluster.api_client).delete_namespaced_custom_object(
+                GROUP, VERSION, rel.workloads, PLURAL, "pm")
+        exporter.remove_pod((rel.workloads, "beside", "main"))
+    FIGURES.extend([
+        ("operator pod InPlace", "requests/limits before -> after",
+         f"{before['limits']} -> {res['limits']}"),
+        ("operator pod InPlace", "seconds from PhaseModel created to resize / to cgroup files",
+         f"{t_resize:.1f} s / {t_cgroup:.1f} s"),
+    ])
