@@ -30,7 +30,7 @@ from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: 
                                    wait_for, write_report)
 from test_faults import apiserver_counts, pod_writes, window_lines
 from test_operator_integration import events, make_phasemodel, model_doc, stack  # noqa: F401
-from test_real_node import WINDOW, jobs  # noqa: F401 (jobs: a fixture)
+from test_real_node import WINDOW, jobs, operator  # noqa: F401 (jobs, operator: fixtures)
 # the webhook's module fixtures: the chart's configuration + an operator serving it, a model
 from test_admission_webhook import doc, webhook  # noqa: F401
 
@@ -45,16 +45,6 @@ def _report(request, real_node):
     yield
     write_report(request, "real node: the kubelet's answers", "| case | measure | value |",
                  FIGURES, append=True)
-
-
-@pytest.fixture(scope="module")
-def operator(stack, operator_kubeconfig, crd, tmp_path_factory):  # noqa: F811
-    """One operator (its own ServiceAccount, the chart's RBAC and admission policy) per module."""
-    _, prom = stack
-    op = Operator(operator_kubeconfig, prom.url,
-                  tmp_path_factory.mktemp("operator") / "operator.log").start()
-    yield op
-    op.stop()
 
 
 def memory_of(pod: dict) -> float:
