@@ -174,12 +174,6 @@ def build_candidate(name: str, train, window: int, model=None, target: float = D
     raise ValueError(f"unknown candidate policy {name!r} (known: {', '.join(CANDIDATES)})")
 
 
-def risk_windows_needed(share: float) -> int:
-    """Windows a share of windows at risk can be measured on: one window at risk among them
-    at least (1/share, rounded up)."""
-    return math.ceil(1.0 / share - 1e-9)
-
-
 def pick_winner(scores: dict, candidates: Sequence[str], j: int, target: float,
                 baseline: str = BASELINE, servable: Sequence[str] | None = None) -> str:
     """The rule: of the candidates that win against ``baseline`` on resource ``j`` at
@@ -359,7 +353,6 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     scores: list[CandidateScore] = []
     winners: list[str] = []
     achieved: list[dict] = []
-    unresolved: dict[int, int] = {}   # resource -> validation windows, too few for its share
     if not fit_idx or not val_idx:
         reason = (f"too few training executions to hold any out ({len(train.usage)}): "
                   f"serving the baseline {BASELINE}")
@@ -397,17 +390,10 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                        for n in (*names, "oracle")}
                 sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,))
                 won = []
-                # a share s of windows at risk is measurable only on at least 1/s windows:
-                # on fewer, every allocation that covers them all "matches" it, and a win is
-                # a guess (on a real node a table fitted on 8 windows halved a job's memory
-                # during its start-up: an OOM kill)
-                resolvable = sc[BASELINE][j].scored_windows >= risk_windows_needed(o.value)
-                if not resolvable:
-                    unresolved[j] = sc[BASELINE][j].scored_windows
                 for name in names:
                     r = sc[name][j]
-                    win = resolvable and name != BASELINE and bool(
-                        wins_at_risk(sc, name, j, o.value, BASELINE))
+                    win = name != BASELINE and bool(wins_at_risk(sc, name, j, o.value,
+                                                                 BASELINE))
                     scores.append(CandidateScore(name, res, o.value,
                                                  float(r.vs_oracle_risk_at[o.value]),
                                                  float(r.oom_windows), float(r.risk_share),
@@ -439,14 +425,10 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
             achieved.append({"fulfilment": float(w.fulfilment),
                              "riskWindows": float(w.risk_share)})
         reason = "; ".join(
-            f"{res}: {w}" + ("" if w != BASELINE else
-                             f" ({unresolved[j]} validation windows cannot measure "
-                             f"{100 * o.value:g} % at risk: at least "
-                             f"{risk_windows_needed(o.value)} are needed)" if j in unresolved else
-                             " (no servable candidate was cheaper "
+            f"{res}: {w}" + ("" if w != BASELINE else " (no servable candidate was cheaper "
                              + ("at matched risk)" if o.is_risk else
                                 "with no more windows short)"))
-            for j, (res, w, o) in enumerate(zip(resources, winners, objectives)))
+            for res, w, o in zip(resources, winners, objectives))
         reason = (f"scored on the {len(val_idx)} most recent of {len(train.usage)} training "
                   f"executions ({'; '.join(f'{o.resource} {o.label()}' for o in objectives)})"
                   f": {reason}")
