@@ -132,6 +132,27 @@ def cgroup_dirs(node_id: str) -> list[Path]:
             if (m / f"{CGROUP_PREFIX}{node_id}").is_dir()]
 
 
+def host_device_problems() -> list[str]:
+    """The host's /dev/null must still be the character device after a node's life (it was
+    once found replaced by a regular file on this machine, cause not found): said, and put
+    back, so the next run does not inherit it."""
+    import stat
+
+    try:
+        mode = os.stat("/dev/null").st_mode
+    except OSError as err:
+        mode, why = None, str(err)
+    if mode is not None and stat.S_ISCHR(mode):
+        return []
+    why = "missing" if mode is None else "not a character device"
+    with contextlib.suppress(OSError):
+        if mode is not None:
+            os.unlink("/dev/null")
+        os.mknod("/dev/null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        os.chmod("/dev/null", 0o666)
+    return [f"host /dev/null was {why} after the node (recreated)"]
+
+
 def _kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -515,6 +536,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         atexit.unregister(self.stop)
         pids = tuple(p.pid for p in (self.kubelet, self.containerd) if p is not None)
         problems = cleanup(self.id, self.dir, pids=pids)
+        problems += host_device_problems()
         for p in (self.kubelet, self.containerd):
             if p is not None:
                 with contextlib.suppress(Exception):

@@ -60,6 +60,15 @@ if ! command -v buildah >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2
     || die "apt-get install buildah debootstrap failed"
 fi
 
+# buildah's chroot isolation binds the host's /dev/null into each RUN step: a /dev/null that
+# is not the character device (seen once on this machine: something replaced it with a regular
+# file, and every RUN step then failed with "cannot create /dev/null: Read-only file system")
+# is put back, and said so.
+if [[ ! -c /dev/null ]]; then
+  log "WARNING: /dev/null is not a character device ($(stat -c %F /dev/null 2>&1)): recreating it"
+  rm -f /dev/null && mknod -m 666 /dev/null c 1 3 || die "cannot recreate /dev/null"
+fi
+
 B=(buildah --root "$DEST/storage" --runroot "$DEST/run" --storage-driver vfs)
 t0=$SECONDS
 
