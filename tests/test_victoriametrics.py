@@ -152,8 +152,8 @@ def test_operator_resizes_from_victoria_metrics(kube_cluster, k8s_namespace, fak
     the PhaseModel Ready."""
     from e2e.victoriametrics.server import VictoriaMetricsServer
     from e2e_fixtures_operator import Operator, wait_for
-    from test_operator_integration import (SPEED, WINDOW, condition, make_phasemodel, read_pm,
-                                           requests_of, start_pods)
+    from test_operator_integration import (SPEED, STEP, WINDOW, condition, make_phasemodel,
+                                           read_pm, requests_of, start_pods)
 
     from ai4dl import synthetic
     from ai4dl.model import PhaseModel
@@ -162,6 +162,9 @@ def test_operator_resizes_from_victoria_metrics(kube_cluster, k8s_namespace, fak
     traces, _ = synthetic.generate(30, seed=21, config=cfg)
     doc = json.loads(PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
                      .to_document().model_dump_json(by_alias=True, exclude_none=True))
+    # played SPEED times faster: one trace step is one cluster second, the spec's step (the
+    # operator requires the model's step to equal it)
+    doc["stepSeconds"] = float(STEP)
     jobs = synthetic.generate(6, seed=33, config=synthetic.SyntheticConfig(
         n_features=2, epochs=(10, 12)))
     jobs = (list(jobs[0]), jobs[1])

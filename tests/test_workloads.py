@@ -85,9 +85,10 @@ def test_cnn_recorded_phases_are_visible_and_the_trace_trains(tmp_path):
     assert max(m for _, m in by_phase["train"]) > datagen_mem[-1]
 
     model = tmp_path / "model.json"
+    # a 32 s recording: the policy choice's window must fit in it (the default 600 s is refused)
     r = subprocess.run([*AI4DL, "-q", "train", str(trace), "--step", "1", "--phases", "3",
-                        "--epochs", "15", "-o", str(model)], capture_output=True, text=True,
-                       timeout=120)
+                        "--epochs", "15", "--window-seconds", "8", "-o", str(model)],
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     r = subprocess.run([*AI4DL, "detect", str(model), str(trace), "--step", "1"],
                        capture_output=True, text=True, timeout=120)
