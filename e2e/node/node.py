@@ -40,6 +40,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 import uuid
@@ -136,12 +137,10 @@ def host_device_problems() -> list[str]:
     """The host's /dev/null must still be the character device after a node's life (it was
     once found replaced by a regular file on this machine, cause not found): said, and put
     back, so the next run does not inherit it."""
-    import stat
-
     try:
         mode = os.stat("/dev/null").st_mode
-    except OSError as err:
-        mode, why = None, str(err)
+    except OSError:
+        mode = None
     if mode is not None and stat.S_ISCHR(mode):
         return []
     why = "missing" if mode is None else "not a character device"
