@@ -23,8 +23,10 @@ from ai4dl.policy.safety import (
     clamp,
     cool_down,
     cover_working_set,
+    hold_memory_while_rising,
     limit_change,
     skip_small_changes,
+    working_set_rising,
 )
 
 A = lambda *rows: np.array(rows, np.float64)  # noqa: E731
@@ -48,6 +50,39 @@ class TestLimitChange:
         prop = A([100.0, 0.0, 5.0])
         np.testing.assert_allclose(limit_change(prop, cur, 0.25, 0.25), A([5.0, 3.0, 5.0]))
         np.testing.assert_array_equal(limit_change(prop, cur, None, None), prop)
+
+
+class TestWorkingSetRising:
+    def test_known_answers(self):
+        nan = np.nan
+        mem = A([1.0, 1.05, 1.2],      # +20 % over the window > 10 %: rising
+                [1.0, 2.0, 1.05],      # a spike that came back: +5 %, not rising
+                [nan, 1.0, 1.11],      # started during the window: from its first sample
+                [1.0, 1.11, nan],      # its last sample is the latest one it has
+                [nan, nan, nan],       # no sample: not rising
+                [2.0, 1.5, 1.0])       # falling
+        np.testing.assert_array_equal(working_set_rising(mem, 0.1),
+                                      [True, False, True, True, False, False])
+
+    def test_off_without_margin_and_zero_margin_means_any_growth(self):
+        mem = A([1.0, 1.01])
+        assert not working_set_rising(mem, None).any()
+        assert working_set_rising(mem, 0.0).all()
+        assert not working_set_rising(A([1.0, 1.0]), 0.0).any()
+
+
+class TestHoldMemoryWhileRising:
+    def test_only_memory_decreases_of_rising_containers_held(self):
+        cur = A([4.0, 8.0], [4.0, 8.0], [4.0, 8.0])
+        prop = A([1.0, 2.0], [1.0, 2.0], [9.0, 9.0])
+        out = hold_memory_while_rising(prop, cur, np.array([True, False, True]), 1)
+        # rising: memory held at 8 (cpu still comes down); not rising: lowered; increases pass
+        np.testing.assert_array_equal(out, A([1.0, 8.0], [1.0, 2.0], [9.0, 9.0]))
+
+    def test_off(self):
+        prop = A([1.0, 2.0])
+        assert hold_memory_while_rising(prop, A([4.0, 8.0]), None, 1) is prop
+        assert hold_memory_while_rising(prop, A([4.0, 8.0]), np.array([True]), None) is prop
 
 
 class TestCoolDown:
@@ -364,6 +399,21 @@ def test_no_decrease_during_cool_down(case):
 
 
 @SETTINGS
+@given(sequences(), st.data())
+def test_no_memory_decrease_after_a_rising_window(case, data):
+    props, init, ws, cfg = case
+    rising = data.draw(hnp.arrays(np.bool_, props.shape[:2]))
+    out = apply_safety_sequence(props, init, cfg, ws, rising)
+    if cfg.memory_margin is None:
+        return
+    floor, ceil = _bounds(cfg)
+    m = cfg.memory_index
+    for w in range(1, len(out)):
+        r = rising[w] & (out[w - 1, :, m] <= ceil[m])   # a ceiling below is still approached
+        assert np.all(out[w, r, m] >= out[w - 1, r, m]), w
+
+
+@SETTINGS
 @given(sequences())
 def test_sequence_window0_is_clamped_initial(case):
     props, init, ws, cfg = case
@@ -390,6 +440,22 @@ def test_sequence_known_answer():
     expected = np.array([[[4.0, 8.0]], [[2.0, 4.0]], [[3.0, 4.29]], [[3.0, 4.29]],
                          [[1.5, 2.145]], [[1.5, 2.145]], [[1.5, 2.145]]])
     np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+def test_sequence_start_up_keeps_memory_until_growth_stops():
+    """A training job's start on a real node (docs/results.md §8): its working set climbs
+    for two windows. Covering only the latest sample, memory is halved at the first
+    boundary (8 -> 4) and the next window's peak (5) is above it; held while rising, it
+    comes down once the growth stops, to the plateau x (1 + margin)."""
+    cfg = SafetyConfig(max_decrease=0.5, memory_margin=0.1, memory_index=0)
+    props = np.full((4, 1, 1), 1.0)
+    ws = np.array([[np.nan], [2.0], [5.0], [5.1]])             # latest sample before window w
+    rising = np.array([[False], [True], [True], [False]])     # grew > 10 % in window w - 1
+    held = apply_safety_sequence(props, A([8.0]), cfg, ws, rising)[:, 0, 0]
+    np.testing.assert_allclose(held, [8.0, 8.0, 8.0, 5.61])
+    cut = apply_safety_sequence(props, A([8.0]), cfg, ws)[:, 0, 0]
+    np.testing.assert_allclose(cut, [8.0, 4.0, 5.5, 5.61])
+    assert cut[1] < 5.0 <= held[1]     # the window-2 peak: short when cut, covered when held
 
 
 def test_sequence_two_pods_independent():

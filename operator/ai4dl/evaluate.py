@@ -18,7 +18,7 @@ import numpy as np
 from ai4dl.policy.headroom import first_window_level
 from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.policies import Policy
-from ai4dl.policy.safety import SafetyConfig, apply_safety_sequence
+from ai4dl.policy.safety import SafetyConfig, apply_safety_sequence, working_set_rising
 from ai4dl.traces import Execution
 
 TARGETS = (0.95, 0.97)
@@ -126,6 +126,7 @@ def replay(data: ReplayInput, policy: Policy, window: int,
     R = len(data.resources)
     stacked = np.full((W, len(raw), R), np.nan)
     ws = np.full((W, len(raw)), np.nan)
+    rising = np.zeros((W, len(raw)), bool)
     mem = safety.memory_index
     for i, (r, u) in enumerate(zip(raw, data.usage)):
         stacked[: len(r), i] = r
@@ -133,8 +134,16 @@ def replay(data: ReplayInput, policy: Policy, window: int,
             # the latest working set at the start of window w: the last sample before it
             last = u[window - 1:: window, mem][: len(r) - 1]
             ws[1: 1 + len(last), i] = last
+            # and whether it rose over window w - 1 (the operator sees the same window); the
+            # execution started in window 0
+            full = len(last) * window
+            if full:
+                rising[1: 1 + len(last), i] = working_set_rising(
+                    np.asarray(u[:full, mem], np.float64).reshape(len(last), window),
+                    safety.memory_margin, np.arange(len(last)) == 0)
+    use = mem is not None and mem < R
     final = apply_safety_sequence(stacked, np.array(data.initial), safety,
-                                  ws if mem is not None and mem < R else None)
+                                  ws if use else None, rising if use else None)
     return Replay(policy.name, [final[: len(r), i] for i, r in enumerate(raw)])
 
 

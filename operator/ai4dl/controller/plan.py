@@ -49,7 +49,7 @@ from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_PHASE_SINCE, A_REC
 from ai4dl.controller.savings import original_requests
 from ai4dl.crd import PhaseModelSpec
 from ai4dl.policy.online import OwnHistory, next_allocations
-from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety
+from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety, working_set_rising
 from ai4dl.policy.serving import Served, safety_config, served_policy, window_samples
 from ai4dl.quantity import format_resource, parse_quantity
 # Why a container's window could not be used. The first three are gaps or garbage in the
@@ -317,6 +317,7 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                             for _, cp, *_ in (*rows, *colds)])
         proposals = np.empty_like(current)
         working_set = np.full(n_rows, np.nan)
+        rising = np.zeros(n_rows, bool)
         # One encoder product and one nearest-centroid product for every container.
         detections = (model.detect([r[2] for r in rows], n_context=[r[3] for r in rows])
                       if model is not None and rows else [None] * len(rows))
@@ -337,6 +338,10 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
             lasts[i] = usage
             if safety.memory_index is not None:
                 working_set[i] = usage[-1, safety.memory_index]
+                began = plans[pi].pod.started.get(cp.name)
+                rising[i] = working_set_rising(
+                    usage[:, safety.memory_index][None], safety.memory_margin,
+                    [began is not None and began > window_start - W * spec.step_seconds])[0]
         # the served policy for every container at once (tests/test_online.py: the same
         # numbers as its replay over each whole history)
         proposals[:len(rows)] = next_allocations(served.policy, lasts, last_phases, owns)
@@ -349,6 +354,9 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 # no working-set sample yet: memory is not lowered below the request in force
                 working_set[i] = (ok[-1] if ok is not None and len(ok)
                                   else current[i, m] / (1.0 + (safety.memory_margin or 0.0)))
+                if seen is not None:     # a cold start: it started during the window
+                    rising[i] = working_set_rising(seen[:, m][None], safety.memory_margin,
+                                                   [True])[0]
         everyone = [*((pi, cp) for pi, cp, *_ in rows), *((pi, cp) for pi, cp, _ in colds)]
         since = np.array([[_windows_since_increase(plans[pi].pod, cp.name, r, window_start,
                                                    spec.window_seconds)
@@ -356,7 +364,8 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
         # A container with no request for a resource keeps none (its QoS depends on it).
         known = np.isfinite(current)
         state = SafetyState(np.where(known, current, 0.0), since)
-        targets, _ = apply_safety(np.where(known, proposals, np.nan), state, safety, working_set)
+        targets, _ = apply_safety(np.where(known, proposals, np.nan), state, safety, working_set,
+                                  rising)
         below = _ceiling_below_working_set(safety, working_set)
         for i, (pi, cp) in enumerate(everyone):
             cp.proposal = dict(zip(resources, proposals[i].tolist()))

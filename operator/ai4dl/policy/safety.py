@@ -4,13 +4,14 @@ VPA's recommendation post-processors). Each rule is a pure function over arrays 
 evaluator to all executions of a replay at once.
 
 Order: drop proposals that are not numbers -> skip changes below the threshold -> limit the
-change per window -> hold decreases during the cool-down after an increase -> cover the latest
-memory working set -> clamp to floor and ceiling -> approach a ceiling below the allocation in
+change per window -> hold decreases during the cool-down after an increase -> hold memory
+decreases while the working set is rising -> cover the latest memory working set -> clamp to floor and ceiling -> approach a ceiling below the allocation in
 force at the per-window decrease limit -> hold resources whose bounds contradict each other ->
 cap at the physical maximum.
 
 The guarantees: memory is never set below the latest working set × (1 + margin) (unless the
-ceiling forbids it); nothing is ever raised above the ceiling nor left below the floor; a
+ceiling forbids it), and never lowered in a window after one in which the working set grew by
+more than that margin; nothing is ever raised above the ceiling nor left below the floor; a
 ceiling below the allocation in force is reached step by step (``max_decrease`` per window,
 like any decrease: a ceiling set below what a job uses must not cut it in one window); where
 floor > ceiling nothing changes (the operator reports the contradiction); and no allocation
@@ -90,6 +91,47 @@ def skip_small_changes(proposal, current, threshold):
     return np.where(rel < threshold, current, proposal)
 
 
+def working_set_rising(memory, margin, started=None) -> np.ndarray:
+    """Per container, from its working set over the last window (``memory``: (pods, samples),
+    NaN where there is no sample): True where the latest sample exceeds the window's first by
+    more than the memory margin. The margin is the room kept for the next window's growth; a
+    window that grew by more than it says the job is still growing (loading data, building
+    its model) and the room is not enough. No new constant: off when the margin is.
+
+    ``started`` (pods,): True for a container that started during the window; its working
+    set was 0 before its first sample, so any sample above 0 is a rise (a job's start is
+    the growth this rule is for, and one sample of it says nothing about where it ends)."""
+    memory = np.atleast_2d(np.asarray(memory, np.float64))
+    out = np.zeros(len(memory), bool)
+    if margin is None or memory.shape[1] == 0:
+        return out
+    ok = np.isfinite(memory)
+    has = ok.any(axis=1)
+    first = np.where(has, memory[np.arange(len(memory)), ok.argmax(axis=1)], np.nan)
+    if started is not None:
+        first = np.where(np.asarray(started, bool), 0.0, first)
+    last_i = memory.shape[1] - 1 - ok[:, ::-1].argmax(axis=1)
+    last = np.where(has, memory[np.arange(len(memory)), last_i], np.nan)
+    with np.errstate(invalid="ignore"):
+        out[has] = last[has] > first[has] * (1.0 + margin)
+    return out
+
+
+def hold_memory_while_rising(proposal, current, rising, memory_index):
+    """No memory decrease for a container whose working set rose by more than the margin in
+    the last window (:func:`working_set_rising`): covering its latest sample is not enough
+    while it is still growing. On a real node this is the start of a training job: the
+    working set climbs for minutes through imports and data loading, and a request halved
+    at the first boundary is OOM-killed before the next (docs/results.md §8)."""
+    if rising is None or memory_index is None:
+        return proposal
+    out = proposal.copy()
+    m = memory_index
+    held = np.asarray(rising, bool) & (out[..., m] < current[..., m])
+    out[..., m] = np.where(held, current[..., m], out[..., m])
+    return out
+
+
 def cover_working_set(proposal, working_set, margin, memory_index):
     """Memory never below the latest working set × (1 + margin): lowering memory under what
     the container uses now invites the OOM killer."""
@@ -140,12 +182,13 @@ def cap_physical(proposal, max_value):
 
 # ----------------------------------------------------------------------------- the chain
 def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
-                 working_set: np.ndarray | None = None) -> tuple[np.ndarray, SafetyState]:
+                 working_set: np.ndarray | None = None, rising: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, SafetyState]:
     """Final allocation for one window and the state for the next.
 
     ``proposal`` and ``state.current`` are (pods, R); ``working_set`` is (pods,) — the latest
-    memory sample. A NaN proposal (no data) keeps the current allocation: never a resize
-    based on missing data.
+    memory sample; ``rising`` (pods,) — :func:`working_set_rising` of the last window. A NaN
+    proposal (no data) keeps the current allocation: never a resize based on missing data.
     """
     proposal = np.asarray(proposal, np.float64)
     cur = state.current
@@ -157,6 +200,8 @@ def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
     p = skip_small_changes(p, cur, config.min_change)
     p = limit_change(p, cur, config.max_increase, config.max_decrease)
     p = cool_down(p, cur, state.since_increase, config.cooldown_windows)
+    if config.memory_margin is not None:
+        p = hold_memory_while_rising(p, cur, rising, config.memory_index)
     p = cover_working_set(p, working_set, config.memory_margin, config.memory_index)
     p = clamp(p, config.floor, config.ceiling)
     p = approach_ceiling(p, cur, config.ceiling, config.max_decrease)
@@ -167,8 +212,10 @@ def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
 
 
 def apply_safety_sequence(proposals: np.ndarray, initial: np.ndarray, config: SafetyConfig,
-                          working_sets: np.ndarray | None = None) -> np.ndarray:
-    """Run the chain over windows: ``proposals`` (windows, pods, R) -> final allocations.
+                          working_sets: np.ndarray | None = None,
+                          rising: np.ndarray | None = None) -> np.ndarray:
+    """Run the chain over windows: ``proposals`` (windows, pods, R) -> final allocations;
+    ``working_sets`` and ``rising`` (windows, pods): at window w, of the window before it.
 
     Window 0 is the cold start: the initial request is in force and is what the pod gets
     (nothing has been observed, so there is nothing to resize on).
@@ -181,5 +228,6 @@ def apply_safety_sequence(proposals: np.ndarray, initial: np.ndarray, config: Sa
     state = SafetyState(out[0])
     for w in range(1, len(proposals)):
         ws = None if working_sets is None else working_sets[w]
-        out[w], state = apply_safety(proposals[w], state, config, ws)
+        up = None if rising is None else rising[w]
+        out[w], state = apply_safety(proposals[w], state, config, ws, up)
     return out
