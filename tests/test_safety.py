@@ -55,18 +55,33 @@ class TestLimitChange:
 class TestWorkingSetRising:
     def test_known_answers(self):
         nan = np.nan
-        mem = A([1.0, 1.05, 1.2],      # +20 % over the window > 10 %: rising
-                [1.0, 2.0, 1.05],      # a spike that came back: +5 %, not rising
-                [nan, 1.0, 1.11],      # started during the window: from its first sample
-                [1.0, 1.11, nan],      # its last sample is the latest one it has
-                [nan, nan, nan],       # no sample: not rising
+        mem = A([1.0, 1.1, 1.2],       # its line rises 20 % over the window > 10 %: rising
+                [1.0, 2.0, 1.05],      # a spike that came back: the line rises 2.5 %
+                [nan, 1.0, 1.11],      # two samples: from the first it has
+                [1.0, 1.11, nan],      # ... to the last it has
+                [nan, nan, 1.0],       # one sample: no line
+                [nan, nan, nan],       # no sample
                 [2.0, 1.5, 1.0])       # falling
         np.testing.assert_array_equal(working_set_rising(mem, 0.1),
-                                      [True, False, True, True, False, False])
+                                      [True, False, True, True, False, False, False])
+
+    def test_noise_is_not_a_rise_and_a_trend_through_noise_is(self):
+        rng = np.random.default_rng(0)
+        flat = 1.0 + rng.uniform(-0.1, 0.1, (200, 40))          # plateau, ±10 % noise
+        assert working_set_rising(flat, 0.1).mean() < 0.01
+        ramp = np.linspace(1.0, 1.3, 40) + rng.uniform(-0.1, 0.1, (200, 40))
+        assert working_set_rising(ramp, 0.1).mean() > 0.99
+
+    def test_a_container_that_started_in_the_window_rose_from_nothing(self):
+        mem = A([5.0, 5.0], [np.nan, 5.0], [np.nan, np.nan])
+        np.testing.assert_array_equal(working_set_rising(mem, 0.1), [False, False, False])
+        np.testing.assert_array_equal(working_set_rising(mem, 0.1, [True, True, True]),
+                                      [True, True, False])
 
     def test_off_without_margin_and_zero_margin_means_any_growth(self):
         mem = A([1.0, 1.01])
         assert not working_set_rising(mem, None).any()
+        assert not working_set_rising(mem, None, [True]).any()
         assert working_set_rising(mem, 0.0).all()
         assert not working_set_rising(A([1.0, 1.0]), 0.0).any()
 

@@ -93,10 +93,12 @@ def skip_small_changes(proposal, current, threshold):
 
 def working_set_rising(memory, margin, started=None) -> np.ndarray:
     """Per container, from its working set over the last window (``memory``: (pods, samples),
-    NaN where there is no sample): True where the latest sample exceeds the window's first by
-    more than the memory margin. The margin is the room kept for the next window's growth; a
-    window that grew by more than it says the job is still growing (loading data, building
-    its model) and the room is not enough. No new constant: off when the margin is.
+    NaN where there is no sample): True where it grew over the window by more than the memory
+    margin — its least-squares line ends above where it starts × (1 + margin). The margin is
+    the room kept for the next window's growth; a window that grew by more than it says the
+    job is still growing (loading data, building its model) and the room is not enough. The
+    line, not the first and last samples: a noisy plateau (±10 % sample to sample) is not a
+    rise. No new constant: off when the margin is.
 
     ``started`` (pods,): True for a container that started during the window; its working
     set was 0 before its first sample, so any sample above 0 is a rise (a job's start is
@@ -106,14 +108,22 @@ def working_set_rising(memory, margin, started=None) -> np.ndarray:
     if margin is None or memory.shape[1] == 0:
         return out
     ok = np.isfinite(memory)
-    has = ok.any(axis=1)
-    first = np.where(has, memory[np.arange(len(memory)), ok.argmax(axis=1)], np.nan)
+    n = ok.sum(axis=1)
+    y = np.where(ok, memory, 0.0)
+    x = np.broadcast_to(np.arange(memory.shape[1], dtype=np.float64), memory.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        xm = (x * ok).sum(axis=1) / n
+        ym = y.sum(axis=1) / n
+        dx = np.where(ok, x - xm[:, None], 0.0)
+        slope = (dx * (y - ym[:, None])).sum(axis=1) / (dx * dx).sum(axis=1)
+        x0 = ok.argmax(axis=1)
+        x1 = memory.shape[1] - 1 - ok[:, ::-1].argmax(axis=1)
+        y0 = ym + slope * (x0 - xm)
+        y1 = ym + slope * (x1 - xm)
+        grew = (n >= 2) & (slope > 0) & (y1 > np.maximum(y0, 0.0) * (1.0 + margin))
+    out[:] = grew
     if started is not None:
-        first = np.where(np.asarray(started, bool), 0.0, first)
-    last_i = memory.shape[1] - 1 - ok[:, ::-1].argmax(axis=1)
-    last = np.where(has, memory[np.arange(len(memory)), last_i], np.nan)
-    with np.errstate(invalid="ignore"):
-        out[has] = last[has] > first[has] * (1.0 + margin)
+        out |= np.asarray(started, bool) & (np.where(ok, memory, 0.0) > 0).any(axis=1)
     return out
 
 
