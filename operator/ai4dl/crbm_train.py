@@ -42,24 +42,22 @@ def hidden_probabilities(v, u, W, B, bh):
 #: the CPU (one thread) a batch of 128 took 4x the epoch time of a batch of 512 (same samples,
 #: a quarter of the arithmetic per batch), so the time goes with the number of batches; the
 #: arithmetic term (per sample x design column x hidden unit) matters only for wide models.
-#: The constants come from the one GPU measurement there is (issue 29: one H200 machine, 16
-#: cores; 60 epochs of 391 batches of 512, 16 design columns, 10 hidden units, the reference
-#: loop): 13.0 s on the CPU, 24.5 s and 19.6 s on CUDA. CPU: the fused loop took 0.6 x the
-#: reference loop's time here (9.7 s against 15.5-17.0 s, same fit, 2-core machine), so
-#: 0.6 x 13.0 s / (60 x 391) = 0.33 ms a batch; the arithmetic term (about 1 ns per sample x
-#: column x hidden unit: a few flops each at a few GFLOP/s on one core) matters only for wide
-#: models. CUDA: 19.6 s / (60 x 391) = 0.84 ms a batch and a 4.9 s start (the first run's
-#: excess). The CUDA-graph loop should beat that per-batch figure, but it has not run on a GPU
-#: yet, so auto keeps the measured one: it stays on the CPU at the default model's size, where
-#: the CPU was measured faster, and takes CUDA only where arithmetic dominates (wide models).
-#: ``bash bench/gpu_check.sh`` on a GPU machine prints the constants measured there
-#: (``suggested_constants``).
-CPU_SECONDS_PER_UNIT = 1.0e-9
-CPU_SECONDS_PER_BATCH = 3.3e-4
-#: CUDA: a fixed start (context, cuBLAS, the graph capture) and a nearly constant time per batch
-#: (the batch's ~30 tiny kernels: launch latency, not arithmetic).
-CUDA_START_SECONDS = 4.9
-CUDA_SECONDS_PER_BATCH = 8.4e-4
+#: The constants are the graph and fused loops' measured on one H200 machine with 16 cores
+#: (``bash bench/gpu_check.sh``, raw in docs/results/gpu/gpu-check-h200.json; 1,000 synthetic
+#: executions x 2,400 samples, 60 epochs of 391 batches of 512, 16 design columns, 10 hidden
+#: units). CPU, fused loop: 8.0 s and 8.3 s (two runs); from 10- and 200-hidden-unit epochs,
+#: 0.334 ms a batch plus 1.4 ns per sample x column x hidden unit. CUDA, graph loop: 2.34 s
+#: both runs, the capture included = 0.10 ms a batch, and 0.275 s from a fresh process to a
+#: first product (context and cuBLAS). So CUDA is faster from about 1,200 batch-epochs up (a
+#: fit of about 10,000 samples an epoch at 60 epochs): the sweep measured CUDA faster at 5
+#: executions already (0.46 s against 0.73 s), and the whole default fit 8.8 s against 16.3 s.
+#: (Before the graph loop, CUDA lost: 19.6-24.5 s against 13.0 s, issue 29.)
+CPU_SECONDS_PER_UNIT = 1.4e-9
+CPU_SECONDS_PER_BATCH = 3.34e-4
+#: CUDA: a fixed start (context, cuBLAS) and a nearly constant time per batch (a replay of the
+#: captured epoch: launch latency gone, the arithmetic of a 512 x 16 x 10 product negligible).
+CUDA_START_SECONDS = 0.275
+CUDA_SECONDS_PER_BATCH = 1.0e-4
 
 
 @dataclass(frozen=True)
