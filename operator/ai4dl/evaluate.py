@@ -627,7 +627,8 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
             if name == "auto":
                 choice = choose_policy(train_data, cfg.window, model, t,
                                        holdout=cfg.auto_holdout,
-                                       phase_options=phase_options(cfg, "execution"))
+                                       phase_options=phase_options(cfg, "execution"),
+                                       safety=cfg.safety)
                 autos[t] = choice
                 pol = choice.policy
                 say(f"auto at {100 * t:g} %: {choice.reason}")
@@ -675,7 +676,8 @@ def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model,
                 choice = choose_policy(train_data, cfg.window, model,
                                        risk_objectives(cfg.resources, share),
                                        holdout=cfg.auto_holdout,
-                                       phase_options=phase_options(cfg, "execution"))
+                                       phase_options=phase_options(cfg, "execution"),
+                                       safety=cfg.safety)
                 autos[share] = choice
                 pol = choice.policy
             else:

@@ -195,7 +195,7 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     from ai4dl.evaluate import prepare
     from ai4dl.policy.auto import LEARNED, build_candidate, choose_policy
     from ai4dl.policy.headroom import to_table
-    from ai4dl.policy.serving import managed_resources, window_samples
+    from ai4dl.policy.serving import managed_resources, safety_config, window_samples
 
     resources = managed_resources(model)
     window = window_samples(spec)
@@ -204,7 +204,9 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
         raise ValueError(problem)
     data = prepare([e.select(model.features_) for e in train], resources, model)
     objectives = choice_objectives(spec, resources)
-    choice = choose_policy(data, window, model, objectives)
+    # chosen under the safety layer it will be served under (its holds change what is at risk)
+    choice = choose_policy(data, window, model, objectives,
+                           safety=safety_config(spec, resources))
     tables = {t.name: t for t in choice.tables}
     for name in LEARNED:
         if name not in tables:

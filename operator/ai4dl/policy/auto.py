@@ -312,7 +312,7 @@ def pick_at_risk(data, replays: dict, window: int, j: int, share: float,
 def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                   candidates: Sequence[str] = CANDIDATES, holdout: float = 0.3,
                   phase_options: dict | None = None,
-                  servable: Sequence[str] | None = SERVABLE) -> AutoChoice:
+                  servable: Sequence[str] | None = SERVABLE, safety=None) -> AutoChoice:
     """Score the candidates on the most recent training executions and choose per resource
     (see the module docstring). ``train`` is a :class:`ai4dl.evaluate.ReplayInput` of the
     training executions (with phases when a phase candidate is considered); ``target`` what
@@ -325,7 +325,14 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     A resource judged by risk is chosen at a matched share of windows at risk, each candidate
     first calibrated (:func:`calibration_factor`) on the executions it was fitted on, so that
     what it realises on the held-out recent ones (``achieved``) is what a pod would get; the
-    served winner is calibrated again on every training execution (``calibration``)."""
+    served winner is calibrated again on every training execution (``calibration``).
+
+    ``safety`` (a :class:`~ai4dl.policy.safety.SafetyConfig`): the safety layer the choice
+    will be served under; every candidate is replayed through it, and for a share of windows
+    at risk every one (peak-risk too, whose own calibration knows no safety layer) is
+    calibrated on what it realises through it. The layer's holds (a cool-down, memory held
+    while the working set rises) put fewer windows at risk than the bare policy: calibrated
+    without them, the choice would be served dearer and safer than its objective."""
     from ai4dl.evaluate import replay, score, wins_at_risk, wins_over
     from ai4dl.policy.policies import Calibrated, Oracle, PerResource
 
@@ -366,7 +373,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
             if name not in LEARNED and name not in RISK_LEARNED:
                 pol = build_candidate(name, train, window, model, objectives[0].quantile,
                                       phase_options, fit_idx)
-                fixed[name] = replay(train, pol, window)
+                fixed[name] = replay(train, pol, window, safety)
         by_objective: dict = {}
         for o in dict.fromkeys((o.kind, o.value) for o in objectives):
             kind, value = o
@@ -376,7 +383,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                 if name in LEARNED or (name in RISK_LEARNED and kind == "risk"):
                     pol = build_candidate(name, train, window, model, obj.quantile,
                                           phase_options, fit_idx)
-                    replays[name] = replay(train, pol, window)
+                    replays[name] = replay(train, pol, window, safety)
             by_objective[o] = replays
         for j, (res, o) in enumerate(zip(resources, objectives)):
             replays = by_objective[(o.kind, o.value)]
@@ -384,7 +391,8 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
             if o.is_risk:
                 # each candidate calibrated on the executions it was fitted on; peak-risk
                 # calibrates itself out of fold
-                cal = {n: (replays[n] if n in RISK_LEARNED or n == "oracle" else
+                cal = {n: (replays[n] if n == "oracle" or (n in RISK_LEARNED and safety is None)
+                           else
                            _scaled(replays[n], calibration_factor(train, replays[n], window, j,
                                                                   o.value, fit_idx)))
                        for n in (*names, "oracle")}
@@ -445,9 +453,9 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
         if key not in fitted:
             fitted[key] = build_candidate(w, train, window, model, o.quantile, phase_options)
         pol, factor = fitted[key], 1.0
-        if o.is_risk and w not in RISK_LEARNED:
-            factor = calibration_factor(train, replay(train, pol, window), window, j, o.value,
-                                        every)
+        if o.is_risk and (w not in RISK_LEARNED or safety is not None):
+            factor = calibration_factor(train, replay(train, pol, window, safety), window, j,
+                                        o.value, every)
             factors = np.ones(len(resources))
             factors[j] = factor
             pol = Calibrated(pol, tuple(float(f) for f in factors), name=w)
