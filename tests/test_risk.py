@@ -205,3 +205,37 @@ def test_pick_at_risk_keeps_the_policy_fitted_to_the_share_unless_another_is_cle
     # without the fitted policy among the winners: the cheapest; none: the baseline
     assert pick_at_risk(data, reps, W, 1, 0.02, only, ["near", "far"], costs) == "far"
     assert pick_at_risk(data, reps, W, 1, 0.02, only, [], costs) == "adaptive-max"
+
+
+def _starting(n_exec, seed, n=300, window=10):
+    """:func:`_bursty` jobs whose memory first climbs from a fifth of its level over three
+    windows (a job's start: imports, data loading), the growth the safety layer holds for."""
+    data = _bursty(n_exec, seed, n, window)
+    for u in data.usage:
+        u[:3 * window, 1] *= np.linspace(0.2, 1.0, 3 * window)
+    return data
+
+
+def test_auto_is_calibrated_through_the_safety_layer_it_is_served_under():
+    """The layer's holds (memory kept while the working set rises) leave fewer windows at
+    risk than the bare policy: a choice calibrated on the bare replays is served safer and
+    dearer than its objective; calibrated through the layer, it realises its share."""
+    from ai4dl.policy.safety import SafetyConfig
+
+    data = _starting(60, 3)
+    safety = SafetyConfig(max_decrease=0.5, memory_margin=0.1, memory_index=1)
+    obj = {"cpu": 0.97, "memory": Objective("memory", "risk", 0.05)}
+    bare = choose_policy(data, 10, None, obj, candidates=("adaptive-max",))
+    aware = choose_policy(data, 10, None, obj, candidates=("adaptive-max",), safety=safety)
+
+    def served(c):
+        sc = score(data, {"s": replay(data, c.policy, 10, safety),
+                          "oracle": replay(data, Oracle(), 10)}, 10, targets=(), risks=())
+        return sc["s"][1].risk_share, sc["s"][1].allocation
+
+    (r_bare, a_bare), (r_aware, a_aware) = served(bare), served(aware)
+    assert aware.calibration[1] < bare.calibration[1]
+    # calibrated on every training execution as served: exactly the share (the smallest
+    # factor meeting it), where the bare calibration over-delivers
+    assert r_bare < r_aware <= 0.05 and r_aware > 0.05 - 1 / 60
+    assert a_aware < a_bare

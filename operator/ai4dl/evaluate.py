@@ -122,6 +122,13 @@ def replay(data: ReplayInput, policy: Policy, window: int,
             raw[i] = policy.allocate(u, p, window, init, data.step)[:n_windows[i]]
     if policy.name == "oracle" or safety is None:
         return Replay(policy.name, raw)
+    return Replay(policy.name, through_safety(data, raw, window, safety))
+
+
+def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
+                   safety: SafetyConfig) -> list[np.ndarray]:
+    """A policy's raw allocations per execution (windows x resources) as the safety layer
+    serves them, window by window, with the working set the operator would see."""
     W = max(len(r) for r in raw)
     R = len(data.resources)
     stacked = np.full((W, len(raw), R), np.nan)
@@ -144,7 +151,7 @@ def replay(data: ReplayInput, policy: Policy, window: int,
     use = mem is not None and mem < R
     final = apply_safety_sequence(stacked, np.array(data.initial), safety,
                                   ws if use else None, rising if use else None)
-    return Replay(policy.name, [final[: len(r), i] for i, r in enumerate(raw)])
+    return [final[: len(r), i] for i, r in enumerate(raw)]
 
 
 # ----------------------------------------------------------------------------- scoring

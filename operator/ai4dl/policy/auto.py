@@ -217,6 +217,59 @@ def calibration_factor(data, rep, window: int, j: int, share: float,
     return float(m) if np.isfinite(m) and m > 0 else 1.0
 
 
+#: Halvings of the bracket in :func:`served_calibration` (2^-16 of a factor of 2: far finer
+#: than one window of any data set moves the share at risk).
+SERVED_CALIBRATION_STEPS = 16
+
+
+def served_calibration(data, raw, window: int, j: int, share: float, only: Sequence[int],
+                       safety):
+    """:func:`calibration_factor` for a policy served through ``safety``: the smallest factor
+    ``f`` (to 2^-16 of the bracket) such that the raw allocations ``raw`` with resource ``j``
+    multiplied by ``f``, then served through the safety layer, leave at most ``share`` of the
+    scored windows of ``only`` at risk — the order the operator applies them in (the policy's
+    factor, then the layer). Scaling the served allocations instead is no shortcut: the layer's
+    working-set cover does not scale with the factor. Returns (factor, served Replay)."""
+    from ai4dl.evaluate import Replay, through_safety
+
+    def served(f):
+        rows = []
+        for a in raw.allocations:
+            a = np.array(a, np.float64)
+            a[1:, j] *= f
+            rows.append(a)
+        return Replay(raw.policy, through_safety(data, rows, window, safety))
+
+    def at_risk(rep) -> bool:
+        wm, al, _ = _scored_windows(data, rep, window, j, only)
+        if not wm:
+            return False
+        wm, al = np.concatenate(wm), np.concatenate(al)
+        return int(np.count_nonzero(wm > al)) > int(np.floor(share * len(wm) + 1e-9))
+
+    hi = calibration_factor(data, raw, window, j, share, only)
+    rep_hi = served(hi)
+    for _ in range(20):                         # widen until the share is met
+        if not at_risk(rep_hi):
+            break
+        hi *= 2.0
+        rep_hi = served(hi)
+    lo = hi / 2.0
+    for _ in range(20):                         # ... and below, until it is not
+        rep_lo = served(lo)
+        if at_risk(rep_lo):
+            break
+        hi, rep_hi, lo = lo, rep_lo, lo / 2.0
+    for _ in range(SERVED_CALIBRATION_STEPS):
+        mid = math.sqrt(lo * hi)
+        rep_mid = served(mid)
+        if at_risk(rep_mid):
+            lo = mid
+        else:
+            hi, rep_hi = mid, rep_mid
+    return float(hi), rep_hi
+
+
 def _scored_windows(data, rep, window: int, j: int, only: Sequence[int]):
     """Per execution of ``only`` longer than its cold-start window: the scored windows' maxima
     of resource ``j``, ``rep``'s allocations for them, and their sizes in samples."""
@@ -333,7 +386,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     calibrated on what it realises through it. The layer's holds (a cool-down, memory held
     while the working set rises) put fewer windows at risk than the bare policy: calibrated
     without them, the choice would be served dearer and safer than its objective."""
-    from ai4dl.evaluate import replay, score, wins_at_risk, wins_over
+    from ai4dl.evaluate import Replay, replay, score, through_safety, wins_at_risk, wins_over
     from ai4dl.policy.policies import Calibrated, Oracle, PerResource
 
     if window < 1:
@@ -373,7 +426,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
             if name not in LEARNED and name not in RISK_LEARNED:
                 pol = build_candidate(name, train, window, model, objectives[0].quantile,
                                       phase_options, fit_idx)
-                fixed[name] = replay(train, pol, window, safety)
+                fixed[name] = replay(train, pol, window)
         by_objective: dict = {}
         for o in dict.fromkeys((o.kind, o.value) for o in objectives):
             kind, value = o
@@ -383,19 +436,23 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                 if name in LEARNED or (name in RISK_LEARNED and kind == "risk"):
                     pol = build_candidate(name, train, window, model, obj.quantile,
                                           phase_options, fit_idx)
-                    replays[name] = replay(train, pol, window, safety)
+                    replays[name] = replay(train, pol, window)
             by_objective[o] = replays
         for j, (res, o) in enumerate(zip(resources, objectives)):
             replays = by_objective[(o.kind, o.value)]
             names = [c for c in candidates if c in replays]
             if o.is_risk:
                 # each candidate calibrated on the executions it was fitted on; peak-risk
-                # calibrates itself out of fold
-                cal = {n: (replays[n] if n == "oracle" or (n in RISK_LEARNED and safety is None)
-                           else
-                           _scaled(replays[n], calibration_factor(train, replays[n], window, j,
-                                                                  o.value, fit_idx)))
-                       for n in (*names, "oracle")}
+                # calibrates itself out of fold (but not through a safety layer)
+                if safety is None:
+                    cal = {n: (replays[n] if n in RISK_LEARNED or n == "oracle" else
+                               _scaled(replays[n], calibration_factor(
+                                   train, replays[n], window, j, o.value, fit_idx)))
+                           for n in (*names, "oracle")}
+                else:
+                    cal = {n: served_calibration(train, replays[n], window, j, o.value,
+                                                 fit_idx, safety)[1] for n in names}
+                    cal["oracle"] = replays["oracle"]
                 sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,))
                 won = []
                 for name in names:
@@ -416,6 +473,10 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                                  "riskWindows": float(w.risk_share)})
                 continue
             t = o.value
+            if safety is not None:      # judged as served: through the layer
+                replays = {n: (r if n == "oracle" else Replay(
+                    r.policy, through_safety(train, r.allocations, window, safety)))
+                    for n, r in replays.items()}
             sc = score(train, replays, window, targets=(t,), only=val_idx, risks=())
             eligible = [BASELINE]
             for name in names:
@@ -453,9 +514,14 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
         if key not in fitted:
             fitted[key] = build_candidate(w, train, window, model, o.quantile, phase_options)
         pol, factor = fitted[key], 1.0
-        if o.is_risk and (w not in RISK_LEARNED or safety is not None):
-            factor = calibration_factor(train, replay(train, pol, window, safety), window, j,
-                                        o.value, every)
+        calibrated = o.is_risk and (safety is not None or w not in RISK_LEARNED)
+        if calibrated and safety is not None:
+            factor = served_calibration(train, replay(train, pol, window), window, j, o.value,
+                                        every, safety)[0]
+        elif calibrated:
+            factor = calibration_factor(train, replay(train, pol, window), window, j, o.value,
+                                        every)
+        if calibrated:
             factors = np.ones(len(resources))
             factors[j] = factor
             pol = Calibrated(pol, tuple(float(f) for f in factors), name=w)
