@@ -124,8 +124,9 @@ def _csv(path, rows: int, executions: int = 2) -> None:
 
 
 def test_the_default_bound_and_the_cli_default():
-    # 2 M rows: `ai4dl detect` peaked at 1.09 GB, `ai4dl train` at 1.18 GB (loaders.py), a
-    # third of the trainer's 4 GiB; the probe's 10 M rows (6.1 GB) are refused
+    # 2 M rows: `ai4dl detect` peaked at 1.09 GB, `ai4dl train` at 1.18 GB
+    # (io/loaders/size_bound.py), a third of the trainer's 4 GiB; the probe's 10 M rows (6.1 GB)
+    # are refused
     assert DEFAULT_MAX_ROWS == 2_000_000
     args = build_parser().parse_args(["detect", "m.json", "x.csv"])
     assert args.max_rows is None               # unset: load_from_args applies the default

@@ -1,0 +1,58 @@
+"""The AI4DL paper's tabular CSV (one row per sample, all containers in one file)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ai4dl.errors import TraceError
+from ai4dl.io.loaders.common import (_assemble, _check_args, _codes, _floats, _locator, _names,
+                                     _parse_csv, _read_bytes, _screen)
+from ai4dl.traces import DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS, TraceSet
+
+
+def load_ai4dl_csv(path: str | os.PathLike, *, step: float = DEFAULT_STEP_SECONDS,
+                   max_gap_steps: float = DEFAULT_MAX_GAP_STEPS, on_bad: str = "error"
+                   ) -> TraceSet:
+    """The AI4DL paper's CSV (one row per sample, all containers in one file).
+
+    Execution = ``service/pod.id``. Features are ``cpu`` from ``cpu.usage.cores`` (a rate, so
+    no differencing of the cumulative counter is needed) and ``memory`` from
+    ``mem.working.set`` (what the kernel will not reclaim, i.e. what a limit must cover). The
+    pod's original request, ``cpu.num.cores`` and ``mem.limit`` (first valid value), goes in
+    ``meta`` as ``cpu_limit_cores`` / ``memory_limit_bytes`` so a policy can compare against it.
+    """
+    _check_args(step, max_gap_steps, on_bad)
+    label = str(path)
+    header, data, lines = _parse_csv(_read_bytes(path), label, index_column=True)
+    cols = {h: i for i, h in enumerate(header)}
+    for need in ("timestamp", "service", "pod.id", "cpu.usage.cores", "mem.working.set"):
+        if need not in cols:
+            raise TraceError("missing required column", path=label, row=1, column=need)
+    get = lambda c: data[cols[c]]  # noqa: E731
+    service = _names(get("service"), label, "service", lines)
+    pod = _names(get("pod.id"), label, "pod.id", lines)
+    times = _floats(get("timestamp"), label, "timestamp", lines)
+    values = np.column_stack([_floats(get(c), label, c, lines)
+                              for c in ("cpu.usage.cores", "mem.working.set")])
+    limits = {key: _floats(get(c), label, c, lines)
+              for key, c in (("cpu_limit_cores", "cpu.num.cores"),
+                             ("memory_limit_bytes", "mem.limit")) if c in cols}
+    warnings: list[str] = []
+    keep = _screen([("timestamp", times, True), ("cpu.usage.cores", values[:, 0], False),
+                    ("mem.working.set", values[:, 1], False)],
+                   on_bad, label, _locator(label, lines), warnings)
+    codes, names, _ = _codes(np.char.add(np.char.add(service, "/"), pod)[keep])
+    executions = []
+    for k, name in enumerate(names):
+        meta = {}
+        for key, lim in limits.items():
+            v = lim[keep][codes == k]
+            v = v[np.isfinite(v) & (v > 0)]
+            if len(v):
+                meta[key] = float(v[0])
+        executions.append((name, name, meta))
+    return _assemble(label, codes, times[keep], values[keep], executions, ("cpu", "memory"),
+                     ("cores", "bytes"), step=step, max_gap_steps=max_gap_steps,
+                     warnings=warnings)
