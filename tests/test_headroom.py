@@ -97,7 +97,7 @@ class TestFit:
         over = {0: [], 1: []}
         for u, p in zip(usages, phases):
             lv, bu, lp = candidate_levels(u, p, 10)
-            alloc = h._lookup(lv, bu, lp)[:, 0]
+            alloc = h.lookup(lv, bu, lp)[:, 0]
             typical = lv[:, ESTIMATORS.index("median"), 0]
             for ph in (0, 1):
                 over[ph].extend(alloc[lp == ph] / typical[lp == ph])
@@ -123,7 +123,7 @@ class TestFit:
         U, S, A = [], [], []
         for u, p in zip(usages, phases):
             lv, bu, lp = candidate_levels(u, p, 10)
-            rows = h._lookup(lv, bu, lp)
+            rows = h.lookup(lv, bu, lp)
             for w in range(1, len(rows) + 1):
                 seg = u[w * 10:(w + 1) * 10, 0]
                 b = burst_bin(h.edges_[0], bu[w - 1:w, 0])[0]

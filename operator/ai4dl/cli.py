@@ -19,8 +19,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.cli_common import (_model_from_args, add_trace_args, fit_with_progress,
-                              load_from_args)
+from ai4dl.cli_common import (_model_from_args, add_trace_args, evaluation_flags,
+                              fit_with_progress, load_from_args, say)
 from ai4dl import __version__
 from ai4dl.errors import Ai4dlError, one_line
 from ai4dl.io.writers import atomic_output, save_figure, write_text_atomic
@@ -52,13 +52,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     traces = load_from_args(args)
     # what the policy choice needs of the data, checked before the fit (not after minutes)
     spec = None if args.no_policy else _policy_spec(args, traces)
-    _say(args, f"training on {traces.summary()}")
+    say(args, f"training on {traces.summary()}")
     model = fit_with_progress(model, traces, args.quiet)
     if spec is not None:
         _choose_policy(args, model, traces, spec)
     path = save_model(model, args.output)
     r = model.fit_report_
-    _say(args, f"wrote {path} ({path.stat().st_size / 1024:.1f} KiB): {model.n_phases_} phases, "
+    say(args, f"wrote {path} ({path.stat().st_size / 1024:.1f} KiB): {model.n_phases_} phases, "
          f"{r.crbm_epochs} epochs, reconstruction error {r.reconstruction_error:.4f}, "
          f"silhouette {r.silhouette if r.silhouette is None else round(r.silhouette, 3)}, "
          f"novelty {100 * r.novelty_rate:.2f}%, {model.fit_seconds_:.1f} s")
@@ -82,7 +82,7 @@ def _policy_spec(args: argparse.Namespace, traces):
     try:
         managed_resources(SimpleNamespace(features_=traces.features, units_=traces.units))
     except ValueError as err:
-        _say(args, f"no policy choice stored: {err} (nothing to size)")
+        say(args, f"no policy choice stored: {err} (nothing to size)")
         return None
     step = max(1, int(round(traces.step)))
     window = args.window_seconds
@@ -114,9 +114,9 @@ def _choose_policy(args: argparse.Namespace, model, traces, spec) -> None:
     try:
         choice = choose_served_policy(model, list(traces), spec)
     except ValueError as err:
-        _say(args, f"no policy choice stored: {str(err).splitlines()[0]}")
+        say(args, f"no policy choice stored: {str(err).splitlines()[0]}")
         return
-    _say(args, f"auto: {choice.reason}")
+    say(args, f"auto: {choice.reason}")
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
@@ -149,7 +149,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     labels = np.concatenate([d.phase for d in detections])
     novel = np.concatenate([d.novel for d in detections])
     shares = ", ".join(f"{j}: {100 * np.mean(labels == j):.1f}%" for j in range(model.n_phases_))
-    _say(args, f"{len(traces)} executions, {len(labels)} samples; phase shares {shares}; "
+    say(args, f"{len(traces)} executions, {len(labels)} samples; phase shares {shares}; "
          f"novel {100 * novel.mean():.2f}%")
     return 0
 
@@ -180,7 +180,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         fig = headroom_figure([from_table(t) for t in tables])
         save_figure(fig, args.heatmap)
         plt.close(fig)
-        _say(args, f"wrote {args.heatmap}")
+        say(args, f"wrote {args.heatmap}")
     return 0
 
 
@@ -190,7 +190,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     traces = load_from_args(args, model)
     written = write_plots(model, traces, Path(args.output), args.execution, args.max_executions)
-    _say(args, "wrote " + ", ".join(str(p) for p in written))
+    say(args, "wrote " + ", ".join(str(p) for p in written))
     return 0
 
 
@@ -250,7 +250,7 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     cfg = synthetic.SyntheticConfig(n_features=4 if args.gpu else 2)
     traces, _ = synthetic.generate(args.executions, seed=args.seed, config=cfg)
     path = write_long_csv(traces, args.output)
-    _say(args, f"wrote {path}: {traces.summary()}")
+    say(args, f"wrote {path}: {traces.summary()}")
     return 0
 
 
@@ -278,7 +278,7 @@ def _demo_corpus(args: argparse.Namespace, out: Path, start: float) -> int:
 
     traces = load_dl_corpus(DL_CORPUS)
     train, test = traces.split_by_group(0.3, args.seed)
-    _say(args, f"embedded data: the recorded corpus of real PyTorch training runs "
+    say(args, f"embedded data: the recorded corpus of real PyTorch training runs "
          f"({DL_CORPUS}), sampled every {traces.step:g} s; seed {args.seed}")
     truth, names = corpus_truth(test, load_corpus_phases(DL_CORPUS))
     families = sorted({e.meta["family"] for e in test})
@@ -303,7 +303,7 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
     from ai4dl.model import PhaseModel
     from ai4dl.report import describe
 
-    _say(args, f"train: {train.summary()}")
+    say(args, f"train: {train.summary()}")
     model = fit_with_progress(PhaseModel(random_state=args.seed), train, args.quiet)
     save_model(model, out / "model.json")
     pred = model.predict(test)
@@ -314,7 +314,7 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
     logged = ({e.name: (codes, logged_names) for e, codes in zip(test, truth)}
               if logged_names else None)
     written = write_plots(model, test, out, max_executions=2, title=title, logged=logged)
-    _say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
+    say(args, f"wrote {out / 'model.json'}, {out / 'describe.md'}, "
          + ", ".join(str(p) for p in written) + f" in {time.perf_counter() - start:.0f} s")
     return 0
 
@@ -328,7 +328,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return _demo_corpus(args, out, start)
     train, _ = synthetic.generate(args.executions, seed=args.seed)
     test, truth = synthetic.generate(10, seed=args.seed + 1)
-    _say(args, f"embedded data: synthetic DL training jobs (download, preprocessing, epochs with "
+    say(args, f"embedded data: synthetic DL training jobs (download, preprocessing, epochs with "
          f"validation and checkpoints), seed {args.seed}")
     true_names = ", ".join(f"{k} {v}" for k, v in synthetic.PHASE_NAMES.items())
     return _demo_fit_and_report(
@@ -339,82 +339,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- evaluate
-def _policies_arg(text: str | None) -> tuple[str, ...]:
-    from ai4dl.evaluate import POLICIES
-
-    if text is None:
-        return tuple(POLICIES)
-    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if not names:
-        raise Ai4dlError("--policies expects a comma-separated list of policies")
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown:
-        raise Ai4dlError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
-    return tuple(names)
-
-
-def _risks_arg(text: str) -> tuple[float, ...]:
-    """--risks: comma-separated shares in (0, 1), ascending; 'none': no risk view."""
-    if text.strip().lower() == "none":
-        return ()
-    try:
-        out = tuple(sorted({float(x) for x in text.split(",") if x.strip()}))
-    except ValueError:
-        raise Ai4dlError(f"--risks expects shares like 0.01,0.02,0.05, got {text!r}") from None
-    bad = [x for x in out if not 0.0 < x < 1.0]
-    if bad or not out:
-        raise Ai4dlError(f"--risks: each share must be in (0, 1), got {text!r}")
-    return out
-
-
-def _evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
-    """EvaluationConfig keywords (all but resources and safety) and the model's fit options,
-    checked before any data is read."""
-    import math
-
-    if args.window < 1:
-        raise Ai4dlError(f"--window must be at least 1 sample, got {args.window}")
-    if not 0.0 <= args.test_fraction < 1.0:
-        raise Ai4dlError(f"--test-fraction must be in [0, 1), got {args.test_fraction:g}")
-    if not math.isfinite(args.k):
-        raise Ai4dlError(f"--k must be a finite number, got {args.k}")
-    if not (math.isfinite(args.margin) and args.margin > -1.0):
-        raise Ai4dlError(f"--margin must be a number above -1, got {args.margin}")
-    if not 0.0 < args.proactive_threshold <= 1.0:
-        raise Ai4dlError(f"--proactive-threshold must be in (0, 1], got "
-                         f"{args.proactive_threshold:g}")
-    if args.plot_executions < 0:
-        raise Ai4dlError(f"--plot-executions must be 0 or more, got {args.plot_executions}")
-    kw = dict(window=args.window, test_fraction=args.test_fraction, seed=args.seed,
-              risks=_risks_arg(getattr(args, "risks", "0.01,0.02,0.05")),
-              split_by=args.split_by, policies=_policies_arg(args.policies),
-              statistic=args.statistic, k=args.k, margin=args.margin, reader=args.reader,
-              proactive_mode=args.proactive_mode,
-              proactive_threshold=args.proactive_threshold, vpa_prewarm=not args.no_vpa_prewarm,
-              include_cold_start=args.include_cold_start, initial=args.initial)
-    if getattr(args, "phase_scope", None) is not None:
-        kw["phase_scope"] = args.phase_scope
-    params: dict = {}
-    if args.phases is not None:
-        if args.phases == "auto":
-            params["n_phases"] = "auto"
-        else:
-            try:
-                params["n_phases"] = int(args.phases)
-            except ValueError:
-                raise Ai4dlError(f"--phases expects 'auto' or an integer, got "
-                                 f"{args.phases!r}") from None
-            if params["n_phases"] < 1:
-                raise Ai4dlError(f"--phases must be at least 1, got {args.phases}")
-    for flag, key in (("epochs", "epochs"), ("hidden", "n_hidden"), ("history", "n_history")):
-        value = getattr(args, flag)
-        if value is not None:
-            if value < 1:
-                raise Ai4dlError(f"--{flag} must be at least 1, got {value}")
-            params[key] = value
-    return kw, params
-
-
 def _evaluation_resources(args: argparse.Namespace, traces) -> tuple[str, ...]:
     have = tuple(traces.features)
     if args.resources is None:
@@ -449,7 +373,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_replay_flags(args)
     if args.traces is None:
         raise Ai4dlError("give TRACES, or --prometheus URL --selector MATCHERS")
-    kw, model_params = _evaluation_flags(args)
+    kw, model_params = evaluation_flags(args)
     phase_policies = [p for p in kw["policies"] if p in PHASE_POLICIES]
     model = None
     if args.model:
@@ -481,13 +405,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         safety = SafetyConfig.operator_defaults(
             len(resources), resources.index("memory") if "memory" in resources else None)
     cfg = EvaluationConfig(resources=resources, safety=safety, **kw)
-    _say(args, f"evaluating {', '.join(cfg.policies)} on {traces.summary()}")
+    say(args, f"evaluating {', '.join(cfg.policies)} on {traces.summary()}")
     result = run_evaluation(traces, cfg, model=model, model_params=model_params or None,
-                            on_stage=lambda msg: _say(args, msg))
+                            on_stage=lambda msg: say(args, msg))
     ctx = report.make_context(traces, result, str(args.traces), args.model)
     sweep = None
     if args.sweep:
-        sweep = report.run_sweep(result, on_stage=lambda msg: _say(args, msg))
+        sweep = report.run_sweep(result, on_stage=lambda msg: say(args, msg))
         if not sweep:
             print("ai4dl: warning: --sweep: none of phase, phase-proactive, adaptive-stat is "
                   "evaluated: nothing to sweep", file=sys.stderr)
@@ -503,19 +427,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.plots:
         from ai4dl.evaluation_plots import write_evaluation_plots
 
-        _say(args, "plotting")
+        say(args, "plotting")
         written += write_evaluation_plots(result, args.plots, args.plot_executions, sweep)
     if written:
-        _say(args, "wrote " + ", ".join(str(p) for p in written))
+        say(args, "wrote " + ", ".join(str(p) for p in written))
     return 0
 
 
 # ----------------------------------------------------------------------------- parser
-def _say(args: argparse.Namespace, msg: str) -> None:
-    if not getattr(args, "quiet", False):
-        print(f"ai4dl: {msg}", file=sys.stderr)
-
-
 def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     from dataclasses import fields
 

@@ -1,5 +1,6 @@
 """What the ``ai4dl`` commands share: the trace arguments and loading, the model's flags, a fit
-with a progress bar. Both ai4dl.cli and ai4dl.cli_trainer import it (and not each other)."""
+with a progress bar, ``ai4dl evaluate``'s flags and the progress line. ai4dl.cli, ai4dl.cli_trainer
+and ai4dl.cli_replay import it (and not each other)."""
 
 from __future__ import annotations
 
@@ -152,3 +153,88 @@ def fit_with_progress(model, traces, quiet: bool = False):
     finally:
         bar.close()
     return model
+
+
+# ----------------------------------------------------------------------------- evaluate flags
+# ai4dl evaluate's flags, read by both its file path (ai4dl.cli) and its Prometheus path
+# (ai4dl.cli_replay).
+def policies_arg(text: str | None) -> tuple[str, ...]:
+    from ai4dl.evaluate import POLICIES
+
+    if text is None:
+        return tuple(POLICIES)
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise Ai4dlError("--policies expects a comma-separated list of policies")
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise Ai4dlError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    return tuple(names)
+
+
+def risks_arg(text: str) -> tuple[float, ...]:
+    """--risks: comma-separated shares in (0, 1), ascending; 'none': no risk view."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        out = tuple(sorted({float(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise Ai4dlError(f"--risks expects shares like 0.01,0.02,0.05, got {text!r}") from None
+    bad = [x for x in out if not 0.0 < x < 1.0]
+    if bad or not out:
+        raise Ai4dlError(f"--risks: each share must be in (0, 1), got {text!r}")
+    return out
+
+
+def evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
+    """EvaluationConfig keywords (all but resources and safety) and the model's fit options,
+    checked before any data is read."""
+    import math
+
+    if args.window < 1:
+        raise Ai4dlError(f"--window must be at least 1 sample, got {args.window}")
+    if not 0.0 <= args.test_fraction < 1.0:
+        raise Ai4dlError(f"--test-fraction must be in [0, 1), got {args.test_fraction:g}")
+    if not math.isfinite(args.k):
+        raise Ai4dlError(f"--k must be a finite number, got {args.k}")
+    if not (math.isfinite(args.margin) and args.margin > -1.0):
+        raise Ai4dlError(f"--margin must be a number above -1, got {args.margin}")
+    if not 0.0 < args.proactive_threshold <= 1.0:
+        raise Ai4dlError(f"--proactive-threshold must be in (0, 1], got "
+                         f"{args.proactive_threshold:g}")
+    if args.plot_executions < 0:
+        raise Ai4dlError(f"--plot-executions must be 0 or more, got {args.plot_executions}")
+    kw = dict(window=args.window, test_fraction=args.test_fraction, seed=args.seed,
+              risks=risks_arg(getattr(args, "risks", "0.01,0.02,0.05")),
+              split_by=args.split_by, policies=policies_arg(args.policies),
+              statistic=args.statistic, k=args.k, margin=args.margin, reader=args.reader,
+              proactive_mode=args.proactive_mode,
+              proactive_threshold=args.proactive_threshold, vpa_prewarm=not args.no_vpa_prewarm,
+              include_cold_start=args.include_cold_start, initial=args.initial)
+    if getattr(args, "phase_scope", None) is not None:
+        kw["phase_scope"] = args.phase_scope
+    params: dict = {}
+    if args.phases is not None:
+        if args.phases == "auto":
+            params["n_phases"] = "auto"
+        else:
+            try:
+                params["n_phases"] = int(args.phases)
+            except ValueError:
+                raise Ai4dlError(f"--phases expects 'auto' or an integer, got "
+                                 f"{args.phases!r}") from None
+            if params["n_phases"] < 1:
+                raise Ai4dlError(f"--phases must be at least 1, got {args.phases}")
+    for flag, key in (("epochs", "epochs"), ("hidden", "n_hidden"), ("history", "n_history")):
+        value = getattr(args, flag)
+        if value is not None:
+            if value < 1:
+                raise Ai4dlError(f"--{flag} must be at least 1, got {value}")
+            params[key] = value
+    return kw, params
+
+
+def say(args: argparse.Namespace, msg: str) -> None:
+    """A progress line on stderr, unless ``--quiet``."""
+    if not getattr(args, "quiet", False):
+        print(f"ai4dl: {msg}", file=sys.stderr)

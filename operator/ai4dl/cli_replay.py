@@ -111,7 +111,7 @@ def _phasemodel(args):
 def evaluate_prometheus(args: argparse.Namespace) -> int:
     from ai4dl import evaluation_report as report
     from ai4dl import workload_report as wr
-    from ai4dl.cli import _evaluation_flags, _say
+    from ai4dl.cli_common import evaluation_flags, say
     from ai4dl.crd import parse_duration
     from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, run_served
     from ai4dl.io.writers import save_figure, write_text_atomic
@@ -122,7 +122,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     from ai4dl.traces import CANONICAL_UNITS, TraceSet
 
     check_replay_flags(args)
-    kw, model_params = _evaluation_flags(args)
+    kw, model_params = evaluation_flags(args)
     try:
         since_s = parse_duration(args.since)
     except ValueError as err:
@@ -140,7 +140,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
         kw["window"] = window_samples(spec)
         resources = served.resources
         safety = safety_config(spec, resources) if args.safety != "none" else None
-        _say(args, f"PhaseModel {args.phasemodel}: {served.reason}; window {kw['window']} "
+        say(args, f"PhaseModel {args.phasemodel}: {served.reason}; window {kw['window']} "
              f"samples of {step:g} s")
     else:
         features = default_feature_queries(("cpu", "memory"))
@@ -165,7 +165,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
                "every feature" if result.pods else "no series matched")
         raise Ai4dlError(f"nothing to replay for selector {{{selector}}} in the last "
                          f"{args.since} at {args.prometheus}: {why}")
-    _say(args, f"read {result.pods} containers from {args.prometheus} in {result.queries} "
+    say(args, f"read {result.pods} containers from {args.prometheus} in {result.queries} "
          f"queries, {result.seconds:.1f} s: {len(result.executions)} executions, "
          f"{result.samples:,} samples")
     refs = owners_src.containers_of(result.executions)
@@ -180,26 +180,27 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
             e.meta["cpu_limit_cores"] = req["cpu"]
         if "memory" in req:
             e.meta["memory_limit_bytes"] = req["memory"]
-    _say(args, f"owners: {from_ksm} of {len(owner_of)} pods from kube_pod_owner, the rest from "
+    say(args, f"owners: {from_ksm} of {len(owner_of)} pods from kube_pod_owner, the rest from "
          f"their names; requests known for {len(requested)} of {len(refs)} containers")
     traces = TraceSet(result.executions,
                       source=f"prometheus {args.prometheus} {{{selector}}} last {args.since}")
     cfg = EvaluationConfig(resources=tuple(resources), safety=safety,
                            **{**kw, "test_fraction": 0.0})
-    say = (lambda msg: _say(args, msg))
+    on_stage = (lambda msg: say(args, msg))
     if served is not None:
         level = served.cold_start
         if cfg.initial == "model" and level is None:
             raise Ai4dlError("--initial model: the PhaseModel's model learned no first-window "
                              "level (no head-room tables)")
-        res = run_served(traces, cfg, served.policy, "phasemodel", model, level, on_stage=say)
+        res = run_served(traces, cfg, served.policy, "phasemodel", model, level, on_stage=on_stage)
         ctx = report.RunContext(traces.source, 0, 0, len(traces), len(traces.groups()), False,
                                 f"PhaseModel {args.phasemodel} ({served.summary()})",
                                 getattr(model, "n_phases_", None))
         shown = "phasemodel"
     else:
         try:
-            res = run_cross_fitted(traces, cfg, args.folds, model_params or None, on_stage=say)
+            res = run_cross_fitted(traces, cfg, args.folds, model_params or None,
+                                   on_stage=on_stage)
         except ValueError as err:
             raise Ai4dlError(str(err).splitlines()[0]) from None
         ctx = report.RunContext(traces.source, res.n_train, 0, len(traces),
@@ -258,5 +259,5 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
         written.append(path)
     sys.stdout.write(terminal)
     if written:
-        _say(args, "wrote " + ", ".join(str(p) for p in written))
+        say(args, "wrote " + ", ".join(str(p) for p in written))
     return 0

@@ -28,8 +28,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ai4dl.evaluate import EvaluationResult, FITTED, _per_sample, _scored_mask, \
-    resource_unit_scale
+from ai4dl.evaluate import EvaluationResult, FITTED
+from ai4dl.judge import _per_sample, _scored_mask, resource_unit_scale
 
 # Name suffixes Kubernetes generates (k8s.io/apimachinery rand.SafeEncodeString's alphabet).
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"

@@ -1,7 +1,7 @@
 """``auto``: the policy a PhaseModel serves is the one that wins on its own workload.
 
 :func:`choose_policy` is pure (no I/O, no clock): given the training executions (usage,
-phases, starts, groups as :class:`ai4dl.evaluate.ReplayInput`, e.g. from
+phases, starts, groups as :class:`ai4dl.judge.ReplayInput`, e.g. from
 :func:`ai4dl.evaluate.prepare`), the fitted phase model, the window and an objective per
 resource (:mod:`ai4dl.policy.objectives`: cpu a fulfilment of samples, memory a share of
 windows at risk), it
@@ -34,7 +34,10 @@ from typing import Sequence
 
 import numpy as np
 
+from ai4dl.judge import (GiB, Replay, matched_risk_multiplier, replay, score, through_safety,
+                         wins_at_risk, wins_over)
 from ai4dl.policy.objectives import Objective, resolve
+from ai4dl.policy.online import SERVABLE
 
 #: What auto considers, in the order ties are broken (the baseline first).
 CANDIDATES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
@@ -45,9 +48,9 @@ LEARNED = ("phase-headroom", "burst-headroom")
 #: by risk only; they calibrate themselves out of fold).
 RISK_LEARNED = ("peak-risk",)
 DEFAULT_TARGET = 0.97
-#: What the operator can serve window by window (ai4dl.policy.online.SERVABLE).
-SERVABLE = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
-            "phase-proactive", "peak-risk")
+#: VPA's native unit per resource and a typical usage in it (what usage in other units is
+#: scaled to, see :func:`vpa_scale`).
+NATIVE_UNIT = {"cpu": ("cores", 1.0), "memory": ("bytes", GiB)}
 
 
 @dataclass
@@ -127,12 +130,20 @@ class AutoChoice:
                             "wins": s.wins} for s in self.scores]}
 
 
+def vpa_scale(resource: str, unit: str, usage: np.ndarray) -> tuple[float, bool]:
+    """Factor into VPA's native unit, and whether the unit already is native."""
+    native, typical = NATIVE_UNIT.get(resource, ("", 1.0))
+    if unit == native:
+        return 1.0, True
+    positive = usage[usage > 0]
+    return (typical / float(np.median(positive)) if len(positive) else 1.0), False
+
+
 def build_candidate(name: str, train, window: int, model=None, target: float = DEFAULT_TARGET,
                     phase_options: dict | None = None, only: Sequence[int] | None = None):
     """One candidate policy, fitted on the executions ``only`` of ``train`` when it learns
     (the head-room tables: at ``target``). Phase policies take their levels from ``model``
     (execution scope unless ``phase_options`` says otherwise)."""
-    from ai4dl.evaluate import vpa_scale
     from ai4dl.policy import policies as P
     from ai4dl.policy.headroom import HeadroomPolicy
 
@@ -179,8 +190,6 @@ def pick_winner(scores: dict, candidates: Sequence[str], j: int, target: float,
     """The rule: of the candidates that win against ``baseline`` on resource ``j`` at
     ``target`` (cheaper at the matched margin, no more windows short), the cheapest; the
     baseline when none does (ties go to the earlier candidate)."""
-    from ai4dl.evaluate import wins_over
-
     best, best_cost = baseline, None
     for name in candidates:
         if name == baseline or not wins_over(scores, name, j, target, baseline):
@@ -208,8 +217,6 @@ def calibration_factor(data, rep, window: int, j: int, share: float,
     resource ``j`` when it multiplies ``rep``'s rows after the cold start: the (1 − share)
     order statistic of window max ÷ allocation over their scored windows (the first window of
     each is the cold start, not a policy's). 1 when there is no such window."""
-    from ai4dl.evaluate import matched_risk_multiplier
-
     wm, al, _ = _scored_windows(data, rep, window, j, only)
     if not wm:
         return 1.0
@@ -230,7 +237,6 @@ def served_calibration(data, raw, window: int, j: int, share: float, only: Seque
     scored windows of ``only`` at risk — the order the operator applies them in (the policy's
     factor, then the layer). Scaling the served allocations instead is no shortcut: the layer's
     working-set cover does not scale with the factor. Returns (factor, served Replay)."""
-    from ai4dl.evaluate import Replay, through_safety
 
     def served(f):
         rows = []
@@ -288,8 +294,6 @@ def _scored_windows(data, rep, window: int, j: int, only: Sequence[int]):
 
 def _scaled(rep, factor: float):
     """``rep`` with its rows after the cold start multiplied by ``factor``."""
-    from ai4dl.evaluate import Replay
-
     out = []
     for a in rep.allocations:
         a = np.array(a, np.float64)
@@ -311,8 +315,6 @@ def bootstrap_risk_costs(data, replays: dict, window: int, j: int, share: float,
     resource ``j``, over ``n`` resamples (with replacement, seeded) of the executions ``only``:
     the executions are the clusters (a job that peaks peaks in many of its windows), so the
     spread of these costs is the cluster-robust noise of a comparison on these executions."""
-    from ai4dl.evaluate import matched_risk_multiplier
-
     execs = [i for i in only if len(data.usage[i]) > window]
     rng = np.random.default_rng(seed)
     draws = [rng.integers(0, len(execs), len(execs)) for _ in range(n)] if execs else []
@@ -367,7 +369,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                   phase_options: dict | None = None,
                   servable: Sequence[str] | None = SERVABLE, safety=None) -> AutoChoice:
     """Score the candidates on the most recent training executions and choose per resource
-    (see the module docstring). ``train`` is a :class:`ai4dl.evaluate.ReplayInput` of the
+    (see the module docstring). ``train`` is a :class:`ai4dl.judge.ReplayInput` of the
     training executions (with phases when a phase candidate is considered); ``target`` what
     each resource must achieve: a fulfilment (float), one per resource (sequence or
     {resource: target}), :class:`~ai4dl.policy.objectives.Objective` s, or None (the
@@ -386,7 +388,6 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     calibrated on what it realises through it. The layer's holds (a cool-down, memory held
     while the working set rises) put fewer windows at risk than the bare policy: calibrated
     without them, the choice would be served dearer and safer than its objective."""
-    from ai4dl.evaluate import Replay, replay, score, through_safety, wins_at_risk, wins_over
     from ai4dl.policy.policies import Calibrated, Oracle, PerResource
 
     if window < 1:

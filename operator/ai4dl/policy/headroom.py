@@ -57,15 +57,15 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+# EWMA_WEIGHT and K_STD are the running statistics' (their owner); imported, and so still
+# importable, here.
+from ai4dl.policy.running import EWMA_WEIGHT, K_STD, OwnHistory, window_levels
+
 #: Candidate estimators of the next window's need, in table order (the document stores names,
 #: so new ones go at the end).
 ESTIMATORS = ("max", "mean+2std", "last", "median", "phase-level", "max-2w", "ewma-max")
-#: Weight of the newest window maximum in ``ewma-max``: half-life of one window.
-EWMA_WEIGHT = 0.5
 #: How a state's table entry was obtained (``pooled_`` codes).
 POOL_LEVELS = ("state", "burstiness", "global")
-#: k of the mean + kσ estimators (the same k as adaptive-stat's default).
-K_STD = 2.0
 #: Standard errors by which a table must have fewer training windows short than adaptive-max
 #: (see :func:`_lagrangian_fit`): two, the usual significance level.
 WINDOW_Z = 2.0
@@ -192,7 +192,7 @@ def first_window_level(usages: Sequence[np.ndarray], window: int, target: float)
 
 def ewma_of_maxima(maxima: np.ndarray) -> np.ndarray:
     """(rows, R) -> (rows, R): ``ewma-max`` after each window, started at the first window's max
-    (the running form is :meth:`ai4dl.policy.online.OwnHistory.add`)."""
+    (the running form is :meth:`ai4dl.policy.running.OwnHistory.add`)."""
     out = np.empty_like(maxima)
     if len(maxima):
         out[0] = maxima[0]
@@ -403,7 +403,7 @@ class HeadroomPolicy:
         if not hasattr(self, "multiplier_"):
             raise ValueError(f"{self.name} is not fitted: call fit() or load its table")
 
-    def _lookup(self, levels: np.ndarray, burst: np.ndarray, last_phase) -> np.ndarray:
+    def lookup(self, levels: np.ndarray, burst: np.ndarray, last_phase) -> np.ndarray:
         """(rows, R) allocations from the estimators' levels (rows, E, R)."""
         rows, _, R = levels.shape
         out = np.empty((rows, R))
@@ -429,7 +429,7 @@ class HeadroomPolicy:
         multiplier × estimator for the state of window w - 1 (samples before w only)."""
         usage, phases = self._check_call(usage, phases, window)
         lv, bu, lp = candidate_levels(usage, phases, window)
-        return np.vstack([self.cold_start_[None, :], self._lookup(lv, bu, lp)])
+        return np.vstack([self.cold_start_[None, :], self.lookup(lv, bu, lp)])
 
     def next_allocation(self, usage, phases, window) -> np.ndarray:
         """The last row of :meth:`allocate` (the window about to start) for one pod, from its
@@ -440,9 +440,8 @@ class HeadroomPolicy:
                          phases: Sequence[np.ndarray] | None, window: int) -> np.ndarray:
         """:meth:`next_allocation` for many pods at once, (pods, R), from whole histories:
         each one's last window and running statistics go through the operator's own serving
-        call (:func:`ai4dl.policy.online.next_allocations`), so there is one lookup path."""
-        from ai4dl.policy.online import OwnHistory, next_allocations
-
+        call (:meth:`next_from_running`, what :func:`ai4dl.policy.online.next_allocations`
+        calls), so there is one lookup path."""
         self._check_fitted()
         if window != self.window_:
             raise ValueError(f"{self.name} was fitted for windows of {self.window_} samples, "
@@ -463,10 +462,26 @@ class HeadroomPolicy:
             raise ValueError("phases and usage must have one entry per sample")
         owns = [OwnHistory.of(h, None if ph is None else ph[j], self.n_phases_, window)
                 for j, h in enumerate(hist)]
-        out[live] = next_allocations(self, np.stack([h[-window:] for h in hist]),
-                                     None if ph is None else np.stack([p[-window:] for p in ph]),
-                                     owns)
+        out[live] = self.next_from_running(
+            np.stack([h[-window:] for h in hist]),
+            None if ph is None else np.stack([p[-window:] for p in ph]), owns)
         return out
+
+    def next_from_running(self, lasts: np.ndarray, last_phases: np.ndarray | None,
+                          owns: Sequence[OwnHistory]) -> np.ndarray:
+        """(P, R) the next window's allocations of P containers from their last windows
+        ``lasts`` (P, W, R), those windows' phases (P, W) or None, and each one's running
+        statistics up to the end of its last window (the operator's serving call)."""
+        P = len(lasts)
+        cur = np.asarray(last_phases)[:, -1].astype(np.int64) if self.use_phase else None
+        own = np.stack([o.own_phase_level(None if cur is None else int(c))
+                        for o, c in zip(owns, cur if cur is not None else [None] * P)])
+        last_max = lasts.max(1)
+        max2, ewma = window_levels(last_max, np.stack([o.previous_max for o in owns]),
+                                   np.stack([o.ewma_max for o in owns]))
+        lv = np.stack([last_max, lasts.mean(1) + K_STD * lasts.std(1), lasts[:, -1],
+                       np.median(lasts, 1), own, max2, ewma], 1)           # (P, E, R)
+        return self.lookup(lv, burstiness(lasts), cur)
 
     # ------------------------------------------------------------------ description
     def max_multiplier(self) -> float:

@@ -15,229 +15,30 @@ from the past beyond the last window is small, and additive:
 - per resource, the peak-risk policy's state (:class:`ai4dl.policy.peak.RunningPeak`): windows
   seen, windows since the last new high and the lowest window max since then.
 
-:class:`OwnHistory` keeps exactly that (a few hundred bytes per container; the operator keeps
-it in memory and in the pod's state annotation), and :func:`next_allocation` computes, from the
-last window and an :class:`OwnHistory` of everything up to its end, the same row the policy's
-``allocate`` gives for the window about to start. One code path: ``tests/test_online.py``
-checks on random executions that both agree for every servable policy (as a test keeps the
-numpy encoder equal to torch's).
+:class:`OwnHistory` (:mod:`ai4dl.policy.running`, their one owner) keeps exactly that (a few
+hundred bytes per container; the operator keeps it in memory and in the pod's state
+annotation), and :func:`next_allocation` computes, from the last window and an
+:class:`OwnHistory` of everything up to its end, the same row the policy's ``allocate`` gives
+for the window about to start. One code path: ``tests/test_online.py`` checks on random
+executions that both agree for every servable policy (as a test keeps the numpy encoder equal
+to torch's).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from ai4dl.policy.auto import SERVABLE
-from ai4dl.policy.headroom import EWMA_WEIGHT, K_STD, HeadroomPolicy, burstiness
+from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.peak import PeakRiskPolicy, state_codes
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
                                    PhasePolicy, PhaseProactive, read_phase, stat_bound)
+from ai4dl.policy.running import OwnHistory
 
-# SERVABLE: the policies the operator can serve window by window (VPA needs days of per-pod
-# decaying histograms: it is scored, never served).
+#: The policies the operator can serve window by window (VPA needs days of per-pod decaying
+#: histograms: it is scored, never served); ``auto`` chooses among them.
+SERVABLE = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
+            "phase-proactive", "peak-risk")
 __all__ = ["SERVABLE", "OwnHistory", "next_allocation", "next_allocations"]
-
-
-@dataclass
-class OwnHistory:
-    """Running statistics of one execution's samples so far (see the module doc)."""
-    n_phases: int
-    n_resources: int
-    count: np.ndarray = field(default=None)        # (k,) samples per phase
-    s1: np.ndarray = field(default=None)           # (k, R)
-    s2: np.ndarray = field(default=None)           # (k, R)
-    n: float = 0.0                                 # all samples
-    t1: np.ndarray = field(default=None)           # (R,)
-    t2: np.ndarray = field(default=None)           # (R,)
-    peak: np.ndarray = field(default=None)         # (R,) running maximum
-    run_phase: int = -1                            # phase of the last sample (-1: none)
-    run_length: int = 0                            # samples of its run so far
-    window_max: np.ndarray = field(default=None)   # (R,) max of the last window (NaN: none)
-    previous_max: np.ndarray = field(default=None)  # (R,) max of the window before it
-    ewma_max: np.ndarray = field(default=None)     # (R,) EWMA of the window maxima
-    # peak-risk's state; -1 / NaN: unknown (a record written before they were kept, see
-    # from_json: served cautiously until known again)
-    windows: int = 0                               # windows added (-1: unknown)
-    since_high: np.ndarray = field(default=None)   # (R,) windows since the last new high
-    low_since_high: np.ndarray = field(default=None)  # (R,) lowest window max since then
-
-    def __post_init__(self):
-        k, R = self.n_phases, self.n_resources
-        self.count = np.zeros(k) if self.count is None else np.asarray(self.count, np.float64)
-        self.s1 = np.zeros((k, R)) if self.s1 is None else np.asarray(self.s1, np.float64)
-        self.s2 = np.zeros((k, R)) if self.s2 is None else np.asarray(self.s2, np.float64)
-        self.t1 = np.zeros(R) if self.t1 is None else np.asarray(self.t1, np.float64)
-        self.t2 = np.zeros(R) if self.t2 is None else np.asarray(self.t2, np.float64)
-        self.peak = np.full(R, -np.inf) if self.peak is None else np.asarray(self.peak,
-                                                                             np.float64)
-        for name in ("window_max", "previous_max", "ewma_max"):
-            v = getattr(self, name)
-            setattr(self, name, np.full(R, np.nan) if v is None else np.asarray(v, np.float64))
-        self.windows = int(self.windows)
-        self.since_high = (np.zeros(R, np.int64) if self.since_high is None
-                           else np.asarray(self.since_high, np.int64).reshape(R))
-        self.low_since_high = (np.full(R, np.nan) if self.low_since_high is None
-                               else np.asarray(self.low_since_high, np.float64).reshape(R))
-
-    @classmethod
-    def of(cls, usage: np.ndarray, phases: np.ndarray | None, n_phases: int,
-           window: int | None = None) -> "OwnHistory":
-        out = cls(max(1, n_phases), np.asarray(usage).shape[1])
-        out.add(usage, phases, window)
-        return out
-
-    def _windows(self) -> dict:
-        return {"window_max": self.window_max.copy(), "previous_max": self.previous_max.copy(),
-                "ewma_max": self.ewma_max.copy(), "windows": self.windows,
-                "since_high": self.since_high.copy(),
-                "low_since_high": self.low_since_high.copy()}
-
-    def copy(self) -> "OwnHistory":
-        return OwnHistory(self.n_phases, self.n_resources, self.count.copy(), self.s1.copy(),
-                          self.s2.copy(), self.n, self.t1.copy(), self.t2.copy(),
-                          self.peak.copy(), self.run_phase, self.run_length, **self._windows())
-
-    def rebased(self, n_phases: int) -> "OwnHistory":
-        """The statistics that do not depend on a phase model (all samples, the peak, the
-        window maxima), for a model with ``n_phases`` phases: per-phase sums of another model's
-        phases mean nothing under this one."""
-        return OwnHistory(n_phases, self.n_resources, n=self.n, t1=self.t1.copy(),
-                          t2=self.t2.copy(), peak=self.peak.copy(), **self._windows())
-
-    def add(self, usage: np.ndarray, phases: np.ndarray | None,
-            window: int | None = None) -> "OwnHistory":
-        """Add samples (n, R) in time order, with their phases (n,) or None (phase-blind).
-        ``window``: samples per window, to cut them into windows for the window maxima (the
-        last one may be partial); None: they are one window (the operator adds one per call)."""
-        u = np.asarray(usage, np.float64)
-        if not len(u):
-            return self
-        step = len(u) if window is None else int(window)
-        peak = self.peak.copy()
-        for lo in range(0, len(u), step):
-            mx = u[lo: lo + step].max(0)
-            # peak-risk's state (the running form of ai4dl.policy.peak.RunningPeak; an unknown
-            # since_high (-1) stays unknown until the next new high)
-            new = mx > peak
-            known = self.since_high >= 0
-            self.low_since_high = np.where(new, mx, np.where(
-                known, np.fmin(self.low_since_high, mx), np.nan))
-            self.since_high = np.where(new, 0, np.where(known, self.since_high + 1, -1))
-            peak = np.maximum(peak, mx)
-            if self.windows >= 0:
-                self.windows += 1
-            self.previous_max = self.window_max
-            self.window_max = mx
-            self.ewma_max = np.where(np.isfinite(self.ewma_max), EWMA_WEIGHT * mx
-                                     + (1.0 - EWMA_WEIGHT) * self.ewma_max, mx)
-        self.n += len(u)
-        self.t1 += u.sum(0)
-        self.t2 += (u * u).sum(0)
-        self.peak = np.maximum(self.peak, u.max(0))
-        if phases is None:
-            return self
-        p = np.asarray(phases, np.int64)
-        if p.min() < 0 or p.max() >= self.n_phases:
-            raise ValueError(f"phase {int(p.max())} outside the model's {self.n_phases} phases")
-        self.count += np.bincount(p, minlength=self.n_phases)
-        for r in range(self.n_resources):
-            self.s1[:, r] += np.bincount(p, weights=u[:, r], minlength=self.n_phases)
-            self.s2[:, r] += np.bincount(p, weights=u[:, r] ** 2, minlength=self.n_phases)
-        # the current run: the last change inside these samples, or the run goes on
-        changes = np.flatnonzero(p[1:] != p[:-1])
-        if len(changes):
-            self.run_phase, self.run_length = int(p[-1]), int(len(p) - 1 - changes[-1])
-        elif int(p[0]) == self.run_phase:
-            self.run_length += len(p)
-        else:
-            self.run_phase, self.run_length = int(p[0]), len(p)
-        return self
-
-    def overall_level(self, k: float) -> np.ndarray:
-        mu = self.t1 / self.n
-        return mu + k * np.sqrt(np.maximum(self.t2 / self.n - mu * mu, 0.0))
-
-    def phase_levels(self, k: float, min_samples: int) -> np.ndarray:
-        """(phases, R): mean + kσ of the samples in each phase; the overall level for a phase
-        with fewer than ``min_samples`` (never another job's level)."""
-        c = np.maximum(self.count, 1.0)[:, None]
-        mu = self.s1 / c
-        local = mu + k * np.sqrt(np.maximum(self.s2 / c - mu * mu, 0.0))
-        return np.where((self.count >= min_samples)[:, None], local,
-                        self.overall_level(k)[None, :])
-
-    def own_phase_level(self, phase: int | None) -> np.ndarray:
-        """The head-room table's ``phase-level``: mean + 2σ of the samples in ``phase`` (all
-        samples when None)."""
-        if phase is None:
-            return self.overall_level(K_STD)
-        c = self.count[phase]
-        mu = self.s1[phase] / c
-        return mu + K_STD * np.sqrt(np.maximum(self.s2[phase] / c - mu * mu, 0.0))
-
-    # -------------------------------------------------------------- the pod annotation
-    def to_json(self) -> dict:
-        """Compact (9 significant digits; float32-exact is not needed for sums)."""
-        def r(a):
-            return [float(f"{v:.9g}") for v in np.asarray(a, np.float64).ravel()]
-        return {"k": self.n_phases, "r": self.n_resources, "c": r(self.count), "s1": r(self.s1),
-                "s2": r(self.s2), "n": self.n, "t1": r(self.t1), "t2": r(self.t2),
-                "max": r(np.where(np.isfinite(self.peak), self.peak, 0.0)),
-                "run": [self.run_phase, self.run_length],
-                **{key: r(v) for key, v in (("wm", self.window_max), ("wp", self.previous_max),
-                                            ("ew", self.ewma_max)) if np.all(np.isfinite(v))},
-                # peak-risk's state, only where known (an absent key loads as unknown)
-                **({"nw": self.windows} if self.windows >= 0 else {}),
-                **({"hs": [int(v) for v in self.since_high],
-                    "hl": r(self.low_since_high)}
-                   if (self.since_high >= 0).all() and np.isfinite(self.low_since_high).all()
-                   else {})}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "OwnHistory":
-        """ValueError when it is not one (an edited annotation: the operator starts afresh)."""
-        try:
-            k, R = int(d["k"]), int(d["r"])
-            out = cls(k, R, np.asarray(d["c"], float).reshape(k),
-                      np.asarray(d["s1"], float).reshape(k, R),
-                      np.asarray(d["s2"], float).reshape(k, R), float(d["n"]),
-                      np.asarray(d["t1"], float).reshape(R), np.asarray(d["t2"], float).reshape(R),
-                      np.asarray(d["max"], float).reshape(R), int(d["run"][0]), int(d["run"][1]),
-                      *(np.asarray(d[key], float).reshape(R) if key in d else None
-                        for key in ("wm", "wp", "ew")),
-                      # written before peak-risk's state was kept: unknown (-1, NaN), unless
-                      # nothing was seen yet (then there is nothing to know)
-                      windows=int(d["nw"]) if "nw" in d else (0 if float(d["n"]) == 0 else -1),
-                      since_high=(np.asarray(d["hs"], np.int64).reshape(R) if "hs" in d else
-                                  np.full(R, 0 if float(d["n"]) == 0 else -1, np.int64)),
-                      low_since_high=(np.asarray(d["hl"], float).reshape(R) if "hl" in d
-                                      else None))
-            if ("hs" in d) != ("hl" in d) or out.windows < -1 or \
-                    (out.since_high < -1).any() or \
-                    ("hl" in d and not np.all(np.isfinite(out.low_since_high))):
-                raise ValueError("peak-risk state incomplete or out of range")
-        except (KeyError, TypeError, ValueError, IndexError) as err:
-            raise ValueError(f"not an own-history record: {err}") from None
-        arrays = (out.count, out.s1, out.s2, out.t1, out.t2, out.peak,
-                  *(v for v in (out.window_max, out.previous_max, out.ewma_max)
-                    if not np.all(np.isnan(v))))
-        if not all(np.all(np.isfinite(a)) for a in arrays) or out.n < 0 or \
-                (out.count < 0).any() or abs(out.count.sum() - out.n) > 0.5 and out.count.sum():
-            raise ValueError("not an own-history record: inconsistent numbers")
-        return out
-
-
-def window_levels(last_max: np.ndarray, previous_max: np.ndarray, ewma_max: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The head-room table's ``max-2w`` and ``ewma-max`` once the window whose max is
-    ``last_max`` has been added to the running statistics (any shape, elementwise). A record
-    without window maxima (a pod annotation written before they were kept) starts them from
-    that window."""
-    prev = np.where(np.isfinite(previous_max), previous_max, last_max)
-    ewma = np.where(np.isfinite(ewma_max), ewma_max, last_max)
-    return np.maximum(last_max, prev), ewma
 
 
 def _margin(p) -> float:
@@ -283,15 +84,7 @@ def next_allocations(policy, lasts: np.ndarray, last_phases: np.ndarray | None,
     if isinstance(policy, AdaptiveStat):
         return lasts.mean(1) + policy.k * lasts.std(1)
     if isinstance(policy, HeadroomPolicy):
-        cur = np.asarray(last_phases)[:, -1].astype(np.int64) if policy.use_phase else None
-        own = np.stack([o.own_phase_level(None if cur is None else int(c))
-                        for o, c in zip(owns, cur if cur is not None else [None] * P)])
-        last_max = lasts.max(1)
-        max2, ewma = window_levels(last_max, np.stack([o.previous_max for o in owns]),
-                                   np.stack([o.ewma_max for o in owns]))
-        lv = np.stack([last_max, lasts.mean(1) + K_STD * lasts.std(1), lasts[:, -1],
-                       np.median(lasts, 1), own, max2, ewma], 1)           # (P, E, R)
-        return policy._lookup(lv, burstiness(lasts), cur)
+        return policy.next_from_running(lasts, last_phases, owns)
     if isinstance(policy, PeakRiskPolicy):
         return _peak_risk(policy, lasts, last_phases, owns)
     if isinstance(policy, (PhasePolicy, PhaseProactive)):

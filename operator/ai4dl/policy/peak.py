@@ -120,7 +120,7 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 class RunningPeak:
     """The running form of one resource's state features, window max after window max (what
-    :class:`ai4dl.policy.online.OwnHistory` keeps per resource): the peak M, windows since the
+    :class:`ai4dl.policy.running.OwnHistory` keeps per resource): the peak M, windows since the
     last new high (a window max above M), the lowest window max since then (M itself right
     after it)."""
     __slots__ = ("peak", "since", "low")
@@ -146,7 +146,7 @@ class WindowStates(NamedTuple):
 
 def window_states(usage: np.ndarray, phases: np.ndarray | None, window: int) -> WindowStates:
     """The state at the start of each window w = 1..m from the complete windows before it
-    (the running form is :class:`ai4dl.policy.online.OwnHistory`)."""
+    (the running form is :class:`ai4dl.policy.running.OwnHistory`)."""
     usage = np.asarray(usage, np.float64)
     m = len(usage) // window
     R = usage.shape[1]

@@ -1,0 +1,348 @@
+"""The judge: a policy replayed over executions, window by window, and scored as
+../shared/docs/evaluation.md defines: allocation ÷ oracle at matched fulfilment (cpu) and at a
+matched share of windows at risk (memory, and a second view of cpu), and the rule by which one
+policy wins against another.
+
+It sits below the policies: ``ai4dl.policy.auto`` uses it to choose, ``ai4dl.evaluate``
+orchestrates whole runs above it. So it imports no policy, only the safety chain every replay
+applies (:mod:`ai4dl.policy.safety`) and the reported shares of windows at risk
+(:mod:`ai4dl.policy.objectives`), both modules that import nothing from the package
+(tests/test_imports.py keeps it so). A policy is anything with the
+:class:`ai4dl.policy.policies.Policy` interface. Pure: no I/O, no plotting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ai4dl.policy.objectives import RISKS
+from ai4dl.policy.safety import SafetyConfig, apply_safety_sequence, working_set_rising
+
+TARGETS = (0.95, 0.97)
+GiB = 1024.0 ** 3
+
+
+def resource_unit_scale(unit: str) -> tuple[float, str]:
+    """Divisor and name for reporting resource-time (bytes -> GiB-hours)."""
+    return (GiB, "GiB-h") if unit == "bytes" else (1.0, f"{unit}-h" if unit != "cores"
+                                                     else "core-h")
+
+
+@dataclass
+class Replay:
+    """Allocations of one policy for every execution: per execution (n_windows, R)."""
+    policy: str
+    allocations: list[np.ndarray]
+
+
+@dataclass
+class ReplayInput:
+    """What the evaluator replays: per execution the usage of the managed resources, the
+    phases (if a model was given), the initial request and the step."""
+    names: list[str]
+    usage: list[np.ndarray]
+    phases: list[np.ndarray | None]
+    initial: list[np.ndarray]
+    step: float
+    resources: tuple[str, ...]
+    units: tuple[str, ...]
+    groups: list[str] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+
+
+def replay(data: ReplayInput, policy, window: int,
+           safety: SafetyConfig | None = None, workload_state: bool = True) -> Replay:
+    """Allocation per window for every execution: the policy's rows, then the safety layer
+    applied to all executions at once (padded windows carry NaN and are ignored).
+
+    A policy that learns per workload (VPA) replays the executions of one group together
+    (``allocate_group``: in time order, one container state per execution), carrying its state
+    across them (``workload_state``); without it each execution starts cold."""
+    raw: list = [None] * len(data.usage)
+    stateful = getattr(policy, "uses_workload_state", False)
+    n_windows = [-(-len(u) // window) for u in data.usage]
+    if stateful:
+        groups: dict = {}
+        for i in range(len(data.usage)):
+            key = data.groups[i] if (data.groups and workload_state) else i
+            groups.setdefault(key, []).append(i)
+        for idx in groups.values():
+            rows = policy.allocate_group(
+                [data.usage[i] for i in idx], [data.phases[i] for i in idx], window,
+                [data.initial[i] for i in idx], data.step,
+                [data.starts[i] if data.starts else 0.0 for i in idx],
+                [data.names[i] for i in idx], policy.new_state())
+            for i, r in zip(idx, rows):
+                raw[i] = r[:n_windows[i]]
+    else:
+        for i, (u, p, init) in enumerate(zip(data.usage, data.phases, data.initial)):
+            raw[i] = policy.allocate(u, p, window, init, data.step)[:n_windows[i]]
+    if policy.name == "oracle" or safety is None:
+        return Replay(policy.name, raw)
+    return Replay(policy.name, through_safety(data, raw, window, safety))
+
+
+def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
+                   safety: SafetyConfig) -> list[np.ndarray]:
+    """A policy's raw allocations per execution (windows x resources) as the safety layer
+    serves them, window by window, with the working set the operator would see."""
+    W = max(len(r) for r in raw)
+    R = len(data.resources)
+    stacked = np.full((W, len(raw), R), np.nan)
+    ws = np.full((W, len(raw)), np.nan)
+    rising = np.zeros((W, len(raw)), bool)
+    mem = safety.memory_index
+    for i, (r, u) in enumerate(zip(raw, data.usage)):
+        stacked[: len(r), i] = r
+        if mem is not None and mem < R:
+            # the latest working set at the start of window w: the last sample before it
+            last = u[window - 1:: window, mem][: len(r) - 1]
+            ws[1: 1 + len(last), i] = last
+            # and whether it rose over window w - 1 (the operator sees the same window); the
+            # execution started in window 0
+            full = len(last) * window
+            if full:
+                rising[1: 1 + len(last), i] = working_set_rising(
+                    np.asarray(u[:full, mem], np.float64).reshape(len(last), window),
+                    safety.memory_margin, np.arange(len(last)) == 0)
+    use = mem is not None and mem < R
+    final = apply_safety_sequence(stacked, np.array(data.initial), safety,
+                                  ws if use else None, rising if use else None)
+    return [final[: len(r), i] for i, r in enumerate(raw)]
+
+
+# ----------------------------------------------------------------------------- scoring
+@dataclass
+class ResourceScore:
+    """One policy, one resource, aggregated over the scored samples.
+
+    The raw fields are at the policy's own allocation; the ``*_at`` maps are at the margin that
+    makes it reach each target fulfilment (matched fulfilment, ../shared/docs/evaluation.md),
+    so they compare across policies."""
+    allocation: float            # resource-time (unit-hours, GiB-hours for bytes)
+    usage: float
+    vs_oracle: float             # allocation ÷ oracle allocation
+    vs_static_peak: float        # allocation ÷ the execution's peak held for its whole life
+    fulfilment: float            # share of samples with usage <= allocation
+    fulfilment_10: float         # ... with usage <= 1.1 × allocation
+    under_samples: int
+    worst_shortfall: float       # max(usage - allocation), in the resource's unit
+    worst_shortfall_rel: float   # max((usage - allocation) / allocation)
+    oom_windows: int             # raw allocation: windows whose max usage exceeds it
+    resizes: int                 # windows whose allocation differs from the previous one
+    scored_windows: int = 0      # windows scored (the cold-start window excluded by default)
+    margin_at: dict = field(default_factory=dict)      # target -> margin reaching it
+    vs_oracle_at: dict = field(default_factory=dict)   # target -> allocation ÷ oracle there
+    # at the matched margin of each target:
+    short_windows_at: dict = field(default_factory=dict)       # windows with any shortfall
+    short_window_share_at: dict = field(default_factory=dict)  # ... ÷ scored windows
+    worst_shortfall_at: dict = field(default_factory=dict)     # max(usage - alloc), unit
+    worst_shortfall_rel_at: dict = field(default_factory=dict)  # max((usage - alloc) / usage)
+    # judged by risk (evaluation.md, "Memory is judged by risk"): at the multiplier that leaves
+    # exactly a share s of the scored windows with any sample above the allocation
+    risk_share: float = float("nan")         # raw allocation: share of scored windows at risk
+    risk_multiplier_at: dict = field(default_factory=dict)     # s -> multiplier reaching it
+    vs_oracle_risk_at: dict = field(default_factory=dict)      # s -> allocation ÷ oracle there
+    fulfilment_risk_at: dict = field(default_factory=dict)     # s -> sample fulfilment there
+    worst_shortfall_risk_at: dict = field(default_factory=dict)      # max(usage - alloc), unit
+    worst_shortfall_risk_rel_at: dict = field(default_factory=dict)  # ... ÷ usage
+
+
+def _per_sample(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
+    return np.repeat(alloc_windows, window, axis=0)[:n]
+
+
+def _scored_mask(n: int, window: int, include_cold_start: bool) -> np.ndarray:
+    mask = np.ones(n, bool)
+    if not include_cold_start:
+        mask[:window] = False
+    return mask
+
+
+def matched_margin(usage: np.ndarray, alloc: np.ndarray, target: float) -> float:
+    """Smallest m with share(usage <= alloc × (1 + m)) >= target — exact (an order statistic
+    of usage ÷ allocation), the limit the bisection of evaluation.md converges to."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(alloc > 0, usage / alloc, np.where(usage > 0, np.inf, 0.0))
+    if len(ratio) == 0:
+        return float("nan")
+    need = int(np.ceil(target * len(ratio) - 1e-9))
+    need = min(max(need, 1), len(ratio))
+    k = int(np.argpartition(ratio, need - 1)[need - 1])
+    m = float(ratio[k] - 1.0)
+    if np.isfinite(m) and alloc[k] > 0:
+        # alloc × (1 + (usage/alloc - 1)) can round just below usage: step m up until the
+        # deciding sample is covered, so the margin returned really reaches the target.
+        while alloc[k] * (1.0 + m) < usage[k]:
+            m = float(np.nextafter(m, np.inf))
+    return m
+
+
+def matched_risk_multiplier(window_max: np.ndarray, alloc: np.ndarray, share: float) -> float:
+    """Smallest multiplier m with at most ``share`` of the windows having max > alloc × m: the
+    (1 − share) order statistic of window max ÷ allocation (evaluation.md, "Memory is judged by
+    risk"). ``floor(share × n)`` windows may stay at risk; nan with no window."""
+    wm = np.asarray(window_max, np.float64)
+    a = np.asarray(alloc, np.float64)
+    if len(wm) == 0:
+        return float("nan")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(a > 0, wm / np.where(a > 0, a, 1.0),
+                         np.where(wm > 0, np.inf, 0.0))
+    allowed = int(np.floor(share * len(ratio) + 1e-9))
+    k = max(len(ratio) - allowed - 1, 0)
+    i = int(np.argpartition(ratio, k)[k])
+    m = float(ratio[i])
+    if np.isfinite(m) and a[i] > 0:
+        # alloc × (wm / alloc) can round just below wm: step m up until that window is covered
+        while a[i] * m < wm[i]:
+            m = float(np.nextafter(m, np.inf))
+    return m
+
+
+def score(data: ReplayInput, replays: dict[str, Replay], window: int,
+          include_cold_start: bool = False, targets: Sequence[float] = TARGETS,
+          only: Sequence[int] | None = None,
+          per_target: dict[str, dict[float, Replay]] | None = None,
+          risks: Sequence[float] = RISKS,
+          per_risk: dict[str, dict[float, Replay]] | None = None
+          ) -> dict[str, list[ResourceScore]]:
+    """Scores per policy and resource over the executions ``only`` (default: all).
+
+    ``per_target`` gives, for a policy fitted for a target fulfilment (the head-room tables,
+    ``auto``), the replay of its fit for each target: the figures at target t come from that
+    replay, the raw ones from ``replays``. ``per_risk`` likewise for each share of windows at
+    risk in ``risks`` (a policy fitted for that risk)."""
+    idx = list(range(len(data.usage)) if only is None else only)
+    hours = data.step / 3600.0
+    scales = [resource_unit_scale(u)[0] for u in data.units]
+    first = 0 if include_cold_start else 1
+    masks = [_scored_mask(len(data.usage[i]), window, include_cold_start) for i in idx]
+    usage = (np.concatenate([data.usage[i][m] for i, m in zip(idx, masks)]) if idx
+             else np.empty((0, len(scales))))
+    static_peak = (np.concatenate([np.repeat(data.usage[i].max(0)[None], m.sum(), 0)
+                                   for i, m in zip(idx, masks)]) if idx else usage)
+    # per scored window: its max usage (a window is short when it exceeds the allocation)
+    wmax = [np.maximum.reduceat(data.usage[i], np.arange(0, len(data.usage[i]), window),
+                                axis=0)[first:] for i in idx]
+    window_max = np.concatenate(wmax) if wmax else np.empty((0, len(scales)))
+
+    def per_sample(rep: Replay) -> np.ndarray:
+        return (np.concatenate([_per_sample(rep.allocations[i], len(data.usage[i]), window)[m]
+                                for i, m in zip(idx, masks)]) if idx else usage)
+
+    def per_window(rep: Replay) -> np.ndarray:
+        return (np.concatenate([rep.allocations[i][first: first + len(w)]
+                                for i, w in zip(idx, wmax)]) if idx else window_max)
+
+    oracle = per_sample(replays["oracle"]) if "oracle" in replays else None
+    per_target = per_target or {}
+    per_risk = per_risk or {}
+    out: dict[str, list[ResourceScore]] = {}
+    for name, rep in replays.items():
+        A, WA = per_sample(rep), per_window(rep)
+        fits = {t: (per_sample(r), per_window(r)) for t, r in per_target.get(name, {}).items()}
+        risk_fits = {s: (per_sample(r), per_window(r))
+                     for s, r in per_risk.get(name, {}).items()}
+        rows = []
+        for j, scale in enumerate(scales):
+            a, u = A[:, j], usage[:, j]
+            oracle_t = float(oracle[:, j].sum() * hours / scale) if oracle is not None else np.nan
+            alloc_t = float(a.sum() * hours / scale)
+            short = u - a
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.where(a > 0, short / a, np.where(short > 0, np.inf, 0.0))
+            # the change from the cold start's request at window 1 is a resize too
+            resizes = sum(int(np.count_nonzero(np.diff(rep.allocations[i][:, j]) != 0))
+                          for i in idx)
+            peak_sum = float(static_peak[:, j].sum()) if len(a) else 0.0
+            s = ResourceScore(
+                allocation=alloc_t, usage=float(u.sum() * hours / scale),
+                vs_oracle=alloc_t / oracle_t if oracle_t else np.nan,
+                # an execution idle at 0 all its life has a static peak of 0: no ratio then
+                vs_static_peak=float(a.sum() / peak_sum) if peak_sum > 0 else np.nan,
+                fulfilment=float(np.mean(u <= a)) if len(a) else np.nan,
+                fulfilment_10=float(np.mean(u <= 1.1 * a)) if len(a) else np.nan,
+                under_samples=int(np.count_nonzero(u > a)),
+                worst_shortfall=float(max(short.max(), 0.0)) / scale if len(a) else 0.0,
+                worst_shortfall_rel=float(max(rel.max(), 0.0)) if len(a) else 0.0,
+                oom_windows=int(np.count_nonzero(window_max[:, j] > WA[:, j])),
+                resizes=resizes, scored_windows=len(window_max),
+                risk_share=float("nan"))
+            # as replayed: a policy fitted per share of windows at risk, its fit for the least
+            wr = risk_fits[min(risk_fits)][1] if risk_fits else WA
+            if len(window_max):
+                s.risk_share = float(np.mean(window_max[:, j] > wr[:, j]))
+            for share in risks:
+                at, wat = risk_fits.get(share, (A, WA))
+                at, wat = at[:, j], wat[:, j]
+                m = matched_risk_multiplier(window_max[:, j], wat, share)
+                s.risk_multiplier_at[share] = m
+                total = float(at.sum() * hours / scale)
+                s.vs_oracle_risk_at[share] = (total * m / oracle_t if oracle_t and np.isfinite(m)
+                                              else np.inf)
+                if not np.isfinite(m) or not len(u):
+                    s.fulfilment_risk_at[share] = s.worst_shortfall_risk_at[share] = np.nan
+                    s.worst_shortfall_risk_rel_at[share] = np.nan
+                    continue
+                gap = u - at * m
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
+                s.fulfilment_risk_at[share] = float(np.mean(gap <= 0))
+                s.worst_shortfall_risk_at[share] = float(max(gap.max(), 0.0)) / scale
+                s.worst_shortfall_risk_rel_at[share] = float(max(rel_u.max(), 0.0))
+            for t in targets:
+                at, wat = fits.get(t, (A, WA))
+                at, wat = at[:, j], wat[:, j]
+                mm = matched_margin(u, at, t)
+                s.margin_at[t] = mm
+                total = float(at.sum() * hours / scale)
+                s.vs_oracle_at[t] = (total * (1 + mm) / oracle_t
+                                     if oracle_t and np.isfinite(mm) else np.inf)
+                if not np.isfinite(mm):
+                    s.short_windows_at[t] = s.short_window_share_at[t] = np.nan
+                    s.worst_shortfall_at[t] = s.worst_shortfall_rel_at[t] = np.nan
+                    continue
+                n_short = int(np.count_nonzero(window_max[:, j] > wat * (1.0 + mm)))
+                gap = u - at * (1.0 + mm)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
+                s.short_windows_at[t] = n_short
+                s.short_window_share_at[t] = (n_short / len(window_max) if len(window_max)
+                                              else np.nan)
+                s.worst_shortfall_at[t] = float(max(gap.max(), 0.0)) / scale if len(gap) else 0.0
+                s.worst_shortfall_rel_at[t] = float(max(rel_u.max(), 0.0)) if len(gap) else 0.0
+            rows.append(s)
+        out[name] = rows
+    return out
+
+
+def wins_over(scores: dict[str, list[ResourceScore]], name: str, j: int, target: float,
+              baseline: str = "adaptive-max") -> bool | None:
+    """The rule of ../shared/docs/evaluation.md: ``name`` wins on resource ``j`` at ``target``
+    when it is cheaper than ``baseline`` (allocation ÷ oracle at the matched margin) and has no
+    more windows with a shortfall there. None when either was not scored or cannot reach it."""
+    if name not in scores or baseline not in scores:
+        return None
+    a, b = scores[name][j], scores[baseline][j]
+    va, vb = a.vs_oracle_at.get(target, np.nan), b.vs_oracle_at.get(target, np.nan)
+    if not (np.isfinite(va) and np.isfinite(vb)):
+        return None
+    return bool(va < vb and a.short_windows_at[target] <= b.short_windows_at[target])
+
+
+def wins_at_risk(scores: dict[str, list[ResourceScore]], name: str, j: int, share: float,
+                 baseline: str = "adaptive-max") -> bool | None:
+    """Judged by risk: ``name`` wins on resource ``j`` at ``share`` of windows at risk when it
+    is cheaper than ``baseline`` there (both have, by construction, the same windows at risk).
+    None when either was not scored or cannot reach it."""
+    if name not in scores or baseline not in scores:
+        return None
+    va = scores[name][j].vs_oracle_risk_at.get(share, np.nan)
+    vb = scores[baseline][j].vs_oracle_risk_at.get(share, np.nan)
+    if not (np.isfinite(va) and np.isfinite(vb)):
+        return None
+    return bool(va < vb)

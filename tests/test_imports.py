@@ -1,0 +1,216 @@
+"""The package's own imports, read from its source: no import circle, and the layers of
+../shared/docs/architecture.md kept where they exist (the judge below the policies, the policies
+below the evaluator, the CLIs and the controller).
+
+The graph counts every import statement wherever it stands (module level or inside a function:
+a deferred import hides a circle from the interpreter, not from a reader), resolves relative
+imports, and counts ``from ai4dl.x import y`` as importing ``ai4dl.x.y`` when y is a submodule.
+It does not add the implicit import of a module's parent packages: Python runs a package's
+``__init__`` before its submodules whatever they import, so that edge is no design choice.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+OPERATOR = Path(__file__).resolve().parents[1] / "operator"
+
+#: What the judge may import from the policies: modules that import nothing from the package
+#: themselves (the safety chain every replay applies; the reported shares of windows at risk).
+JUDGE_MAY_IMPORT = {"ai4dl.policy.safety", "ai4dl.policy.objectives"}
+#: What no policy module may reach, directly or through others: the layers above the policies.
+ABOVE_THE_POLICIES = ("ai4dl.evaluate", "ai4dl.cli", "ai4dl.controller")
+
+
+def modules_of(root: Path, package: str) -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of ``package`` under ``root``."""
+    out = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (see the module docstring), self excluded."""
+    modules = modules_of(root, package)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                targets = [source] + [f"{source}.{a.name}" for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components (Tarjan), each sorted, in no particular order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def a_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One import circle through the component's first module, as a path that returns to it
+    (what a failure prints: the imports to look at)."""
+    inside = set(component)
+    start = component[0]
+    # breadth-first from start's successors back to start, inside the component
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & inside):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start] + path[::-1][1:] + [start] if len(path) > 1 else [start, start]
+                if w not in previous:
+                    previous[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise ValueError(f"{component} is not a circle")
+
+
+def circles(graph: dict[str, set[str]]) -> list[str]:
+    """One line per import circle: its modules as a path."""
+    return [" -> ".join(a_cycle(graph, c)) for c in strongly_connected(graph) if len(c) > 1]
+
+
+def reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph[todo.pop()]:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(OPERATOR, "ai4dl")
+
+
+# ----------------------------------------------------------------------------- the package
+def test_the_package_has_no_import_circle(graph):
+    assert len(graph) > 40, sorted(graph)     # the walk found the package, not an empty dir
+    found = circles(graph)
+    assert not found, "import circles (module -> module it imports):\n" + "\n".join(found)
+
+
+def test_the_judge_imports_no_policy_beyond_its_pure_leaves(graph):
+    policies = {m for m in graph["ai4dl.judge"] if m.startswith("ai4dl.policy")}
+    assert policies <= JUDGE_MAY_IMPORT, sorted(policies - JUDGE_MAY_IMPORT)
+    for leaf in JUDGE_MAY_IMPORT:      # leaves indeed: they pull nothing else in
+        assert graph[leaf] == set(), (leaf, sorted(graph[leaf]))
+
+
+def test_the_policies_and_auto_use_the_judge_and_the_evaluator_orchestrates_above_it(graph):
+    # the edges this layering is about, so that a rename cannot make the tests above vacuous
+    assert "ai4dl.judge" in graph["ai4dl.policy.auto"]
+    assert {"ai4dl.judge", "ai4dl.policy.auto"} <= graph["ai4dl.evaluate"]
+    assert "ai4dl.policy.running" in graph["ai4dl.policy.online"]
+    assert "ai4dl.policy.running" in graph["ai4dl.policy.headroom"]
+
+
+@pytest.mark.parametrize("above", ABOVE_THE_POLICIES)
+def test_no_policy_reaches_a_layer_above_the_policies(graph, above):
+    offenders = {m: sorted(r for r in reaches(graph, m)
+                           if r == above or r.startswith(above + ".") or
+                           (above == "ai4dl.cli" and r.startswith("ai4dl.cli_")))
+                 for m in graph if m.startswith("ai4dl.policy")}
+    offenders = {m: r for m, r in offenders.items() if r}
+    assert not offenders, offenders
+
+
+def test_the_running_statistics_import_nothing_from_the_package(graph):
+    # their one owner, below every policy that serves from them
+    assert graph["ai4dl.policy.running"] == set()
+    assert "ai4dl.policy.online" not in graph["ai4dl.policy.headroom"]
+
+
+# ----------------------------------------------------------------------------- the helpers
+def _package(root: Path, files: dict[str, str]) -> dict[str, set[str]]:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return import_graph(root, "pkg")
+
+
+def test_a_circle_through_a_function_level_import_is_found(tmp_path):
+    graph = _package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg import b\n",
+        "pkg/sub/__init__.py": "",
+        # relative, inside a function, and the submodule named in the from-list
+        "pkg/sub/c.py": "def late():\n    from .. import a\n",
+        "pkg/b.py": "import os\nfrom pkg.sub import c\n",
+        "pkg/leaf.py": "import pkg.a\n",
+    })
+    assert graph["pkg.a"] == {"pkg", "pkg.b"}
+    assert graph["pkg.b"] == {"pkg.sub", "pkg.sub.c"}
+    assert graph["pkg.sub.c"] == {"pkg", "pkg.a"}
+    assert graph["pkg.leaf"] == {"pkg.a"}
+    assert sorted(c for c in strongly_connected(graph) if len(c) > 1) == [
+        ["pkg.a", "pkg.b", "pkg.sub.c"]]
+    assert circles(graph) == ["pkg.a -> pkg.b -> pkg.sub.c -> pkg.a"]
+    assert "pkg.a" in reaches(graph, "pkg.leaf") and "pkg.leaf" not in reaches(graph, "pkg.a")
+
+
+def test_a_package_without_a_circle_has_none(tmp_path):
+    graph = _package(tmp_path, {
+        "pkg/__init__.py": "from pkg import a\n",
+        "pkg/a.py": "from pkg.b import thing\n",
+        "pkg/b.py": "thing = 1\nimport json\n",
+    })
+    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": set()}
+    assert circles(graph) == []
+    assert sorted(strongly_connected(graph)) == [["pkg"], ["pkg.a"], ["pkg.b"]]
