@@ -266,7 +266,11 @@ class Policy(_Base):
                     "or a bad sample, so it is reached in steps while each window shows more")
     max_decrease: float | None = Field(0.5, ge=0, le=1, alias="maxDecrease")
     cooldown_windows: int = Field(1, ge=0, alias="cooldownWindows")
-    memory_margin: float = Field(0.1, ge=0, le=1, alias="memoryMargin")
+    memory_margin: float = Field(
+        0.1, ge=0, le=1, alias="memoryMargin",
+        description="memory is never set below the latest working set x (1 + memoryMargin), "
+                    "nor lowered after a window in which the working set grew by more than "
+                    "memoryMargin (a job still starting or loading data)")
     min_change: float = Field(0.1, ge=0, le=1, alias="minChange")
     max_resizes_per_window: int = Field(
         500, ge=1, alias="maxResizesPerWindow",
