@@ -235,9 +235,24 @@ def test_calibration_on_gcd(shared_data):
     assert "window 12 samples = 60 min at 300 s" in stdout.splitlines()[0]
 
 
+def test_window_in_seconds_is_the_same_window_as_in_samples(long_csv):
+    """``--window-seconds`` counts as ``train --window-seconds`` and a PhaseModel's
+    windowSeconds do: 300 s over these 15 s samples is ``--window 20``, the same report."""
+    base = ["-q", "evaluate", str(long_csv), "--policies", "oracle,adaptive-max",
+            "--test-fraction", "0"]
+    rc1, by_samples, _ = _run([*base, "--window", "20"])
+    rc2, by_seconds, _ = _run([*base, "--window-seconds", "300"])
+    assert rc1 == rc2 == 0 and by_seconds == by_samples
+    assert "window 20 samples = 5 min at 15 s" in by_seconds
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--policies", "adaptive-max,nope"], "unknown policy 'nope'"),
     (["--window", "0"], "--window"),
+    (["--window-seconds", "310"], "not a whole number of the traces' 15 s steps: pass "
+                                  "--window-seconds 315"),
+    (["--window", "20", "--window-seconds", "300"], "give the window once"),
+    (["--window-seconds", "-5"], "--window-seconds must be a positive number"),
     (["--resources", "cpu,gpu"], "no feature 'gpu'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(long_csv, flags, words):
@@ -335,3 +350,14 @@ def test_restated_cpu_bar_is_the_mean_gap_within_one_standard_error():
     above_krr = [("k", with_krr(d, 0.9)) for _, d in tie]
     assert not restated_cpu_rows(above_krr)[0]["met"]
     assert "**missed**" in restated_cpu_table(restated_cpu_rows(dear))
+
+
+def test_a_phasemodel_replay_takes_its_window_from_the_phasemodel():
+    """With --phasemodel the window is the PhaseModel's windowSeconds: a --window beside it
+    would be silently ignored, so it is refused before anything is read."""
+    for flag in (["--window", "20"], ["--window-seconds", "600"]):
+        rc, stdout, stderr = _run(["evaluate", "--prometheus", "http://127.0.0.1:1",
+                                   "--selector", 'namespace="a"', "--phasemodel", "ns/pm", *flag])
+        assert rc == 2 and stdout == ""
+        assert stderr.strip() == ("ai4dl: error: --phasemodel: the window is the PhaseModel's "
+                                  "spec.windowSeconds; drop --window/--window-seconds")

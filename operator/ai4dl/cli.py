@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ai4dl.cli_common import (_model_from_args, add_trace_args, evaluation_flags,
-                              fit_with_progress, load_from_args, say)
+                              fit_with_progress, load_from_args, say, window_in_samples)
 from ai4dl import __version__
 from ai4dl.errors import Ai4dlError, one_line
 from ai4dl.io.writers import atomic_output, save_figure, write_text_atomic
@@ -388,6 +388,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print("ai4dl: warning: --model given but no phase policy is evaluated: the model "
                   "is not used", file=sys.stderr)
     traces = load_from_args(args, model if phase_policies else None)
+    kw["window"] = window_in_samples(args, traces.step)
     resources = _evaluation_resources(args, traces)
     other = [r for r in resources if r not in ("cpu", "memory")]
     if "vpa" in kw["policies"] and other:
@@ -446,8 +447,11 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     add_trace_args(p, optional=True)
     add_replay_args(p)
     g = p.add_argument_group("evaluation")
-    g.add_argument("--window", type=int, default=40, help="samples per re-scheduling window "
+    g.add_argument("--window", type=int, default=None, help="samples per re-scheduling window "
                    "(default 40 = 10 min at 15 s)")
+    g.add_argument("--window-seconds", type=float, default=None, metavar="SECONDS",
+                   help="the window in seconds instead, a whole number of the traces' steps "
+                        "(as train --window-seconds and a PhaseModel's windowSeconds)")
     g.add_argument("--resources", help="comma-separated managed resources (default: cpu and "
                    "memory, those the traces have)")
     g.add_argument("--policies", help=f"comma-separated policies (default all: "

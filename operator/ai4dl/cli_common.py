@@ -186,11 +186,41 @@ def risks_arg(text: str) -> tuple[float, ...]:
     return out
 
 
+#: ``evaluate``'s window when neither --window nor --window-seconds is given: 40 samples
+#: (10 min at 15 s).
+DEFAULT_WINDOW = 40
+
+
+def window_in_samples(args: argparse.Namespace, step: float | None) -> int:
+    """``evaluate``'s window in samples: ``--window``, or ``--window-seconds`` over the data's
+    step (as ``train --window-seconds`` and a PhaseModel's ``windowSeconds`` count it), which
+    must be a whole number of steps."""
+    seconds = getattr(args, "window_seconds", None)
+    if seconds is None:
+        return int(args.window)
+    if not step:
+        raise Ai4dlError("--window-seconds: these traces have no regular step; give --window "
+                         "in samples")
+    n = seconds / step
+    if abs(n - round(n)) > 1e-6 or round(n) < 1:
+        fits = max(1, round(n)) * step
+        raise Ai4dlError(f"--window-seconds {seconds:g} is not a whole number of the traces' "
+                         f"{step:g} s steps: pass --window-seconds {fits:g}")
+    return int(round(n))
+
+
 def evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
     """EvaluationConfig keywords (all but resources and safety) and the model's fit options,
     checked before any data is read."""
     import math
 
+    seconds = getattr(args, "window_seconds", None)
+    if seconds is not None and args.window is not None:
+        raise Ai4dlError("give the window once: --window (samples) or --window-seconds")
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise Ai4dlError(f"--window-seconds must be a positive number, got {seconds:g}")
+    if args.window is None:
+        args.window = DEFAULT_WINDOW
     if args.window < 1:
         raise Ai4dlError(f"--window must be at least 1 sample, got {args.window}")
     if not 0.0 <= args.test_fraction < 1.0:

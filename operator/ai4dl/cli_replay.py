@@ -111,7 +111,7 @@ def _phasemodel(args):
 def evaluate_prometheus(args: argparse.Namespace) -> int:
     from ai4dl import evaluation_report as report
     from ai4dl import workload_report as wr
-    from ai4dl.cli_common import evaluation_flags, say
+    from ai4dl.cli_common import evaluation_flags, say, window_in_samples
     from ai4dl.crd import parse_duration
     from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, run_served
     from ai4dl.io.writers import save_figure, write_text_atomic
@@ -122,6 +122,10 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     from ai4dl.traces import CANONICAL_UNITS, TraceSet
 
     check_replay_flags(args)
+    if args.phasemodel and (args.window is not None or
+                            getattr(args, "window_seconds", None) is not None):
+        raise Ai4dlError("--phasemodel: the window is the PhaseModel's spec.windowSeconds; "
+                         "drop --window/--window-seconds")
     kw, model_params = evaluation_flags(args)
     try:
         since_s = parse_duration(args.since)
@@ -146,6 +150,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
         features = default_feature_queries(("cpu", "memory"))
         units = [CANONICAL_UNITS[f.name] for f in features]
         step = float(args.step or 15.0)
+        kw["window"] = window_in_samples(args, step)
         resources = tuple(args.resources.split(",")) if args.resources else ("cpu", "memory")
         unknown = [r for r in resources if r not in ("cpu", "memory")]
         if unknown:
