@@ -127,6 +127,15 @@ def headroom_bench(model, args) -> tuple:
                  "windows at risk: + peak-risk, every candidate calibrated)",
                  f"**{time.perf_counter() - t:.1f} s** (winners: {', '.join(choice.winners)}; "
                  f"memory × {choice.calibration[1]:.3f})", ""))
+    from ai4dl.policy.safety import SafetyConfig
+
+    t = time.perf_counter()
+    choice = choose_policy(data, args.window, model, None,
+                           safety=SafetyConfig.operator_defaults(2, 1))
+    rows.append(("**... through the operator's default safety layer** (what the trainer does: "
+                 "every candidate replayed through it, memory calibrated in the served order)",
+                 f"**{time.perf_counter() - t:.1f} s** (winners: {', '.join(choice.winners)}; "
+                 f"memory × {choice.calibration[1]:.3f})", ""))
     h = fits["phase-headroom"][0]
     u, p = data.usage[0], data.phases[0]
     for hours in (1, 10):
