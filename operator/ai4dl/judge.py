@@ -85,32 +85,43 @@ def replay(data: ReplayInput, policy, window: int,
     return Replay(policy.name, through_safety(data, raw, window, safety))
 
 
-def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
-                   safety: SafetyConfig) -> list[np.ndarray]:
-    """A policy's raw allocations per execution (windows x resources) as the safety layer
-    serves them, window by window, with the working set the operator would see."""
-    W = max(len(r) for r in raw)
-    R = len(data.resources)
-    stacked = np.full((W, len(raw), R), np.nan)
-    ws = np.full((W, len(raw)), np.nan)
-    rising = np.zeros((W, len(raw)), bool)
+def working_set_inputs(data: ReplayInput, lengths: Sequence[int], window: int,
+                       safety: SafetyConfig) -> tuple[np.ndarray, np.ndarray] | None:
+    """What the safety layer reads besides the allocations, per window and execution (windows
+    ``lengths[i]`` long): the latest working set at the start of window w (the last sample
+    before it) and whether it rose over window w - 1 (the operator sees the same window; the
+    execution started in window 0). None where the layer has no memory column. They depend on
+    the usage only, so a search over allocations computes them once."""
     mem = safety.memory_index
-    for i, (r, u) in enumerate(zip(raw, data.usage)):
+    if mem is None or mem >= len(data.resources):
+        return None
+    W = max(lengths)
+    ws = np.full((W, len(lengths)), np.nan)
+    rising = np.zeros((W, len(lengths)), bool)
+    for i, (n, u) in enumerate(zip(lengths, data.usage)):
+        last = u[window - 1:: window, mem][: n - 1]
+        ws[1: 1 + len(last), i] = last
+        full = len(last) * window
+        if full:
+            rising[1: 1 + len(last), i] = working_set_rising(
+                np.asarray(u[:full, mem], np.float64).reshape(len(last), window),
+                safety.memory_margin, np.arange(len(last)) == 0)
+    return ws, rising
+
+
+def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
+                   safety: SafetyConfig, inputs: tuple | None = None) -> list[np.ndarray]:
+    """A policy's raw allocations per execution (windows x resources) as the safety layer
+    serves them, window by window, with the working set the operator would see
+    (``inputs``: :func:`working_set_inputs` for these lengths, computed when not given)."""
+    lengths = [len(r) for r in raw]
+    if inputs is None:
+        inputs = working_set_inputs(data, lengths, window, safety)
+    stacked = np.full((max(lengths), len(raw), len(data.resources)), np.nan)
+    for i, r in enumerate(raw):
         stacked[: len(r), i] = r
-        if mem is not None and mem < R:
-            # the latest working set at the start of window w: the last sample before it
-            last = u[window - 1:: window, mem][: len(r) - 1]
-            ws[1: 1 + len(last), i] = last
-            # and whether it rose over window w - 1 (the operator sees the same window); the
-            # execution started in window 0
-            full = len(last) * window
-            if full:
-                rising[1: 1 + len(last), i] = working_set_rising(
-                    np.asarray(u[:full, mem], np.float64).reshape(len(last), window),
-                    safety.memory_margin, np.arange(len(last)) == 0)
-    use = mem is not None and mem < R
-    final = apply_safety_sequence(stacked, np.array(data.initial), safety,
-                                  ws if use else None, rising if use else None)
+    ws, rising = inputs if inputs is not None else (None, None)
+    final = apply_safety_sequence(stacked, np.array(data.initial), safety, ws, rising)
     return [final[: len(r), i] for i, r in enumerate(raw)]
 
 

@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.judge import (GiB, Replay, matched_risk_multiplier, replay, score, through_safety,
-                         wins_at_risk, wins_over)
+                         wins_at_risk, wins_over, working_set_inputs)
 from ai4dl.policy.objectives import Objective, resolve
 from ai4dl.policy.online import SERVABLE
 
@@ -238,13 +238,15 @@ def served_calibration(data, raw, window: int, j: int, share: float, only: Seque
     factor, then the layer). Scaling the served allocations instead is no shortcut: the layer's
     working-set cover does not scale with the factor. Returns (factor, served Replay)."""
 
+    inputs = working_set_inputs(data, [len(a) for a in raw.allocations], window, safety)
+
     def served(f):
         rows = []
         for a in raw.allocations:
             a = np.array(a, np.float64)
             a[1:, j] *= f
             rows.append(a)
-        return Replay(raw.policy, through_safety(data, rows, window, safety))
+        return Replay(raw.policy, through_safety(data, rows, window, safety, inputs))
 
     def at_risk(rep) -> bool:
         wm, al, _ = _scored_windows(data, rep, window, j, only)
