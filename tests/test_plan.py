@@ -615,3 +615,21 @@ def test_a_held_level_once_taken_is_forgotten(fitted_model, window):
     plan = run(fitted_model, spec_for(fitted_model), [p], {("ns", "f", "main"): window}).pods[0]
     state = json.loads(plan.annotations[A_STATE])
     assert state["refused"] == {"main": {"cpu": hold["main"]["cpu"]}}, state
+
+
+def test_memory_is_not_lowered_while_the_working_set_rises(fitted_model, window):
+    """The safety layer's hold in the operator's plan: of two pods asking far more than they
+    use, the one whose working set climbed over the window (doubling: a job still loading its
+    data) keeps its memory request, the flat one is lowered; cpu comes down for both. The same
+    rule as the evaluator's replay (tests/test_safety.py)."""
+    spec = spec_for(fitted_model, kind="adaptive-max")
+    flat, climbing = window.copy(), window.copy()
+    top = float(window[-40:, 1].max())
+    flat[-40:, 1] = top
+    climbing[-40:, 1] = np.linspace(0.5, 1.0, 40) * top
+    asked = {"cpu": "8", "memory": "64Gi"}
+    out = run(fitted_model, spec, [pod("flat", asked), pod("climbing", asked)],
+              {("ns", "flat", "main"): flat, ("ns", "climbing", "main"): climbing})
+    t = {p.pod.name: p.containers[0].target for p in out.pods}
+    assert t["flat"]["memory"] < 64 * GiB and t["flat"]["cpu"] < 8
+    assert t["climbing"]["memory"] == 64 * GiB and t["climbing"]["cpu"] < 8
