@@ -229,6 +229,14 @@ def _served_policy(spec: PhaseModelSpec, model=None) -> Served:
         missing = [r for r in resources if r not in winners]
         if missing:
             raise ValueError(f"spec.model's policyChoice has no winner for {missing[0]}")
+        # the choice (and a winner's calibration factor) was made for the window its tables
+        # were fitted for, whichever policy won: served at another, its promise does not hold
+        made_for = sorted({t.window_samples for t in getattr(model, "policy_tables_", None)
+                           or []})
+        if made_for and window not in made_for:
+            raise ValueError(f"spec.model's policyChoice was made with tables fitted for windows "
+                             f"of {made_for[0]} samples, the PhaseModel's window is {window} "
+                             f"(windowSeconds / stepSeconds): retrain")
         factor = dict(zip(choice.resources, choice.factors()))
         built: dict = {}
         pols = []
