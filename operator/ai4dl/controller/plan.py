@@ -336,12 +336,14 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
             cp.own = own
             owns.append(own)
             lasts[i] = usage
-            if safety.memory_index is not None:
-                working_set[i] = usage[-1, safety.memory_index]
-                began = plans[pi].pod.started.get(cp.name)
-                rising[i] = working_set_rising(
-                    usage[:, safety.memory_index][None], safety.memory_margin,
-                    [began is not None and began > window_start - W * spec.step_seconds])[0]
+        if safety.memory_index is not None and rows:
+            # every container's latest working set and whether it rose, in one call
+            m = safety.memory_index
+            working_set[:len(rows)] = lasts[:, -1, m]
+            began = [plans[pi].pod.started.get(cp.name) for pi, cp, *_ in rows]
+            rising[:len(rows)] = working_set_rising(
+                lasts[:, :, m], safety.memory_margin,
+                [b is not None and b > window_start - W * spec.step_seconds for b in began])
         # the served policy for every container at once (tests/test_online.py: the same
         # numbers as its replay over each whole history)
         proposals[:len(rows)] = next_allocations(served.policy, lasts, last_phases, owns)
