@@ -237,8 +237,12 @@ def served_calibration(data, raw, window: int, j: int, share: float, only: Seque
     scored windows of ``only`` at risk — the order the operator applies them in (the policy's
     factor, then the layer). Scaling the served allocations instead is no shortcut: the layer's
     working-set cover does not scale with the factor. Returns (factor, served Replay)."""
-
     inputs = working_set_inputs(data, [len(a) for a in raw.allocations], window, safety)
+    # the scored windows' maxima depend on the usage only: read once, not at every step
+    kept = [i for i in only if len(data.usage[i]) > window]
+    wm, _, _ = _scored_windows(data, raw, window, j, kept)
+    maxima = np.concatenate(wm) if wm else np.empty(0)
+    allowed = int(np.floor(share * len(maxima) + 1e-9))
 
     def served(f):
         rows = []
@@ -249,11 +253,10 @@ def served_calibration(data, raw, window: int, j: int, share: float, only: Seque
         return Replay(raw.policy, through_safety(data, rows, window, safety, inputs))
 
     def at_risk(rep) -> bool:
-        wm, al, _ = _scored_windows(data, rep, window, j, only)
-        if not wm:
+        if not len(maxima):
             return False
-        wm, al = np.concatenate(wm), np.concatenate(al)
-        return int(np.count_nonzero(wm > al)) > int(np.floor(share * len(wm) + 1e-9))
+        al = np.concatenate([rep.allocations[i][1: 1 + len(m), j] for i, m in zip(kept, wm)])
+        return int(np.count_nonzero(maxima > al)) > allowed
 
     hi = calibration_factor(data, raw, window, j, share, only)
     rep_hi = served(hi)
