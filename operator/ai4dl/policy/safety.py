@@ -5,9 +5,10 @@ evaluator to all executions of a replay at once.
 
 Order: drop proposals that are not numbers -> skip changes below the threshold -> limit the
 change per window -> hold decreases during the cool-down after an increase -> hold memory
-decreases while the working set is rising -> cover the latest memory working set -> clamp to floor and ceiling -> approach a ceiling below the allocation in
-force at the per-window decrease limit -> hold resources whose bounds contradict each other ->
-cap at the physical maximum.
+decreases while the working set is rising -> cover the latest memory working set -> clamp to
+floor and ceiling -> approach a ceiling below the allocation in force at the per-window
+decrease limit -> hold resources whose bounds contradict each other -> cap at the physical
+maximum.
 
 The guarantees: memory is never set below the latest working set × (1 + margin) (unless the
 ceiling forbids it), and never lowered in a window after one in which the working set grew by
@@ -104,9 +105,8 @@ def working_set_rising(memory, margin, started=None) -> np.ndarray:
     set was 0 before its first sample, so any sample above 0 is a rise (a job's start is
     the growth this rule is for, and one sample of it says nothing about where it ends)."""
     memory = np.atleast_2d(np.asarray(memory, np.float64))
-    out = np.zeros(len(memory), bool)
     if margin is None or memory.shape[1] == 0:
-        return out
+        return np.zeros(len(memory), bool)
     ok = np.isfinite(memory)
     n = ok.sum(axis=1)
     y = np.where(ok, memory, 0.0)
@@ -120,11 +120,10 @@ def working_set_rising(memory, margin, started=None) -> np.ndarray:
         x1 = memory.shape[1] - 1 - ok[:, ::-1].argmax(axis=1)
         y0 = ym + slope * (x0 - xm)
         y1 = ym + slope * (x1 - xm)
-        grew = (n >= 2) & (slope > 0) & (y1 > np.maximum(y0, 0.0) * (1.0 + margin))
-    out[:] = grew
+        rising = (n >= 2) & (slope > 0) & (y1 > np.maximum(y0, 0.0) * (1.0 + margin))
     if started is not None:
-        out |= np.asarray(started, bool) & (np.where(ok, memory, 0.0) > 0).any(axis=1)
-    return out
+        rising |= np.asarray(started, bool) & (y > 0).any(axis=1)
+    return rising
 
 
 def hold_memory_while_rising(proposal, current, rising, memory_index):
