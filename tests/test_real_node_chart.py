@@ -323,9 +323,14 @@ def test_operator_pod_resizes_a_pod_beside_it_in_place(release, kube_cluster, st
         st = after["status"]["containerStatuses"][0]
         assert st["restartCount"] == 0 and st["containerID"] == cid
         assert after["status"]["qosClass"] == "Guaranteed"
+        # it was this pod's operator (the only one serving this namespace) that resized it; its
+        # window line is written when the window's work is done, which can be after the kubelet
+        # has already applied the resize (a race CI lost once), so it is waited for
+        wait_for(lambda: any(f"PhaseModel {rel.workloads}/pm window" in line
+                             and " 1 resized" in line for line in rel.log().splitlines()),
+                 WINDOW, interval=0.25, what="the operator's window line with 1 resized",
+                 reason=lambda: rel.log()[-3000:])
         log = rel.log()
-        # it was this pod's operator (the only one serving this namespace) that resized it
-        assert f"PhaseModel {rel.workloads}/pm window" in log and " 1 resized" in log, log[-3000:]
         assert "Forbidden" not in log and " 403" not in log, log[-3000:]
         assert rel.pod()["status"]["containerStatuses"][0]["restartCount"] == 0
     finally:
