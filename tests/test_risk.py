@@ -239,3 +239,127 @@ def test_auto_is_calibrated_through_the_safety_layer_it_is_served_under():
     # factor meeting it), where the bare calibration over-delivers
     assert r_bare < r_aware <= 0.05 and r_aware > 0.05 - 1 / 60
     assert a_aware < a_bare
+
+
+def test_a_matched_share_under_a_safety_layer_is_found_in_the_served_order():
+    """Under a layer, the factor goes on the policy's own rows and the layer serves the
+    result, as the operator does: the served rows at the factor leave at most the share at
+    risk and a hair less leaves more; multiplying the served rows instead multiplies the
+    layer's floors too (the working-set cover, memory held while it rises): allocations that
+    no factor on the policy's rows would get served."""
+    from ai4dl.judge import served_risk_match, through_safety
+    from ai4dl.policy.safety import SafetyConfig
+
+    data = _starting(40, 5)
+    safety = SafetyConfig(max_decrease=0.5, memory_margin=0.1, memory_index=1)
+    own = replay(data, AdaptiveMax(), 10)
+    served = through_safety(data, own.allocations, 10, safety)
+    wmax = [np.maximum.reduceat(u[:, 1], np.arange(0, len(u), 10))[1:] for u in data.usage]
+    maxima = np.concatenate(wmax)
+    allowed = int(np.floor(0.05 * len(maxima)))
+
+    def at_risk(rows):
+        return int(np.count_nonzero(maxima > np.concatenate(
+            [r[1: 1 + len(w), 1] for r, w in zip(rows, wmax)])))
+
+    def scaled(f):
+        out = []
+        for r in own.allocations:
+            r = r.copy()
+            r[1:, 1] *= f
+            out.append(r)
+        return through_safety(data, out, 10, safety)
+
+    got = served_risk_match(data, own.allocations, 10, 1, 0.05, safety)
+    f = float(got.factors[0])
+    assert got.met[0] and at_risk(got.allocations) <= allowed
+    assert at_risk(scaled(f * (1 - 1e-4))) > allowed
+    for a, b in zip(got.allocations, scaled(f)):
+        np.testing.assert_array_equal(a, b)
+    # the served rows multiplied to the same share: other rows, at another cost
+    m = matched_risk_multiplier(maxima, np.concatenate(
+        [r[1: 1 + len(w), 1] for r, w in zip(served, wmax)]), 0.05)
+    post = sum(float((r[1:, 1] * m).sum()) for r in served)
+    assert abs(post / sum(float(g[1:, 1].sum()) for g in got.allocations) - 1) > 0.01
+    # one factor per execution, found together, is each execution's own match
+    each = served_risk_match(data, own.allocations, 10, 1, 0.2, safety, per_execution=True)
+    for i in (0, 7, 23):
+        alone = served_risk_match(data, own.allocations, 10, 1, 0.2, safety, [i])
+        assert each.factors[i] == alone.factors[0]
+        np.testing.assert_array_equal(each.allocations[i], alone.allocations[0])
+
+
+def test_score_under_a_layer_reports_the_served_rows_at_the_matched_share():
+    """``score`` with the policy's own rows and the layer: the cost at a share is that of the
+    served rows at the served-order factor, the same for a one-execution score from the
+    precomputed per-execution matches; without the own rows, the closed form as before."""
+    from ai4dl.judge import served_matches, served_risk_match, subset
+    from ai4dl.policy.safety import SafetyConfig
+
+    data = _starting(30, 6)
+    safety = SafetyConfig(max_decrease=0.5, memory_margin=0.1, memory_index=1)
+    own = {"a": replay(data, AdaptiveMax(), 10), "oracle": replay(data, Oracle(), 10)}
+    reps = {"a": replay(data, AdaptiveMax(), 10, safety), "oracle": own["oracle"]}
+    closed = score(data, reps, 10, targets=(), risks=(0.05,))["a"][1]
+    served = score(data, reps, 10, targets=(), risks=(0.05,), safety=safety, own=own)["a"][1]
+    got = served_risk_match(data, own["a"].allocations, 10, 1, 0.05, safety)
+    assert served.risk_multiplier_at[0.05] == got.factors[0]
+    mem = replay(data, Oracle(), 10)
+    oracle = sum(float(np.repeat(r[1:, 1], 10)[: len(u) - 10].sum())
+                 for r, u in zip(mem.allocations, data.usage))
+    cost = sum(float(np.repeat(r[1:, 1], 10)[: len(u) - 10].sum())
+               for r, u in zip(got.allocations, data.usage))
+    assert served.vs_oracle_risk_at[0.05] == pytest.approx(cost / oracle)
+    assert served.vs_oracle_risk_at[0.05] != pytest.approx(closed.vs_oracle_risk_at[0.05])
+    assert served.risk_share == closed.risk_share          # as served: the same rows
+    matches = served_matches(data, own, 10, (1,), (0.05,), safety)
+    for i in (0, 11):
+        one = score(data, reps, 10, targets=(), risks=(0.05,), only=[i], safety=safety,
+                    own=own, matches=matches)["a"][1]
+        alone = score(subset(data, [i]), {n: Replay(n, [r.allocations[i]])
+                                          for n, r in reps.items()}, 10, targets=(),
+                      risks=(0.05,), safety=safety,
+                      own={n: Replay(n, [r.allocations[i]]) for n, r in own.items()})["a"][1]
+        assert one.vs_oracle_risk_at[0.05] == pytest.approx(alone.vs_oracle_risk_at[0.05])
+        assert one.risk_multiplier_at[0.05] == alone.risk_multiplier_at[0.05]
+
+
+def test_a_challenger_must_be_cheaper_beyond_more_errors_the_more_there_are():
+    from ai4dl.policy.auto import challenge_z
+
+    assert challenge_z(1) == pytest.approx(1.0)
+    assert challenge_z(0) == pytest.approx(1.0)
+    zs = [challenge_z(k) for k in range(1, 8)]
+    assert all(a < b for a, b in zip(zs, zs[1:]))
+    # five challengers together pass on noise as often as one alone at one standard error
+    assert challenge_z(5) == pytest.approx(1.856, abs=1e-3)
+
+
+def test_the_bootstrap_under_a_layer_matches_each_resample_in_the_served_order():
+    """With a layer that changes nothing, the served-order bootstrap (a grid of factors)
+    agrees with the closed form to the grid's step; with the working-set cover it is the
+    served rows' cost, which the closed form on the served rows is not."""
+    from ai4dl.policy.auto import GRID_PER_OCTAVE, bootstrap_risk_costs
+    from ai4dl.policy.safety import SafetyConfig
+
+    data = _starting(30, 8)
+    own = {"a": replay(data, AdaptiveMax(), 10)}
+    only = list(range(30))
+    inert = SafetyConfig(memory_margin=None, memory_index=1)
+    closed = bootstrap_risk_costs(data, own, 10, 1, 0.05, only, ["a"], n=50)["a"]
+    grid = bootstrap_risk_costs(data, own, 10, 1, 0.05, only, ["a"], n=50, safety=inert,
+                                own=own)["a"]
+    step = 2.0 ** (1 / GRID_PER_OCTAVE)
+    assert np.all(grid >= closed * (1 - 1e-9)) and np.all(grid <= closed * step * (1 + 1e-9))
+    cover = SafetyConfig(max_decrease=0.5, memory_margin=0.1, memory_index=1)
+    served = {"a": Replay("a", through_safety_rows(data, own["a"], cover))}
+    as_served = bootstrap_risk_costs(data, own, 10, 1, 0.05, only, ["a"], n=50, safety=cover,
+                                     own=own)["a"]
+    scaled = bootstrap_risk_costs(data, served, 10, 1, 0.05, only, ["a"], n=50)["a"]
+    assert np.isfinite(as_served).all() and np.abs(as_served / scaled - 1).max() > 0.01
+
+
+def through_safety_rows(data, rep, safety):
+    from ai4dl.judge import through_safety
+
+    return through_safety(data, rep.allocations, 10, safety)

@@ -20,7 +20,8 @@ import numpy as np
 # The judge's names are re-exported here, where tests, bench/ and docs/results import them.
 from ai4dl.judge import (GiB, TARGETS, Replay, ReplayInput, ResourceScore,  # noqa: F401
                          matched_margin, matched_risk_multiplier, replay, resource_unit_scale,
-                         score, through_safety, wins_at_risk, wins_over)
+                         score, serve, served_matches, through_safety, wins_at_risk,
+                         wins_over)
 from ai4dl.policy.auto import build_candidate, choose_policy, vpa_scale
 from ai4dl.policy.headroom import first_window_level
 from ai4dl.policy.objectives import RISKS
@@ -125,6 +126,10 @@ class EvaluationResult:
     #: chosen under the served objectives with memory at that share)
     per_risk: dict = field(default_factory=dict)
     auto_risk: dict = field(default_factory=dict)    # share -> AutoChoice
+    #: the policies' own rows before the safety layer (name -> Replay; FITTED name -> share
+    #: -> Replay): where a matched share of windows at risk puts its factor (the served order)
+    own: dict = field(default_factory=dict)
+    per_risk_own: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -290,10 +295,11 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     if "oracle" not in cfg.policies:
         from ai4dl.policy.policies import Oracle
         policies.append(Oracle())
-    replays = {}
+    replays, own = {}, {}
     for p in policies:
         say(f"policy {p.name}")
-        replays[p.name] = replay(data, p, cfg.window, cfg.safety, cfg.vpa_prewarm)
+        own[p.name] = replay(data, p, cfg.window, None, cfg.vpa_prewarm)
+        replays[p.name] = serve(data, own[p.name], cfg.window, cfg.safety)
     per_target: dict = {}
     autos: dict = {}
     fitted: dict = {}
@@ -315,17 +321,26 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
             per_target.setdefault(name, {})[t] = replay(data, pol, cfg.window, cfg.safety,
                                                         cfg.vpa_prewarm)
         replays[name] = per_target[name][primary(cfg.targets)]
-    per_risk, auto_risk = _fit_for_risks(cfg, fitted_names, train_data, data, model, say)
+    per_risk_own, auto_risk = _fit_for_risks(cfg, fitted_names, train_data, data, model, say)
+    per_risk = {n: {s: serve(data, r, cfg.window, cfg.safety) for s, r in by.items()}
+                for n, by in per_risk_own.items()}
+    # a policy fitted per target has no own rows at the other shares: matched as served there
+    judged = dict(safety=cfg.safety, own=own, per_risk_own=per_risk_own)
     scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets,
-                   per_target=per_target, risks=cfg.risks, per_risk=per_risk)
+                   per_target=per_target, risks=cfg.risks, per_risk=per_risk, **judged)
+    matches = (served_matches(data, own, cfg.window, range(len(cfg.resources)), cfg.risks,
+                              cfg.safety, per_risk_own, cfg.include_cold_start)
+               if cfg.safety is not None else None)
     per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i],
-                      per_target=per_target, risks=cfg.risks, per_risk=per_risk)
+                      per_target=per_target, risks=cfg.risks, per_risk=per_risk,
+                      matches=matches, **judged)
                 for i in range(len(data.usage))]
     cold = cold_start_scores(data, [trace_request(e, cfg.resources) for e in test], cfg.window,
                              levels)
     return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model,
                             train_data, per_target, autos, fitted, cold,
-                            first_window_levels=levels, per_risk=per_risk, auto_risk=auto_risk)
+                            first_window_levels=levels, per_risk=per_risk, auto_risk=auto_risk,
+                            own=own, per_risk_own=per_risk_own)
 
 
 def risk_objectives(resources: Sequence[str], share: float) -> dict:
@@ -340,7 +355,8 @@ def risk_objectives(resources: Sequence[str], share: float) -> dict:
 def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model, say):
     """Per share of windows at risk, the fitted policies fitted for it (the head-room tables
     at the fulfilment 1 − share, their nearest sample objective) and ``auto`` chosen under the
-    served objectives with memory at that share: name -> share -> Replay, share -> choice."""
+    served objectives with memory at that share: name -> share -> Replay of the policy's own
+    rows (before the safety layer), share -> choice."""
 
     per_risk: dict = {}
     autos: dict = {}
@@ -358,7 +374,7 @@ def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model,
             else:
                 pol = build_policies(dataclasses.replace(cfg, policies=(name,)), model,
                                      train_data, 1.0 - share)[0]
-            per_risk.setdefault(name, {})[share] = replay(data, pol, cfg.window, cfg.safety,
+            per_risk.setdefault(name, {})[share] = replay(data, pol, cfg.window, None,
                                                           cfg.vpa_prewarm)
     return per_risk, autos
 
@@ -410,15 +426,22 @@ def merge_results(parts: Sequence[EvaluationResult], levels: dict | None = None,
     per_risk = {name: {s: Replay(name, [a for p in parts for a in p.per_risk[name][s]
                                         .allocations]) for s in by_s}
                 for name, by_s in parts[0].per_risk.items()}
+    own = {name: Replay(name, [a for p in parts for a in p.own[name].allocations])
+           for name in parts[0].own}
+    per_risk_own = {name: {s: Replay(name, [a for p in parts
+                                            for a in p.per_risk_own[name][s].allocations])
+                           for s in by_s}
+                    for name, by_s in parts[0].per_risk_own.items()}
     scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets,
-                   per_target=per_target, risks=cfg.risks, per_risk=per_risk)
+                   per_target=per_target, risks=cfg.risks, per_risk=per_risk,
+                   safety=cfg.safety, own=own, per_risk_own=per_risk_own)
     cold = (cold_start_scores(data, requests, cfg.window, levels)
             if levels is not None and requests is not None else [])
     return EvaluationResult(cfg, data, replays, scores,
                             [x for p in parts for x in p.per_execution],
                             int(round(np.mean([p.n_train for p in parts]))), parts[0].model,
                             None, per_target, {}, {}, cold, [p.auto for p in parts],
-                            per_risk=per_risk)
+                            per_risk=per_risk, own=own, per_risk_own=per_risk_own)
 
 
 def run_cross_fitted(traces, cfg: EvaluationConfig, folds: int = 2,
@@ -456,13 +479,19 @@ def run_served(traces, cfg: EvaluationConfig, policy: Policy, name: str, model=N
     if "oracle" not in plain:
         from ai4dl.policy.policies import Oracle
         policies.append(Oracle())
-    replays = {}
+    replays, own = {}, {}
     for p in (*policies, policy):
         label = name if p is policy else p.name
         say(f"policy {label}")
-        rep = replay(data, p, cfg.window, cfg.safety, cfg.vpa_prewarm)
-        replays[label] = Replay(label, rep.allocations)
-    scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets)
-    per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i])
+        rep = replay(data, p, cfg.window, None, cfg.vpa_prewarm)
+        own[label] = Replay(label, rep.allocations)
+        replays[label] = Replay(label, serve(data, rep, cfg.window, cfg.safety).allocations)
+    judged = dict(safety=cfg.safety, own=own)
+    scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, **judged)
+    matches = (served_matches(data, own, cfg.window, range(len(cfg.resources)), RISKS,
+                              cfg.safety, None, cfg.include_cold_start)
+               if cfg.safety is not None else None)
+    per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i],
+                      matches=matches, **judged)
                 for i in range(len(data.usage))]
-    return EvaluationResult(cfg, data, replays, scores, per_exec, 0, model)
+    return EvaluationResult(cfg, data, replays, scores, per_exec, 0, model, own=own)

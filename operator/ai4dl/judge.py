@@ -125,6 +125,116 @@ def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
     return [final[: len(r), i] for i, r in enumerate(raw)]
 
 
+def serve(data: ReplayInput, raw: Replay, window: int, safety: SafetyConfig | None) -> Replay:
+    """``raw`` (a policy's own rows, :func:`replay` without a layer) as ``safety`` serves it;
+    the oracle (the yardstick) and a run without a layer are served as they are."""
+    if raw.policy == "oracle" or safety is None:
+        return raw
+    return Replay(raw.policy, through_safety(data, raw.allocations, window, safety))
+
+
+def subset(data: ReplayInput, idx: Sequence[int]) -> ReplayInput:
+    """The executions ``idx`` of ``data`` (in that order) as a ReplayInput of their own."""
+    def pick(xs):
+        return [xs[i] for i in idx] if xs else []
+    return ReplayInput(pick(data.names), pick(data.usage), pick(data.phases),
+                       pick(data.initial), data.step, data.resources, data.units,
+                       pick(data.groups), pick(data.starts))
+
+
+#: Halvings of the bracket in :func:`served_risk_match` (2^-16 of a factor of 2: far finer
+#: than one window of any data set moves the share at risk).
+SERVED_MATCH_STEPS = 16
+
+
+@dataclass
+class ServedMatch:
+    """:func:`served_risk_match`'s answer, per group of executions: the factor on the policy's
+    own rows (``factors``), whether it meets the share (``met``: False where no factor does,
+    e.g. a ceiling below the usage), and the served rows at it (per execution of ``idx``)."""
+    idx: list[int]
+    factors: np.ndarray
+    met: np.ndarray
+    allocations: list[np.ndarray]
+
+
+def served_risk_match(data: ReplayInput, raw: Sequence[np.ndarray], window: int, j: int,
+                      share: float, safety: SafetyConfig, only: Sequence[int] | None = None,
+                      include_cold_start: bool = False, per_execution: bool = False
+                      ) -> ServedMatch:
+    """The matched share of windows at risk in the order the operator serves it: the smallest
+    factor ``f`` (to 2^-16 of the bracket) such that the policy's own rows ``raw`` with
+    resource ``j`` multiplied by ``f`` after the cold start, then served through ``safety``,
+    leave at most ``share`` of the scored windows of the executions ``only`` at risk.
+
+    Multiplying the served rows instead (:func:`matched_risk_multiplier`) is exact without a
+    layer but not with one: the layer's floors (the working-set cover, memory held while it
+    rises, the minimums) do not scale with the policy's factor, and scaling them down prices a
+    policy at allocations no pod would get. One factor for all of ``only``, or one per
+    execution (``per_execution``), found together: the layer treats every pod on its own, so
+    the search runs the layer once per step over all of them."""
+    idx = list(range(len(data.usage)) if only is None else only)
+    first = 0 if include_cold_start else 1
+    sub = subset(data, idx)
+    rows = [np.asarray(raw[i], np.float64) for i in idx]
+    inputs = working_set_inputs(sub, [len(r) for r in rows], window, safety)
+    wmax = [np.maximum.reduceat(u[:, j], np.arange(0, len(u), window))[first:]
+            if len(u) else np.empty(0) for u in sub.usage]
+    n_groups = len(idx) if per_execution else 1
+    group = np.arange(len(idx)) if per_execution else np.zeros(len(idx), int)
+    labels = np.concatenate([np.full(len(w), g) for w, g in zip(wmax, group)]) if idx else \
+        np.empty(0, int)
+    maxima = np.concatenate(wmax) if idx else np.empty(0)
+    counted = np.bincount(labels, minlength=n_groups)
+    allowed = np.floor(share * counted + 1e-9).astype(int)
+    scored = counted > 0
+
+    def served(factors):
+        scaled = []
+        for r, g in zip(rows, group):
+            a = r.copy()
+            a[first:, j] *= factors[g]
+            scaled.append(a)
+        return through_safety(sub, scaled, window, safety, inputs) if scaled else []
+
+    def over(final) -> np.ndarray:
+        if not len(maxima):
+            return np.zeros(n_groups, bool)
+        al = np.concatenate([f[first: first + len(w), j] for f, w in zip(final, wmax)])
+        return np.bincount(labels, weights=maxima > al, minlength=n_groups) > allowed
+
+    # start from the closed form on the policy's own rows (exact where the layer does nothing)
+    hi = np.ones(n_groups)
+    for g in np.flatnonzero(scored):
+        k = np.flatnonzero(group == g)
+        m = matched_risk_multiplier(np.concatenate([wmax[i] for i in k]),
+                                    np.concatenate([rows[i][first: first + len(wmax[i]), j]
+                                                    for i in k]), share)
+        hi[g] = m if np.isfinite(m) and m > 0 else 1.0
+    short = over(served(hi))
+    for _ in range(20):                         # widen until the share is met
+        if not short.any():
+            break
+        hi[short] *= 2.0
+        short = over(served(hi))
+    met = ~short
+    lo = hi / 2.0
+    moving = met & scored
+    for _ in range(20):                         # ... and below, until it is not
+        if not moving.any():
+            break
+        fine = ~over(served(lo)) & moving
+        hi[fine] = lo[fine]
+        lo[fine] /= 2.0
+        moving = fine
+    for _ in range(SERVED_MATCH_STEPS):
+        mid = np.sqrt(lo * hi)
+        o = over(served(mid))
+        lo = np.where(o, mid, lo)
+        hi = np.where(o | ~met | ~scored, hi, mid)
+    return ServedMatch(idx, hi, met, served(hi))
+
+
 # ----------------------------------------------------------------------------- scoring
 @dataclass
 class ResourceScore:
@@ -219,14 +329,25 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
           only: Sequence[int] | None = None,
           per_target: dict[str, dict[float, Replay]] | None = None,
           risks: Sequence[float] = RISKS,
-          per_risk: dict[str, dict[float, Replay]] | None = None
+          per_risk: dict[str, dict[float, Replay]] | None = None,
+          safety: SafetyConfig | None = None, own: dict[str, Replay] | None = None,
+          per_risk_own: dict[str, dict[float, Replay]] | None = None,
+          matches: dict | None = None
           ) -> dict[str, list[ResourceScore]]:
     """Scores per policy and resource over the executions ``only`` (default: all).
 
     ``per_target`` gives, for a policy fitted for a target fulfilment (the head-room tables,
     ``auto``), the replay of its fit for each target: the figures at target t come from that
     replay, the raw ones from ``replays``. ``per_risk`` likewise for each share of windows at
-    risk in ``risks`` (a policy fitted for that risk)."""
+    risk in ``risks`` (a policy fitted for that risk).
+
+    Replays served through a safety layer (``safety``) are matched to a share of windows at
+    risk in the served order when the policy's own rows are given (``own``, and
+    ``per_risk_own`` for the fits per share): the factor goes on the policy's rows and the
+    layer serves the result (:func:`served_risk_match`), as the operator does; the figures at
+    the share are those of the served rows. ``matches`` ((name, share, j) -> a per-execution
+    :class:`ServedMatch` of every execution, :func:`served_matches`) supplies them
+    precomputed for a one-execution score. Without ``own`` the served rows are multiplied."""
     idx = list(range(len(data.usage)) if only is None else only)
     hours = data.step / 3600.0
     scales = [resource_unit_scale(u)[0] for u in data.units]
@@ -248,6 +369,23 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
     def per_window(rep: Replay) -> np.ndarray:
         return (np.concatenate([rep.allocations[i][first: first + len(w)]
                                 for i, w in zip(idx, wmax)]) if idx else window_max)
+
+    def served_at(rows_own: Replay, name: str, share: float, j: int):
+        """The served-order match on these executions: (factor, per-sample allocation of
+        resource j at it); the factor is inf where no factor meets the share."""
+        pre = (matches or {}).get((name, share, j))
+        if pre is not None:
+            factors = np.where(pre.met, pre.factors, np.inf)[idx]
+            rows = [pre.allocations[i] for i in idx]
+            f = float(factors[0]) if len(idx) == 1 else float("nan")
+        else:
+            got = served_risk_match(data, rows_own.allocations, window, j, share, safety, idx,
+                                    include_cold_start)
+            rows = got.allocations
+            f = float(got.factors[0]) if got.met[0] else np.inf
+        a = (np.concatenate([_per_sample(r, len(data.usage[i]), window)[m][:, j]
+                             for r, i, m in zip(rows, idx, masks)]) if idx else np.empty(0))
+        return f, a
 
     oracle = per_sample(replays["oracle"]) if "oracle" in replays else None
     per_target = per_target or {}
@@ -290,16 +428,22 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
             for share in risks:
                 at, wat = risk_fits.get(share, (A, WA))
                 at, wat = at[:, j], wat[:, j]
-                m = matched_risk_multiplier(window_max[:, j], wat, share)
+                rows_own = (per_risk_own or {}).get(name, {}).get(share) \
+                    if share in risk_fits else (own or {}).get(name)
+                if safety is not None and rows_own is not None and name != "oracle":
+                    m, at = served_at(rows_own, name, share, j)
+                else:
+                    m = matched_risk_multiplier(window_max[:, j], wat, share)
+                    at = at * m
                 s.risk_multiplier_at[share] = m
                 total = float(at.sum() * hours / scale)
-                s.vs_oracle_risk_at[share] = (total * m / oracle_t if oracle_t and np.isfinite(m)
+                s.vs_oracle_risk_at[share] = (total / oracle_t if oracle_t and np.isfinite(m)
                                               else np.inf)
                 if not np.isfinite(m) or not len(u):
                     s.fulfilment_risk_at[share] = s.worst_shortfall_risk_at[share] = np.nan
                     s.worst_shortfall_risk_rel_at[share] = np.nan
                     continue
-                gap = u - at * m
+                gap = u - at
                 with np.errstate(divide="ignore", invalid="ignore"):
                     rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
                 s.fulfilment_risk_at[share] = float(np.mean(gap <= 0))
@@ -328,6 +472,29 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
                 s.worst_shortfall_rel_at[t] = float(max(rel_u.max(), 0.0)) if len(gap) else 0.0
             rows.append(s)
         out[name] = rows
+    return out
+
+
+def served_matches(data: ReplayInput, own: dict[str, Replay], window: int,
+                   resources: Sequence[int], risks: Sequence[float], safety: SafetyConfig,
+                   per_risk_own: dict[str, dict[float, Replay]] | None = None,
+                   include_cold_start: bool = False) -> dict:
+    """For :func:`score` of one execution at a time: (name, share, j) -> the served-order
+    match of every execution on its own (:func:`served_risk_match`, per execution), for every
+    policy of ``own`` but the oracle, from its fit for the share where ``per_risk_own`` has
+    one."""
+    out = {}
+    for name in dict.fromkeys((*own, *(per_risk_own or {}))):
+        if name == "oracle":
+            continue
+        for share in risks:
+            src = (per_risk_own or {}).get(name, {}).get(share, own.get(name))
+            if src is None:
+                continue
+            for j in resources:
+                out[(name, share, j)] = served_risk_match(
+                    data, src.allocations, window, j, share, safety, None, include_cold_start,
+                    per_execution=True)
     return out
 
 

@@ -111,7 +111,7 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     the policy :func:`ai4dl.policy.serving.served_policy` picks for the spec and this model
     (``auto``: the model's own choice), under the PhaseModel's safety layer, at each resource's
     objective. ValueError (one line) when the model cannot provision these executions."""
-    from ai4dl.evaluate import prepare, replay, score
+    from ai4dl.evaluate import prepare, replay, score, serve
     from ai4dl.policy.objectives import Objective
     from ai4dl.policy.policies import Oracle
     from ai4dl.policy.serving import objectives, safety_config, served_policy, window_samples
@@ -130,15 +130,17 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
         raise ValueError(f"no held-out execution is longer than one window ({window} samples)")
     data = prepare(usable, resources, model)
     safety = safety_config(spec, resources)
-    replays = {"served": replay(data, served.policy, window, safety),
-               "oracle": replay(data, Oracle(), window)}
+    own = {"served": replay(data, served.policy, window),
+           "oracle": replay(data, Oracle(), window)}
+    replays = {n: serve(data, r, window, safety) for n, r in own.items()}
     # each resource at its objective: a fulfilment at the matched target, a share of windows
     # at risk at the matched share (``target`` given: a fulfilment for every resource)
     objs = (objectives(spec, resources) if target is None else
             tuple(Objective(r, "fulfilment", float(target)) for r in resources))
     scores = score(data, replays, window,
                    targets=tuple(sorted({o.value for o in objs if not o.is_risk})),
-                   risks=tuple(sorted({o.value for o in objs if o.is_risk})))["served"]
+                   risks=tuple(sorted({o.value for o in objs if o.is_risk})),
+                   safety=safety, own=own)["served"]
     per = {o.resource: float(s.vs_oracle_risk_at[o.value] if o.is_risk else
                              s.vs_oracle_at[o.value]) for o, s in zip(objs, scores)}
     value = float(np.mean(list(per.values())))

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
 
-from ai4dl.judge import (GiB, Replay, matched_risk_multiplier, replay, score, through_safety,
-                         wins_at_risk, wins_over, working_set_inputs)
+from ai4dl.judge import (GiB, Replay, matched_risk_multiplier, replay, score,
+                         served_risk_match, subset, through_safety, wins_at_risk, wins_over,
+                         working_set_inputs)
 from ai4dl.policy.objectives import Objective, resolve
 from ai4dl.policy.online import SERVABLE
 
@@ -224,61 +226,18 @@ def calibration_factor(data, rep, window: int, j: int, share: float,
     return float(m) if np.isfinite(m) and m > 0 else 1.0
 
 
-#: Halvings of the bracket in :func:`served_calibration` (2^-16 of a factor of 2: far finer
-#: than one window of any data set moves the share at risk).
-SERVED_CALIBRATION_STEPS = 16
-
-
 def served_calibration(data, raw, window: int, j: int, share: float, only: Sequence[int],
                        safety):
     """:func:`calibration_factor` for a policy served through ``safety``: the smallest factor
-    ``f`` (to 2^-16 of the bracket) such that the raw allocations ``raw`` with resource ``j``
-    multiplied by ``f``, then served through the safety layer, leave at most ``share`` of the
-    scored windows of ``only`` at risk — the order the operator applies them in (the policy's
-    factor, then the layer). Scaling the served allocations instead is no shortcut: the layer's
-    working-set cover does not scale with the factor. Returns (factor, served Replay)."""
-    inputs = working_set_inputs(data, [len(a) for a in raw.allocations], window, safety)
-    # the scored windows' maxima depend on the usage only: read once, not at every step
-    kept = [i for i in only if len(data.usage[i]) > window]
-    wm, _, _ = _scored_windows(data, raw, window, j, kept)
-    maxima = np.concatenate(wm) if wm else np.empty(0)
-    allowed = int(np.floor(share * len(maxima) + 1e-9))
-
-    def served(f):
-        rows = []
-        for a in raw.allocations:
-            a = np.array(a, np.float64)
-            a[1:, j] *= f
-            rows.append(a)
-        return Replay(raw.policy, through_safety(data, rows, window, safety, inputs))
-
-    def at_risk(rep) -> bool:
-        if not len(maxima):
-            return False
-        al = np.concatenate([rep.allocations[i][1: 1 + len(m), j] for i, m in zip(kept, wm)])
-        return int(np.count_nonzero(maxima > al)) > allowed
-
-    hi = calibration_factor(data, raw, window, j, share, only)
-    rep_hi = served(hi)
-    for _ in range(20):                         # widen until the share is met
-        if not at_risk(rep_hi):
-            break
-        hi *= 2.0
-        rep_hi = served(hi)
-    lo = hi / 2.0
-    for _ in range(20):                         # ... and below, until it is not
-        rep_lo = served(lo)
-        if at_risk(rep_lo):
-            break
-        hi, rep_hi, lo = lo, rep_lo, lo / 2.0
-    for _ in range(SERVED_CALIBRATION_STEPS):
-        mid = math.sqrt(lo * hi)
-        rep_mid = served(mid)
-        if at_risk(rep_mid):
-            lo = mid
-        else:
-            hi, rep_hi = mid, rep_mid
-    return float(hi), rep_hi
+    on the raw allocations ``raw``'s resource ``j`` that, served through the layer, leaves at
+    most ``share`` of the scored windows of ``only`` at risk — the order the operator applies
+    them in (the policy's factor, then the layer), found by the judge's
+    :func:`~ai4dl.judge.served_risk_match`. Returns (factor, the served Replay of every
+    execution at it, ``raw`` with resource ``j`` scaled by it)."""
+    factor = float(served_risk_match(data, raw.allocations, window, j, share, safety,
+                                     only).factors[0])
+    own = _scaled(raw, factor, j)
+    return factor, Replay(raw.policy, through_safety(data, own.allocations, window, safety)), own
 
 
 def _scored_windows(data, rep, window: int, j: int, only: Sequence[int]):
@@ -297,12 +256,16 @@ def _scored_windows(data, rep, window: int, j: int, only: Sequence[int]):
     return wm, al, size
 
 
-def _scaled(rep, factor: float):
-    """``rep`` with its rows after the cold start multiplied by ``factor``."""
+def _scaled(rep, factor: float, j: int | None = None):
+    """``rep`` with its rows after the cold start (resource ``j``'s only, if given) multiplied
+    by ``factor``."""
     out = []
     for a in rep.allocations:
         a = np.array(a, np.float64)
-        a[1:] *= factor
+        if j is None:
+            a[1:] *= factor
+        else:
+            a[1:, j] *= factor
         out.append(a)
     return Replay(rep.policy, out)
 
@@ -313,23 +276,68 @@ BOOTSTRAP = 200
 BOOTSTRAP_SEED = 0
 
 
+#: Under a safety layer, :func:`bootstrap_risk_costs` matches each resample on a grid of
+#: factors on the calibrated rows: 2^(k / GRID_PER_OCTAVE) for |k| <= GRID_OCTAVES x
+#: GRID_PER_OCTAVE (steps of 1.1 %, over a quarter to four times the calibration).
+GRID_PER_OCTAVE = 64
+GRID_OCTAVES = 2
+
+
 def bootstrap_risk_costs(data, replays: dict, window: int, j: int, share: float,
                          only: Sequence[int], names: Sequence[str], n: int = BOOTSTRAP,
-                         seed: int = BOOTSTRAP_SEED) -> dict:
+                         seed: int = BOOTSTRAP_SEED, safety=None,
+                         own: dict | None = None) -> dict:
     """name -> (n,) allocation ÷ oracle at the matched ``share`` of windows at risk on
     resource ``j``, over ``n`` resamples (with replacement, seeded) of the executions ``only``:
     the executions are the clusters (a job that peaks peaks in many of its windows), so the
-    spread of these costs is the cluster-robust noise of a comparison on these executions."""
+    spread of these costs is the cluster-robust noise of a comparison on these executions.
+
+    Matched as the judge matches (:func:`ai4dl.judge.score`): with a ``safety`` layer and the
+    policies' ``own`` rows, in the served order — each resample's factor is the first of a
+    grid of factors on the own rows (:data:`GRID_PER_OCTAVE`) whose served rows leave at most
+    the share at risk, the layer run once per grid factor for all executions (a resample
+    beyond the grid costs inf). Without them, the closed form on ``replays``."""
     execs = [i for i in only if len(data.usage[i]) > window]
     rng = np.random.default_rng(seed)
     draws = [rng.integers(0, len(execs), len(execs)) for _ in range(n)] if execs else []
+    out = {}
+    if safety is not None and own is not None:
+        sub = subset(data, execs)
+        wm, _, size = _scored_windows(sub, own[names[0]], window, j, range(len(execs)))
+        windows = np.array([len(m) for m in wm])
+        orc = np.array([float((m * z).sum()) for m, z in zip(wm, size)])
+        grid = 2.0 ** (np.arange(-GRID_OCTAVES * GRID_PER_OCTAVE,
+                                 GRID_OCTAVES * GRID_PER_OCTAVE + 1) / GRID_PER_OCTAVE)
+        for name in names:
+            rows = [np.array(own[name].allocations[i], np.float64) for i in execs]
+            counts = np.empty((len(grid), len(execs)))
+            costs = np.empty((len(grid), len(execs)))
+            inputs = working_set_inputs(sub, [len(r) for r in rows], window, safety)
+            for k, f in enumerate(grid):
+                scaled = []
+                for r in rows:
+                    r = r.copy()
+                    r[1:, j] *= f
+                    scaled.append(r)
+                final = through_safety(sub, scaled, window, safety, inputs)
+                for e, (fr, m, z) in enumerate(zip(final, wm, size)):
+                    al = fr[1: 1 + len(m), j]
+                    counts[k, e] = np.count_nonzero(m > al)
+                    costs[k, e] = float((al * z).sum())
+            vals = np.empty(len(draws))
+            for b, d in enumerate(draws):
+                allowed = np.floor(share * windows[d].sum() + 1e-9)
+                ok = np.flatnonzero(counts[:, d].sum(1) <= allowed)
+                o = orc[d].sum()
+                vals[b] = costs[ok[0], d].sum() / o if len(ok) and o > 0 else np.inf
+            out[name] = vals
+        return out
 
     def parts(rep):
         wm, al, size = _scored_windows(data, rep, window, j, execs)
         return (wm, al, np.array([float((a * z).sum()) for a, z in zip(al, size)]),
                 np.array([float((m * z).sum()) for m, z in zip(wm, size)]))
 
-    out = {}
     for name in names:
         wm, al, cost, orc = parts(replays[name])
         vals = np.empty(len(draws))
@@ -342,29 +350,45 @@ def bootstrap_risk_costs(data, replays: dict, window: int, j: int, share: float,
     return out
 
 
+def challenge_z(challengers: int) -> float:
+    """How many standard errors cheaper a challenger of the fitted candidate must be, with
+    ``challengers`` of them: one standard error alone (a 16 % chance that a candidate no
+    cheaper passes), and with several the same 16 % for all of them together (Bonferroni:
+    the one-sided normal quantile at 16 % ÷ challengers). Without it, the more candidates
+    auto considers, the likelier one of them passes on the noise of a few recent jobs."""
+    one = 1.0 - NormalDist().cdf(1.0)
+    return NormalDist().inv_cdf(1.0 - one / max(challengers, 1))
+
+
 def pick_at_risk(data, replays: dict, window: int, j: int, share: float,
-                 only: Sequence[int], won: Sequence[str], costs: dict) -> str:
+                 only: Sequence[int], won: Sequence[str], costs: dict, safety=None,
+                 own: dict | None = None) -> str:
     """Among the candidates that won against the baseline at the matched ``share`` (``won``,
     their costs ``costs``), the one served. The candidate fitted to the share itself
-    (:data:`RISK_LEARNED`), when it won, is kept unless another is cheaper beyond one
-    cluster-robust standard error (:func:`bootstrap_risk_costs`): the others are fitted to
-    a share of samples and only rescaled, and a few windows decide a matched share on the
-    most recent executions. Without it, the cheapest. None won: the baseline."""
+    (:data:`RISK_LEARNED`), when it won, is kept unless another is cheaper beyond
+    :func:`challenge_z` cluster-robust standard errors (one with a single challenger;
+    :func:`bootstrap_risk_costs`, matched in the served order under ``safety`` with the
+    ``own`` rows): the others are fitted to a share of samples and only rescaled, and a few
+    windows decide a matched share on the most recent executions.
+    Without it, the cheapest. None won: the baseline."""
     if not won:
         return BASELINE
     prior = next((n for n in RISK_LEARNED if n in won), None)
     cheapest = min(won, key=lambda n: costs[n])
     if prior is None or cheapest == prior:
         return cheapest
-    boot = bootstrap_risk_costs(data, replays, window, j, share, only, won)
+    boot = bootstrap_risk_costs(data, replays, window, j, share, only, won, safety=safety,
+                                own=own)
+    z = challenge_z(len(won) - 1)
     better = []
     for name in won:
         if name == prior:
             continue
-        diff = boot[name] - boot[prior]
+        with np.errstate(invalid="ignore"):      # inf - inf: a resample neither matched
+            diff = boot[name] - boot[prior]
         diff = diff[np.isfinite(diff)]
         if len(diff) and costs[name] < costs[prior] and \
-                costs[name] - costs[prior] + float(np.std(diff)) < 0:
+                costs[name] - costs[prior] + z * float(np.std(diff)) < 0:
             better.append(name)
     return min(better, key=lambda n: costs[n]) if better else prior
 
@@ -455,11 +479,16 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                                _scaled(replays[n], calibration_factor(
                                    train, replays[n], window, j, o.value, fit_idx)))
                            for n in (*names, "oracle")}
+                    own = None
                 else:
-                    cal = {n: served_calibration(train, replays[n], window, j, o.value,
-                                                 fit_idx, safety)[1] for n in names}
+                    served = {n: served_calibration(train, replays[n], window, j, o.value,
+                                                    fit_idx, safety) for n in names}
+                    cal = {n: v[1] for n, v in served.items()}
+                    own = {n: v[2] for n, v in served.items()}
                     cal["oracle"] = replays["oracle"]
-                sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,))
+                # judged as the evaluator judges: matched in the served order under a layer
+                sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,),
+                           safety=safety, own=own)
                 won = []
                 for name in names:
                     r = sc[name][j]
@@ -472,7 +501,8 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
                     if win and (servable is None or name in servable):
                         won.append(name)
                 best = pick_at_risk(train, cal, window, j, o.value, val_idx, won,
-                                    {n: sc[n][j].vs_oracle_risk_at[o.value] for n in won})
+                                    {n: sc[n][j].vs_oracle_risk_at[o.value] for n in won},
+                                    safety, own)
                 winners.append(best)
                 w = sc[best][j]
                 achieved.append({"fulfilment": float(w.fulfilment),
