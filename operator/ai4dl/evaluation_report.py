@@ -301,9 +301,13 @@ def risk_table(result: EvaluationResult) -> str:
             f"tables at the fulfilment 1 − s; auto under the served objectives with memory at "
             f"s); their 'as replayed' column is their fit for "
             f"{risk_label(risks[0])}." if fitted else "")
+    served = (" Under the safety layer the multiplier is on each policy's own proposals and "
+              "the layer serves the result, as the operator does; the figures are the served "
+              "allocation's." if result.config.safety is not None else "")
     return (f"Judged by windows at risk (each policy at its own multiplier, so that exactly the "
             f"given share of the {_scored_windows(result):,} scored windows has any sample "
-            f"above the allocation; for memory such a window may be an OOM kill).{note}\n\n"
+            f"above the allocation; for memory such a window may be an OOM kill).{served}"
+            f"{note}\n\n"
             + markdown_table(header, risk_rows(result), set(range(2, 5 + len(risks)))))
 
 

@@ -1,7 +1,9 @@
 """The judge: a policy replayed over executions, window by window, and scored as
 ../shared/docs/evaluation.md defines: allocation ÷ oracle at matched fulfilment (cpu) and at a
 matched share of windows at risk (memory, and a second view of cpu), and the rule by which one
-policy wins against another.
+policy wins against another. Under a safety layer a matched share is found in the served order
+(:func:`served_risk_match`: the factor on the policy's own rows, then the layer), so that a
+figure is an allocation the operator would serve.
 
 It sits below the policies: ``ai4dl.policy.auto`` uses it to choose, ``ai4dl.evaluate``
 orchestrates whole runs above it. So it imports no policy, only the safety chain every replay
@@ -432,18 +434,19 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
                     if share in risk_fits else (own or {}).get(name)
                 if safety is not None and rows_own is not None and name != "oracle":
                     m, at = served_at(rows_own, name, share, j)
+                    scaled = 1.0          # the served rows at the factor: as they are
                 else:
                     m = matched_risk_multiplier(window_max[:, j], wat, share)
-                    at = at * m
+                    scaled = m
                 s.risk_multiplier_at[share] = m
                 total = float(at.sum() * hours / scale)
-                s.vs_oracle_risk_at[share] = (total / oracle_t if oracle_t and np.isfinite(m)
-                                              else np.inf)
+                s.vs_oracle_risk_at[share] = (total * scaled / oracle_t
+                                              if oracle_t and np.isfinite(m) else np.inf)
                 if not np.isfinite(m) or not len(u):
                     s.fulfilment_risk_at[share] = s.worst_shortfall_risk_at[share] = np.nan
                     s.worst_shortfall_risk_rel_at[share] = np.nan
                     continue
-                gap = u - at
+                gap = u - at * scaled
                 with np.errstate(divide="ignore", invalid="ignore"):
                     rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
                 s.fulfilment_risk_at[share] = float(np.mean(gap <= 0))
