@@ -16,8 +16,10 @@ windows at risk), it
    windows at risk), then its cost at the matched share and the risk it realised as served,
 4. picks per resource the cheapest candidate that *wins* against the reactive baseline
    (adaptive-max): cheaper at the target and no more windows short (judged by risk: cheaper
-   at the matched share). A candidate that lost to the baseline is never chosen; when none
-   wins, the baseline itself is served.
+   at the matched share; among those, ``peak-risk`` unless another is cheaper beyond
+   :func:`challenge_z` standard errors, :func:`pick_at_risk`). A candidate that lost to the
+   baseline is never chosen; when none wins, the baseline itself is served. Under a safety
+   layer every share is matched in the served order, as the judge does.
 5. refits the winner(s) on all training executions (judged by risk: calibrated on all of
    them) and returns them as one policy (:class:`~ai4dl.policy.policies.PerResource` when cpu
    and memory differ).
