@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     from kubernetes import client
 
     from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-    from bench_operator import OperatorProcess, setup_cluster
+    from operator_bench.cluster import OperatorProcess, setup_cluster
     from e2e.controlplane import cluster as cpmod
     from e2e.node import jobs as J
     from e2e.node.node import RealNode, ensure_programs

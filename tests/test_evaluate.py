@@ -413,7 +413,7 @@ def test_cold_start_scores_by_hand():
 
 
 def test_initial_model_sets_the_learned_level_for_every_execution(grouped_run):
-    from ai4dl.policy.headroom import first_window_level
+    from ai4dl.policy.headroom_levels import first_window_level
 
     grouped, res = grouped_run
     cfg = EvaluationConfig(window=20, policies=("adaptive-max", "oracle"), test_fraction=0.3,

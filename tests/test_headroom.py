@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from ai4dl.cli import main
 from ai4dl.document import SCHEMA_V1, SCHEMA_VERSION
 from ai4dl.model import PhaseModel
-from ai4dl.policy.headroom import (ESTIMATORS, HeadroomPolicy, burst_bin, burstiness,
-                                   candidate_levels, from_table, to_table)
+from ai4dl.policy.headroom import HeadroomPolicy, from_table, to_table
+from ai4dl.policy.headroom_levels import ESTIMATORS, burst_bin, burstiness, candidate_levels
 from ai4dl.policy.policies import AdaptiveMax
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -383,7 +383,7 @@ def test_a_table_dearer_than_adaptive_max_falls_back_to_it():
     windows: adaptive-max reaches 97 % without covering a jump (2 % of all samples), while the
     floor (94 % per state) makes every table cover state 0's jumps. Such a table never wins, so
     the fit serves adaptive-max itself."""
-    from ai4dl.policy.headroom import _lagrangian_fit
+    from ai4dl.policy.headroom_fit import lagrangian_fit
 
     rng = np.random.default_rng(0)
     W, n_w = 10, 600
@@ -392,11 +392,11 @@ def test_a_table_dearer_than_adaptive_max_falls_back_to_it():
     jumps = (sid[:, None] == 0) & (rng.random((n_w, W)) < 0.06)
     usage[jumps] = 10.0
     levels = np.ones((n_w, 2))
-    est, mult, rep = _lagrangian_fit(levels, usage.ravel(), np.repeat(np.arange(n_w), W),
+    est, mult, rep = lagrangian_fit(levels, usage.ravel(), np.repeat(np.arange(n_w), W),
                                      np.full(n_w, W), sid, 2, 0.97, 0.94)
     assert rep["reference_fallback"] == 1.0 and rep["table_allocation_vs_reference"] > 1.0
     assert (est == 0).all() and np.allclose(mult, rep["reference_multiplier"])
     # at a fixed window price (tracing the trade-off) the table is kept as fitted
-    _, _, fixed = _lagrangian_fit(levels, usage.ravel(), np.repeat(np.arange(n_w), W),
+    _, _, fixed = lagrangian_fit(levels, usage.ravel(), np.repeat(np.arange(n_w), W),
                                   np.full(n_w, W), sid, 2, 0.97, 0.94, window_price=0.0)
     assert "reference_fallback" not in fixed and fixed["allocation_vs_reference"] > 1.0

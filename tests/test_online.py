@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import copy
 
-from ai4dl.policy.headroom import ESTIMATORS, HeadroomPolicy
+from ai4dl.policy.headroom import HeadroomPolicy
+from ai4dl.policy.headroom_levels import ESTIMATORS
 from ai4dl.policy.online import OwnHistory, next_allocation, next_allocations
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,

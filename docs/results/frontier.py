@@ -35,8 +35,8 @@ from sklearn.linear_model import QuantileRegressor
 from ai4dl.evaluate import (EvaluationConfig, build_policies, replay, run_evaluation,
                             score)
 from ai4dl.io.loaders import load_traces
-from ai4dl.policy.headroom import (ESTIMATORS, HeadroomPolicy, candidate_levels,
-                                   training_windows)
+from ai4dl.policy.headroom import HeadroomPolicy
+from ai4dl.policy.headroom_levels import ESTIMATORS, candidate_levels, training_windows
 
 TARGETS = (0.95, 0.97)
 #: Fixed prices of a covered window. The tables' choices jump between a few prices (many states

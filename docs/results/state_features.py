@@ -37,7 +37,7 @@ import numpy as np
 
 from ai4dl.evaluate import EvaluationConfig, replay, run_evaluation, score
 from ai4dl.io.loaders import load_traces
-from ai4dl.policy import headroom
+from ai4dl.policy import headroom, headroom_levels
 from ai4dl.policy.headroom import HeadroomPolicy
 # the sibling script (its folder is on sys.path when either runs): the same targets, tables
 # and bar
@@ -80,7 +80,7 @@ def threshold(name: str, usages, window: int) -> float:
     over their windows; 0.5 for the yes/no features."""
     if name != "jumpy-history":
         return 0.5
-    vals = [feature_value(name, headroom._windows(u, window)) for u in usages]
+    vals = [feature_value(name, headroom_levels.windows(u, window)) for u in usages]
     vals = np.concatenate([v for v in vals if len(v)] or [np.zeros(1)])
     return float(np.median(vals))
 
@@ -89,16 +89,19 @@ def threshold(name: str, usages, window: int) -> float:
 def state_bit(name: str, thr: float):
     """Within the block, the head-room tables read their phase index as 2 × phase + the bit
     (of the first usage column: the tables here are fitted one resource at a time)."""
-    original = headroom.candidate_levels
+    original = headroom_levels.candidate_levels
 
     def with_bit(usage, phases, window):
         lv, bu, lp = original(usage, phases, window)
-        win = headroom._windows(np.asarray(usage, np.float64)[:, 0], window)[: len(lv)]
+        win = headroom_levels.windows(np.asarray(usage, np.float64)[:, 0], window)[: len(lv)]
         bit = (feature_value(name, win) > thr).astype(np.int64)
         base = np.zeros(len(lv), np.int64) if lp is None else np.asarray(lp, np.int64)
         return lv, bu, 2 * base + bit
 
-    with mock.patch.object(headroom, "candidate_levels", with_bit):
+    # the fit reads the levels through headroom_levels.training_windows, serving through
+    # headroom's own name for them: both are patched
+    with mock.patch.object(headroom_levels, "candidate_levels", with_bit), \
+            mock.patch.object(headroom, "candidate_levels", with_bit):
         yield
 
 

@@ -251,7 +251,8 @@ class FitReport(_Strict):
     device: str = Field("cpu", max_length=MAX_NAME)
 
 
-#: Head-room table vocabularies (ai4dl.policy.headroom.ESTIMATORS / POOL_LEVELS).
+#: Head-room table vocabularies (ai4dl.policy.headroom_levels.ESTIMATORS /
+#: ai4dl.policy.headroom.POOL_LEVELS).
 ESTIMATOR_NAMES = ("max", "mean+2std", "last", "median", "phase-level", "max-2w", "ewma-max")
 POOL_NAMES = ("state", "burstiness", "global")
 

@@ -23,7 +23,7 @@ from ai4dl.judge import (GiB, TARGETS, Replay, ReplayInput, ResourceScore,  # no
                          score, serve, served_matches, through_safety, wins_at_risk,
                          wins_over)
 from ai4dl.policy.auto import build_candidate, choose_policy, vpa_scale
-from ai4dl.policy.headroom import first_window_level
+from ai4dl.policy.headroom_levels import first_window_level
 from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.policies import Policy
 from ai4dl.policy.safety import SafetyConfig

@@ -191,7 +191,8 @@ def headroom_figure(policies):
     multiplier, each cell labelled with the estimator it multiplies. A panel whose states were
     all pooled (too few training windows per state) says so in its title: its one colour is
     the fit's, not a finding about the phases."""
-    from ai4dl.policy.headroom import ESTIMATORS, POOL_LEVELS
+    from ai4dl.policy.headroom import POOL_LEVELS
+    from ai4dl.policy.headroom_levels import ESTIMATORS
 
     panels = [(p, r) for p in policies for r in range(len(p.resources_))]
     n = len(panels)

@@ -114,7 +114,7 @@ def headroom_section(policy) -> list[str]:
     last sample; columns: burstiness bins of the last window, max ÷ mean), each cell the
     estimator trusted in that state × its multiplier, with the training windows behind it
     (and where a rare state was pooled)."""
-    from ai4dl.policy.headroom import ESTIMATORS
+    from ai4dl.policy.headroom_levels import ESTIMATORS
 
     out = [f"## Policy table: {policy.name} (fitted for {100 * policy.target:g} % fulfilment, "
            f"windows of {policy.window_} samples)", "",

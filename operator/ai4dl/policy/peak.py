@@ -10,7 +10,7 @@ the execution has already shown the peak that comes back (then its running maxim
 to hold, or less right after the peak) or is still growing (then it needs head-room over it).
 
 Allocation. Row 0 (cold start, nothing seen) is the ``1 − max_risk`` quantile of the training
-executions' first-window peaks (:func:`ai4dl.policy.headroom.first_window_level`), as the
+executions' first-window peaks (:func:`ai4dl.policy.headroom_levels.first_window_level`), as the
 head-room tables'. Row w >= 1 is, per resource, ``M_w × c[state_w]``: ``M_w`` the maximum of
 every sample before window w, ``c`` a multiplier per state — or, in the states where the fit
 finds it cheaper at the same risk, ``L_w × c[state_w]`` with ``L_w`` the last window's max
@@ -68,7 +68,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ai4dl.policy.headroom import check_table_call, check_training, first_window_level
+from ai4dl.policy.headroom import check_table_call, check_training
+from ai4dl.policy.headroom_levels import first_window_level
 
 #: Bin edges of the state features (a bin holds [edge, next edge); values below the first
 #: edge fall in the first bin).

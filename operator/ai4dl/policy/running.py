@@ -5,8 +5,8 @@ window needs from the past beyond the last window (see :mod:`ai4dl.policy.online
 the pod's state annotation), the head-room table's and peak-risk's serving read it, and
 :func:`window_levels` derives the table's window estimators from it. The estimators' constants
 live here because the running form defines them; the batch forms
-(:func:`ai4dl.policy.headroom.candidate_levels`) import them. Imports nothing from the package,
-so every policy may import it.
+(:func:`ai4dl.policy.headroom_levels.candidate_levels`) import them. Imports nothing from the
+package, so every policy may import it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,167 @@
+"""bench/bench_operator.py's tables: the results of a run as markdown on stdout. Separate so that
+the measurement code carries no presentation."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+from .common import fmt, table
+
+
+def report(args, results: dict) -> None:
+    op = results["op"]
+    measured = op["measured"]
+    secs = [r["seconds"] for r in measured if r["seconds"] is not None]
+    done = [r["done_after_boundary"] for r in measured]
+    n = len(measured)
+    s0, s1 = op["snap0"], op["snap1"]
+    writes = {}
+    qr = qr_lat = float("nan")
+    if s0 and s1 and n:
+        for key, v in s1["api"].items():
+            # leases: the API server's own heartbeat, not the operator's
+            if key[0] in ("POST", "PUT", "PATCH", "DELETE", "APPLY") and key[1] != "leases":
+                d = v - s0["api"].get(key, 0.0)
+                if d > 0:
+                    writes[key] = d / n
+        qr = (s1["qr"] - s0["qr"]) / n
+        dc = s1["qr_count"] - s0["qr_count"]
+        qr_lat = (s1["qr_sum"] - s0["qr_sum"]) / dc if dc else float("nan")
+    starts = [r["window_start"] for r in measured]
+    if op["first_full"] is not None:
+        starts = [op["records"][op["first_full"]]["window_start"]] + starts
+    missed = sum(int(round((b - a) / args.window)) - 1 for a, b in zip(starts, starts[1:]))
+    first = op["records"][op["first_full"]] if op["first_full"] is not None else None
+    resized = [r["resized"] for r in measured]
+
+    def write_str():
+        if not writes:
+            return "n/a"
+        parts = [f"{v:.0f} {verb} {res}{'/' + sub if sub else ''}"
+                 for (verb, res, sub), v in sorted(writes.items(), key=lambda kv: -kv[1])]
+        return f"{sum(writes.values()):.0f} ({', '.join(parts)})"
+
+    def cpu_str():
+        if not (s0 and s1 and n):
+            return "n/a"
+        span = s1["t"] - s0["t"]
+        d = {k: (s1["cpu"][k] - s0["cpu"][k]) / span for k in s0["cpu"]}
+        return (f"{sum(d.values()):.2f} over {span:.0f} s (" +
+                ", ".join(f"{k} {v:.2f}" for k, v in d.items()) + ")")
+
+    def op_cpu_per_write():
+        if not (s0 and s1 and n and writes):
+            return "n/a"
+        cpu = s1["cpu"]["operator"] - s0["cpu"]["operator"]
+        return 1000.0 * cpu / (sum(writes.values()) * n)
+
+    sc = results.get("scrape", {})
+    rows = [
+        ["pods", args.pods, ""],
+        ["what the pods play", "5 real DLaaS training containers (ai4dl_samples)"
+         if args.traces == "ai4dl-samples" else "6 synthetic DL jobs", f"at {args.speed:g}x"],
+        ["load average before the benchmark started (1 min)",
+         results.get("load_before", float("nan")), "< 1 for clean numbers"],
+        ["windows measured (after the first with all pods)", f"{n} of {args.windows}", ""],
+        ["window processing, median (s)", statistics.median(secs) if secs else None,
+         f"<= {args.window}"],
+        ["window processing, max (s)", max(secs) if secs else None, f"<= {args.window}"],
+        ["window processing, first window with all pods (s)",
+         first["seconds"] if first else None, ""],
+        ["window done after its boundary, median / max (s) (incl. settle "
+         f"{args.settle} s)", f"{fmt(statistics.median(done)) if done else 'n/a'} / "
+                              f"{fmt(max(done)) if done else 'n/a'}", f"< {args.window}"],
+        ["window boundaries missed while measuring", missed, "0"],
+        ["operator start -> first window begins / ends (s)",
+         f"{fmt(op['first_window_start'] + args.settle - op['started'], 1)} / "
+         f"{fmt(op['first_window_done'] - op['started'], 1)}"
+         if op.get("first_window_start") else "n/a", ""],
+        ["operator RSS peak, VmHWM (MiB)", op["rss_peak"], "<= 286 (300 MB)"],
+        ["operator RSS at end, VmRSS (MiB)", op["rss_now"], ""],
+        ["Prometheus range queries per window", qr, "1"],
+        ["query_range latency in Prometheus, mean (s)", qr_lat, ""],
+        ["resizes per window, mean (min-max)",
+         f"{statistics.mean(resized):.0f} ({min(resized)}-{max(resized)})" if resized else "n/a",
+         ""],
+        ["API writes per window (apiserver_request_total)", write_str(), ""],
+        [f"CPU used while measuring, cores (of {os.cpu_count()})", cpu_str(), ""],
+        ["operator CPU per API write (ms)", op_cpu_per_write(), ""],
+        ["exporter scrape duration, mean / max (s)",
+         f"{fmt(sc.get('avg'), 3)} / {fmt(sc.get('max'), 3)}", "< 1 (scrape interval)"],
+        ["samples per scrape", sc.get("samples"), ""],
+        ["exporter render time, last (s)", results.get("render"), ""],
+        [f"pod creation ({args.threads} threads) (s)", results.get("pod_create"), ""],
+        ["control-plane start (s)", results.get("cp_start"), ""],
+        ["model fit (s)", results.get("fit"), ""],
+    ]
+    print(f"\n## Operator at {args.pods} pods, window {args.window} s, step 1 s, "
+          f"speed {args.speed:g}x ({os.cpu_count()} cores)\n")
+    print(table(["metric", "value", "target"], rows))
+
+    print("\nPer window (the operator's log and histogram):\n")
+    wrows = []
+    for i, r in enumerate(op["records"]):
+        role = ("first full" if i == op["first_full"] else
+                "measured" if op["first_full"] is not None and i > op["first_full"] else "warm-up")
+        wrows.append([time.strftime("%H:%M:%S", time.localtime(r["window_start"])), role,
+                      r["pods"], r["resized"], r["seconds"],
+                      f"<= {r['bucket']:g}" if r["bucket"] else "n/a",
+                      r["done_after_boundary"], r["skipped"]])
+    print(table(["window", "role", "pods", "resized", "processing (s)", "histogram bucket",
+                 "done after boundary (s)", "skipped"], wrows))
+
+    bd = results.get("bd")
+    if bd:
+        tm, total = bd["timer"], bd["total"]
+        sec, calls = tm.seconds, tm.calls
+        rep = bd["report"]
+        apply_s = sec.get("_apply", 0.0)
+        fetch = sec.get("fetch", 0.0)
+        http = sec.get("fetch: HTTP + JSON decode", 0.0)
+        status_s = sec.get("status patch (PhaseModel)", 0.0)
+        writers = getattr(__import__("ai4dl.controller.runtime", fromlist=["x"]), "WRITERS", 1)
+
+        def row(stage, key=None, wall=None):
+            c = calls.get(key, 0) if key else ""
+            v = sec.get(key, 0.0) if key else None
+            if wall is not None:
+                v = wall
+            share = f"{100 * v / total:.0f} %" if (wall is not None or key in (
+                "fetch", "plan_window", "_apply", "status patch (PhaseModel)")) and total else ""
+            per = f"{1000 * sec.get(key, 0.0) / c:.1f}" if key and c else ""
+            return [stage, c, v, share, per]
+
+        brows = [
+            row("source.fetch (one range query)", "fetch"),
+            row("  of which HTTP + JSON decode (_post)", "fetch: HTTP + JSON decode"),
+            ["  of which placing points (numpy)", "", fetch - http, "", ""],
+            row("plan_window (detect + policy + safety)", "plan_window"),
+            row(f"_apply: pod writes ({writers} writer threads), wall", "_apply"),
+            row("  resize patches (pods/resize), thread-seconds", "resize patches"),
+            row("  annotation patches (pods), thread-seconds", "annotation patches"),
+            row("  events (Resized), thread-seconds", "events"),
+            row("  client answer -> models, all calls, thread-seconds",
+                "client: response -> models"),
+            row("status patch (PhaseModel)", "status patch (PhaseModel)"),
+            row("rest of run (spec, selector, model cache, own metrics)",
+                wall=total - fetch - sec.get("plan_window", 0.0) - apply_s - status_s),
+            row("**WindowRunner.run total (wall)**", wall=total),
+        ]
+        print(f"\n## Where one window's time goes ({bd['pods']} pods, {rep.resized} resized, "
+              f"skipped {rep.skipped}; one WindowRunner.run in the benchmark process before the "
+              "operator starts)\n")
+        print(table(["stage", "calls", "seconds", "share of wall", "ms per call"], brows))
+        cpu = bd.get("cpu") or {}
+        print(f"\nCPU seconds during that run ({total:.2f} s wall, 2 cores): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+              + f". Not in the window above: model built from the document once "
+              f"{bd['model_build']:.2f} s (first window only); list + pod_info of {bd['pods']} "
+              f"pods {bd['snapshot']:.2f} s (the operator does the same LIST at the start of "
+              f"each window). Range queries sent: {bd['queries']}.")
+    wi = results.get("whatif")
+    if wi:
+        print("\n## What-if: the same annotation patches (+1 changing key), other ways\n")
+        print(table(["how", "patches", "seconds", "patches/s",
+                     "client CPU per patch (ms, incl. exporter)", "new TLS connections"], wi))
