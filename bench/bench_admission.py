@@ -55,11 +55,11 @@ def main() -> int:
 
     from kubernetes import client, config
 
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
     from ai4dl.controller.admission import A_ADMITTED
     from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, \
         PhaseModelSpec
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
     from e2e.controlplane.cluster import ControlPlane, ensure_binaries
     from e2e_fixtures_operator import Operator, free_port, install_for_operator, wait_for

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_core.py [--executions 1000] [--samples 2400] [--repeats 5]
 
-Data: the synthetic DL-job generator (ai4dl.synthetic, seed 0), 4 features (cpu, memory,
+Data: the synthetic DL-job generator (ai4dl.method.synthetic, seed 0), 4 features (cpu, memory,
 gpu_util, gpu_memory), every execution cut to exactly --samples samples at 15 s.
 Measured: PhaseModel.fit time by stage (targets: CRBM + k-means < 60 s on 2 cores), online
 detection throughput of the numpy encoder + nearest centroid on ONE thread (target
@@ -18,9 +18,9 @@ import time
 
 from threadpoolctl import threadpool_limits
 
-from ai4dl import synthetic
-from ai4dl.model import PhaseModel
-from ai4dl.traces import TraceSet
+from ai4dl.method import synthetic
+from ai4dl.method.model import PhaseModel
+from ai4dl.method.traces import TraceSet
 
 
 def rss_mib() -> float:

@@ -31,15 +31,15 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ai4dl import synthetic
-from ai4dl.evaluate import (FITTED, POLICIES, EvaluationConfig, build_policies, prepare,
-                            replay, score)
-from ai4dl.model import PhaseModel
+from ai4dl.method import synthetic
+from ai4dl.evaluation.evaluate import (FITTED, POLICIES, EvaluationConfig, build_policies, prepare,
+                                       replay, score)
+from ai4dl.method.model import PhaseModel
 from ai4dl.policy.auto import choose_policy
 from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.online import OwnHistory, next_allocations
 from ai4dl.policy.peak import PeakRiskPolicy
-from ai4dl.traces import TraceSet
+from ai4dl.method.traces import TraceSet
 
 
 def make(n: int, samples: int, seed: int) -> list:

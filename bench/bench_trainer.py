@@ -4,7 +4,7 @@ nothing.
     .venv/bin/python bench/bench_trainer.py [--pods 1000] [--hours 24] [--epochs 60]
                                             [--max-samples N] [--concurrency 2] [--replay]
 
---pods containers of synthetic DL jobs (ai4dl.synthetic.generate_fixed_length, cpu cores and
+--pods containers of synthetic DL jobs (ai4dl.method.synthetic.generate_fixed_length, cpu cores and
 memory bytes; 200 distinct jobs shared round-robin) with --hours of 15 s samples each (6 h
 jobs in a row: four container runs a day), ending ten minutes ago, are written as cAdvisor
 series (e2e/prometheus/backfill.py: OpenMetrics, then ``promtool tsdb
@@ -63,10 +63,10 @@ def measure(url: str, hours: float, device: str, epochs: int, max_samples: int |
             concurrency: int) -> dict:
     from ai4dl import trainer as T
     from ai4dl.crd import PhaseModelSpec, default_features
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.sources.prometheus import FeatureQuery, PrometheusSource
     from ai4dl.sources.prometheus_history import PrometheusHistory
-    from ai4dl.traces import TraceSet
+    from ai4dl.method.traces import TraceSet
 
     out: dict = {}
     now = time.time()
@@ -102,12 +102,12 @@ def measure(url: str, hours: float, device: str, epochs: int, max_samples: int |
 
 def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dict:
     """What ``ai4dl evaluate --prometheus URL --selector namespace="bench"`` does, timed."""
-    from ai4dl import workload_report as wr
-    from ai4dl.evaluate import EvaluationConfig, run_cross_fitted
+    from ai4dl.evaluation import workload_report as wr
+    from ai4dl.evaluation.evaluate import EvaluationConfig, run_cross_fitted
     from ai4dl.sources import workloads
     from ai4dl.sources.prometheus import PrometheusSource, default_feature_queries
     from ai4dl.sources.prometheus_history import PrometheusHistory
-    from ai4dl.traces import TraceSet
+    from ai4dl.method.traces import TraceSet
 
     out: dict = {}
     now = time.time()
@@ -172,8 +172,8 @@ def main() -> None:
 
     import numpy as np
 
-    from ai4dl.synthetic import generate_fixed_length
-    from ai4dl.traces import Execution
+    from ai4dl.method.synthetic import generate_fixed_length
+    from ai4dl.method.traces import Execution
     from e2e.prometheus.backfill import backfill, history_server, promtool_next_to
     from e2e.prometheus.server import find_prometheus
 

@@ -7,7 +7,7 @@ JSON of every figure to ``--out``.
 
 Stages (each timed, each failing alone, reported and skipped):
 
-1. data: ai4dl.synthetic.generate_fixed_length(executions, samples, seed 0), 4 features;
+1. data: ai4dl.method.synthetic.generate_fixed_length(executions, samples, seed 0), 4 features;
 2. whole ``PhaseModel.fit`` on cpu, then on cuda (the first CUDA work of the process: its
    context start is in that figure, as for one CLI run), the adjusted Rand index between the
    two models' phases on all samples, and what auto picks for this size;
@@ -15,7 +15,7 @@ Stages (each timed, each failing alone, reported and skipped):
    the reference loop once (bit-identical weights expected), cuda with the graph loop twice,
    cuda fused (no graph) once, cuda reference (the loop issue 29 measured) once;
 4. calibration: 10 fixed epochs at batch 512 and 128 on cpu and on cuda (graph), and the CUDA
-   start-up in a fresh process -> the cost model's constants (ai4dl.crbm_train);
+   start-up in a fresh process -> the cost model's constants (ai4dl.method.crbm_train);
 5. a sweep of smaller fits (cpu against cuda, and auto's pick before and after calibration).
 """
 
@@ -76,7 +76,7 @@ def env() -> dict:
 
 def whole_fit(traces, device: str) -> dict:
     """One PhaseModel.fit; the model is kept in whole_fit.models[device]."""
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
 
     t = time.perf_counter()
     m = PhaseModel(device=device, random_state=0).fit(traces)
@@ -94,7 +94,7 @@ whole_fit.models = {}
 
 
 def crbm(xs, device: str, method: str, n_hidden: int = 10, **kw) -> dict:
-    from ai4dl.crbm_train import train_crbm
+    from ai4dl.method.crbm_train import train_crbm
 
     t = time.perf_counter()
     params, rep = train_crbm(xs, n_hidden=n_hidden, n_history=3, seed=0, device=device,
@@ -132,9 +132,9 @@ def main() -> int:
 
     import torch
 
-    from ai4dl import crbm_train
-    from ai4dl import synthetic
-    from ai4dl.crbm_train import FitSize, resolve_device
+    from ai4dl.method import crbm_train
+    from ai4dl.method import synthetic
+    from ai4dl.method.crbm_train import FitSize, resolve_device
 
     e = stage("env", math.inf)(env)
     has_cuda = bool(e and e["cuda"])

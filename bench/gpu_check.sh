@@ -39,7 +39,7 @@ timeout 300 $PY bench/gpu_check.py --out "$OUT" --budget ${BUDGET:-230} \
 echo "gpu_check.py exit $?"
 
 echo "== ai4dl record --gpu on over a real CUDA job (parent + child, ${JOB_SECONDS:-6} s of products)"
-timeout 90 $PY -m ai4dl.cli record -i 0.5 --gpu on -o "$OUT/record_gpu.csv" --name cuda-matmul \
+timeout 90 $PY -m ai4dl record -i 0.5 --gpu on -o "$OUT/record_gpu.csv" --name cuda-matmul \
     -- $PY bench/gpu_job.py ${JOB_SECONDS:-6}
 echo "ai4dl record exit $?"
 cat "$OUT/record_gpu.csv"

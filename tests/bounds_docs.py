@@ -1,4 +1,4 @@
-"""Model documents at the bounds of ai4dl.document, for tests/test_bounds.py and
+"""Model documents at the bounds of ai4dl.method.document, for tests/test_bounds.py and
 tests/test_bounds_integration.py: consistent (every validator but the bound under test
 passes), so a refusal can only come from that bound."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ai4dl.document import SCHEMA_VERSION, to_list
+from ai4dl.method.document import SCHEMA_VERSION, to_list
 
 UNITS = {"cpu": "cores", "memory": "bytes"}
 TOP = {"cpu": 2.0, "memory": float(2 ** 31)}

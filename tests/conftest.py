@@ -45,14 +45,14 @@ def results_script(request):
 @pytest.fixture(scope="session")
 def synthetic_train():
     """Synthetic DL-like executions with ground-truth phases (training side)."""
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
 
     return synthetic.generate(24, seed=11)
 
 
 @pytest.fixture(scope="session")
 def synthetic_test():
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
 
     return synthetic.generate(8, seed=12)
 
@@ -60,7 +60,7 @@ def synthetic_test():
 @pytest.fixture(scope="session")
 def fitted_model(synthetic_train):
     """One PhaseModel fitted once per session (k chosen automatically)."""
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
 
     traces, _ = synthetic_train
     return PhaseModel(random_state=3, epochs=40).fit(traces)

@@ -257,7 +257,7 @@ def test_no_model_admits_unchanged_with_the_reason(fitted_model):
 def policy_model(fitted_model, synthetic_train):
     """The session's model with auto's choice and both head-room tables (windows of 40)."""
     from ai4dl.crd import PhaseModelSpec
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 
     m = PhaseModel.from_document(fitted_model.to_document())

@@ -58,7 +58,7 @@ def doc(fitted_model, synthetic_train):
     """A model document with auto's choice and the head-room tables (their first-window level)
     for windows of 40 samples (600 s at 15 s)."""
     from ai4dl.crd import PhaseModelSpec
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 
     m = PhaseModel.from_document(fitted_model.to_document())

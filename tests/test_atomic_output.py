@@ -87,7 +87,7 @@ def test_the_umask_is_read_without_changing_it(monkeypatch):
 def test_evaluation_plots_interrupted_leave_only_whole_files(tmp_path, monkeypatch):
     """The evaluate --plots writer: a Ctrl-C during the second figure leaves the first whole
     and no partial second one."""
-    from ai4dl import evaluation_plots
+    from ai4dl.evaluation import plots as evaluation_plots
 
     calls = {"n": 0}
     real = writers.save_figure
@@ -109,8 +109,8 @@ def test_evaluation_plots_interrupted_leave_only_whole_files(tmp_path, monkeypat
 
 
 def _small_evaluation():
-    from ai4dl import synthetic
-    from ai4dl.evaluate import EvaluationConfig, run_evaluation
+    from ai4dl.method import synthetic
+    from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 
     traces, _ = synthetic.generate(8, seed=3)
     cfg = EvaluationConfig(window=8, policies=("static", "adaptive-max"), seed=0)

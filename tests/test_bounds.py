@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from bounds_docs import doc, oversized
 
-from ai4dl import document as D
-from ai4dl.cli import build_parser, main
-from ai4dl.cli_common import load_from_args
+from ai4dl.method import document as D
+from ai4dl.cli.main import build_parser, main
+from ai4dl.cli.common import load_from_args
 from ai4dl.errors import ModelError, TraceError
 from ai4dl.io.loaders import DEFAULT_MAX_ROWS, load_traces
 from ai4dl.io.modelfile import MAX_FILE_BYTES, read_document
@@ -44,7 +44,7 @@ REFUSED = [
 
 
 def test_the_bounds_are_ten_times_what_the_trainer_produces():
-    # the rule stated in ai4dl.document: ~10x the largest fit on the shared data (10 hidden
+    # the rule stated in ai4dl.method.document: ~10x the largest fit on the shared data (10 hidden
     # units, --history 6 x 4 features, k <= 10 phases, 10 prototypes, 2 tables of a kind)
     assert (D.MAX_HIDDEN, D.MAX_HISTORY, D.MAX_HISTORY_ROWS) == (100, 60, 240)
     assert (D.MAX_PHASES, D.MAX_PROTOTYPES, D.MAX_TABLES) == (64, 100, 8)
@@ -105,7 +105,7 @@ def test_fit_flags_beyond_the_bounds_are_refused_before_the_data(tmp_path, capsy
 
 
 def test_a_fit_beyond_the_bounds_cannot_be_stored():
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
 
     m = PhaseModel.from_document(D.PhaseModelDocument.model_validate(doc()))
     m.prototypes_ = [{"sequence": [0] * 1001, "executions": 1, "share": 1.0}]

@@ -1,7 +1,7 @@
 """Bounds on what is accepted, on the real API server (issue 26, item 8):
 
 1. model documents beyond a dimension bound are refused by `kubectl apply` (the CRD's
-   maximum/maxItems/maxLength/CEL, generated from ai4dl.document like the rest of the schema;
+   maximum/maxItems/maxLength/CEL, generated from ai4dl.method.document like the rest of the schema;
    the `crd` fixture applying the CRD proves the API server accepts the rules' cost), and
    pydantic refuses the same documents, naming the same field;
 2. a document within every dimension but beyond the byte bound (which a CRD cannot state) is
@@ -32,7 +32,7 @@ from bounds_docs import doc, oversized
 from pydantic import ValidationError
 
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-from ai4dl.document import MAX_DOCUMENT_BYTES, PhaseModelDocument
+from ai4dl.method.document import MAX_DOCUMENT_BYTES, PhaseModelDocument
 from e2e.prometheus.fake import FakePrometheus
 from e2e_fixtures_k8s import create_namespace
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401
@@ -133,7 +133,7 @@ def test_kubectl_apply_refuses_a_document_beyond_a_dimension(kube_cluster, crd, 
     # the operator's and the commands' own check (objects stored before the rule)
     with pytest.raises(ValidationError) as err:
         PhaseModelDocument.model_validate(model)
-    from ai4dl.model import validation_message
+    from ai4dl.method.model import validation_message
 
     assert pydantic_words in validation_message(err.value)
     ROWS.append((f"model document: {what}", "0 (not stored)",

@@ -84,7 +84,7 @@ def test_demo_writes_its_report(tmp_path, capsys):
 
 def _run(*args):
     """The installed console script, so a traceback would be visible on stderr."""
-    return subprocess.run([sys.executable, "-m", "ai4dl.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ai4dl", *args], capture_output=True,
                           text=True, timeout=120)
 
 
@@ -121,7 +121,7 @@ def test_bad_input_gives_one_line_and_exit_2(fitted_model, tmp_path, setup, args
 def test_every_flag_has_help_text():
     import argparse
 
-    from ai4dl.cli import build_parser
+    from ai4dl.cli.main import build_parser
     from ai4dl.controller.__main__ import build_parser as operator_parser
 
     missing = []

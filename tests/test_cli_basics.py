@@ -47,9 +47,9 @@ def test_python_dash_m_ai4dl_is_the_cli():
 
 
 def test_model_files_are_exported_with_the_loaders(tmp_path):
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
     from ai4dl.io import load_model, save_model
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
 
     traces, _ = synthetic.generate(6, seed=1)
     model = PhaseModel(n_phases=2, epochs=2, random_state=0).fit(traces)
@@ -107,7 +107,7 @@ def _walk(doc):
 def test_synthetic_by_default_writes_the_demos_training_jobs(tmp_path):
     import numpy as np
 
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
     from ai4dl.io import load_traces
 
     r = _run("-m", "ai4dl", "-q", "synthetic", "-o", str(tmp_path / "jobs.csv"))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ai4dl.cli import main
-from ai4dl.evaluate import POLICIES
+from ai4dl.evaluation.evaluate import POLICIES
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -50,7 +50,7 @@ def _score_rows(text: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def long_csv(tmp_path_factory):
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
 
     traces, _ = synthetic.generate(12, seed=21)
     path = tmp_path_factory.mktemp("evaluate") / "jobs.csv"
@@ -181,8 +181,8 @@ def test_quiet_and_no_model_needed(long_csv):
 
 def test_unreachable_targets_are_words_not_numbers(long_csv):
     """A target no margin reaches prints 'unreachable' and stays valid JSON."""
-    from ai4dl import evaluation_report as report
-    from ai4dl.evaluate import EvaluationConfig, run_evaluation
+    from ai4dl.evaluation import report
+    from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
     from ai4dl.io.loaders import load_traces
 
     traces = load_traces(long_csv)
@@ -205,7 +205,7 @@ def test_unreachable_targets_are_words_not_numbers(long_csv):
 
 
 def test_pareto_front():
-    from ai4dl.evaluation_report import pareto_front
+    from ai4dl.evaluation.report import pareto_front
 
     fulfil = [0.80, 0.90, 0.85, 0.99, 0.95, float("nan")]
     cost = [0.90, 1.00, 1.10, 1.30, 1.40, 0.50]
@@ -286,7 +286,7 @@ def _doc(seed: int, auto: tuple, am: tuple, ast: tuple, vpa: float) -> dict:
 
 
 def test_verdict_tally_counts_cells_per_data_set_and_only_the_bar_in_the_total():
-    from ai4dl.evaluation_report import verdict_rows, verdict_tally
+    from ai4dl.evaluation.report import verdict_rows, verdict_tally
 
     met = ((1.04, 10), (1.05, 10), (1.06, 12), 1.2)
     missed = ((1.04, 11), (1.05, 10), (1.06, 12), 1.2)      # one window more
@@ -303,7 +303,7 @@ def test_verdict_tally_counts_cells_per_data_set_and_only_the_bar_in_the_total()
 
 
 def test_verdict_applies_the_bar_and_counts_seeds(full_run):
-    from ai4dl.evaluation_report import verdict_rows, verdict_table
+    from ai4dl.evaluation.report import verdict_rows, verdict_table
 
     runs = [("toy", _doc(0, (1.04, 10), (1.05, 10), (1.06, 12), 1.2)),      # met
             ("toy", _doc(1, (1.04, 11), (1.05, 10), (1.06, 12), 1.2)),      # one window more
@@ -329,7 +329,7 @@ def test_verdict_applies_the_bar_and_counts_seeds(full_run):
 
 
 def test_restated_cpu_bar_is_the_mean_gap_within_one_standard_error():
-    from ai4dl.evaluation_report import restated_cpu_rows, restated_cpu_table
+    from ai4dl.evaluation.report import restated_cpu_rows, restated_cpu_table
 
     def with_krr(doc, krr):
         doc["scores"]["krr"] = {"cpu": {"vs_oracle_at": {"0.97": krr}}}

@@ -22,7 +22,7 @@ if str(REPO) not in sys.path:
 
 from e2e.workloads import corpus as recorder  # noqa: E402
 
-AI4DL = [sys.executable, "-m", "ai4dl.cli"]
+AI4DL = [sys.executable, "-m", "ai4dl"]
 FAMILIES = {"cnn", "transformer", "lstm", "tabular", "finetune", "ddp"}
 DEMO_ARI_FLOOR = 0.05  # above chance (0); measured 0.119 (seed 0): weak, see docs/results.md §6
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from ai4dl.crbm import (CRBMParams, design_matrix, encode, encode_many, history_index,
-                        reconstruction_error)
-from ai4dl import crbm_train
-from ai4dl.crbm_train import FitSize, resolve_device, torch_encode, train_crbm
+from ai4dl.method.crbm import (CRBMParams, design_matrix, encode, encode_many, history_index,
+                               reconstruction_error)
+from ai4dl.method import crbm_train
+from ai4dl.method.crbm_train import FitSize, resolve_device, torch_encode, train_crbm
 from ai4dl.errors import Ai4dlError
 
 

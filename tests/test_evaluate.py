@@ -1,4 +1,4 @@
-"""Tests of the replay evaluator (ai4dl.evaluate).
+"""Tests of the replay evaluator (ai4dl.evaluation.evaluate).
 
 - matched_margin: known answers (order statistics of usage ÷ allocation), reaching the target;
 - the oracle is the floor: 100 % fulfilment, and no policy that fulfils 100 % allocates less;
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ai4dl.evaluate import (
+from ai4dl.evaluation.evaluate import (
     EvaluationConfig,
     Replay,
     ReplayInput,
@@ -30,7 +30,7 @@ from ai4dl.evaluate import (
 )
 from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, Oracle, Static
 from ai4dl.policy.safety import SafetyConfig
-from ai4dl.traces import Execution, TraceSet
+from ai4dl.method.traces import Execution, TraceSet
 
 GiB = 1024.0 ** 3
 
@@ -387,7 +387,7 @@ def test_run_evaluation_split_by_group(grouped_run):
 
 # ----------------------------------------------------------------------------- cold start
 def test_cold_start_scores_by_hand():
-    from ai4dl.evaluate import cold_start_scores
+    from ai4dl.evaluation.evaluate import cold_start_scores
 
     W = 4
     usage = [np.array([[1.0, 10.0], [2.0, 10.0], [1.0, 10.0], [1.0, 10.0], [9.0, 99.0]]),

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ai4dl import plots
-from ai4dl.cli import corpus_truth, write_plots
+from ai4dl.reporting import plots
+from ai4dl.cli.main import corpus_truth, write_plots
 from ai4dl.io.loaders import DL_CORPUS, load_corpus_phases, load_dl_corpus
-from ai4dl.model import PhaseModel
+from ai4dl.method.model import PhaseModel
 
 
 def _strip_texts(fig) -> dict[str, list[str]]:
@@ -63,8 +63,8 @@ def test_a_heatmap_of_pooled_states_says_so():
 
 
 def test_allocation_figures_read_in_the_runs_units_and_draw_a_few_policies():
-    from ai4dl.evaluate import EvaluationConfig, run_evaluation
-    from ai4dl.evaluation_plots import (duration_text, execution_figure, shown_policies,
+    from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
+    from ai4dl.evaluation.plots import (duration_text, execution_figure, shown_policies,
                                         time_axis)
 
     assert duration_text(40) == "40 s" and duration_text(600) == "10 min"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ai4dl import synthetic
+from ai4dl.method import synthetic
 
 RESULTS_SCRIPT = "frontier.py"
 

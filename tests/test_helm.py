@@ -320,7 +320,7 @@ def test_all_features_render(helm, helm_env):
     env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in env
     # the real CLIs accept what the templates render
-    from ai4dl.cli import build_parser as cli_parser
+    from ai4dl.cli.main import build_parser as cli_parser
     from ai4dl.controller.__main__ import build_parser as operator_parser
 
     parsed = cli_parser().parse_args(c["command"][1:] + c["args"])

@@ -22,10 +22,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ai4dl.evaluate import POLICIES, EvaluationConfig, ReplayInput, build_policies, run_evaluation
+from ai4dl.evaluation.evaluate import (POLICIES, EvaluationConfig, ReplayInput, build_policies,
+                                       run_evaluation)
 from ai4dl.policy.krr import KrrHistory, KrrPolicy, is_memory_like
 from ai4dl.policy.policies import Policy
-from ai4dl.traces import TraceSet
+from ai4dl.method.traces import TraceSet
 
 FRAME = 75.0  # KRR's 1.25-min timeframe in seconds: at this step one sample is one KRR point
 
@@ -335,7 +336,7 @@ def test_run_evaluation_scores_krr_on_real_traces(gcd_slice):
 
 
 def test_reports_list_krr(gcd_slice):
-    from ai4dl import evaluation_report as report
+    from ai4dl.evaluation import report
 
     cfg = EvaluationConfig(window=12, policies=("static", "vpa", "krr", "oracle"),
                            test_fraction=0.5, seed=0)

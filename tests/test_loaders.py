@@ -1,4 +1,4 @@
-"""Loaders (ai4dl.io.loaders) and resampling (ai4dl.traces.resample)."""
+"""Loaders (ai4dl.io.loaders) and resampling (ai4dl.method.traces.resample)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from ai4dl.errors import TraceError
 from ai4dl.io import (FORMATS, load_ai4dl_csv, load_alibaba, load_gcd_tar, load_long_csv,
                       load_parquet, load_traces)
-from ai4dl.traces import regularise, resample
+from ai4dl.method.traces import regularise, resample
 
 
 def write(path: Path, text: str) -> Path:
@@ -173,7 +173,7 @@ def test_long_csv_percent_of_core_and_auto(tmp_path):
     ts = load_long_csv(path, units={"cpu": "percent-of-core"})
     assert ts[0].column("cpu").tolist() == [1.5, 0.5]
     # auto -> long; 150 "cores" per container is a whole large machine: refused unless the
-    # unit is stated (ai4dl.plausibility)
+    # unit is stated (ai4dl.method.plausibility)
     with pytest.raises(TraceError) as ei:
         load_traces(path)
     one_line_error(ei, "p.csv: column 'cpu'", "99th percentile of 149 cores",

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from ai4dl.document import PhaseModelDocument
+from ai4dl.method.document import PhaseModelDocument
 from ai4dl.errors import ModelError, TraceError
-from ai4dl.model import PhaseModel
+from ai4dl.method.model import PhaseModel
 
 
 def ari(truth, pred):

@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ai4dl import synthetic
+from ai4dl.method import synthetic
 from ai4dl.controller.podstate import peek
 from ai4dl.controller.pods import A_PHASE, A_RECOMMENDATION, A_STATE
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-from ai4dl.model import PhaseModel
+from ai4dl.method.model import PhaseModel
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401 (fixtures)
                                    wait_for)
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ai4dl.document import SCHEMA_V1, RiskTable
-from ai4dl.model import PhaseModel
+from ai4dl.method.document import SCHEMA_V1, RiskTable
+from ai4dl.method.model import PhaseModel
 from ai4dl.policy.peak import (CHAIN, N_CODES, PeakRiskPolicy, State, cells_from_states,
                                from_table, levels, resolve_states, risk_lagrangian,
                                state_codes, to_table, training_rows, window_states)
@@ -344,7 +344,7 @@ def test_a_table_of_other_bins_is_refused(fitted):
 
 @pytest.fixture(scope="module")
 def model_with_risk_tables(fitted_model, synthetic_train):
-    from ai4dl.evaluate import prepare
+    from ai4dl.evaluation.evaluate import prepare
 
     traces, _ = synthetic_train
     data = prepare(list(traces), ("memory",), fitted_model)

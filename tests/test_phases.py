@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ai4dl import phases as ph
+from ai4dl.method import phases as ph
 
 
 def test_runs():

@@ -414,7 +414,7 @@ def test_auto_before_any_model_serves_the_reactive_baseline(window):
 def chosen_model(fitted_model, synthetic_train):
     """The session's model with auto's choice and both head-room tables, as the trainer
     stores them (windows of 40 samples)."""
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 
     traces, _ = synthetic_train
@@ -424,7 +424,7 @@ def chosen_model(fitted_model, synthetic_train):
 
 
 def test_auto_serves_the_trainers_choice_from_the_document(chosen_model, window):
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.policy.serving import served_policy
 
     m, choice = chosen_model

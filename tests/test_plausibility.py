@@ -4,6 +4,7 @@ and the flag to pass, exit 2, and no model written; the shipped data sets trip n
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import tarfile
@@ -12,12 +13,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from ai4dl import synthetic
+from ai4dl.method import synthetic
 from ai4dl.cli import main
 from ai4dl.errors import Ai4dlError, TraceError, one_line
-from ai4dl.model import PhaseModel
-from ai4dl.plausibility import check_before_fit, check_levels, check_runs
-from ai4dl.traces import Execution, TraceSet
+from ai4dl.method.model import PhaseModel
+from ai4dl.method.plausibility import check_before_fit, check_levels, check_runs
+from ai4dl.method.traces import Execution, TraceSet
 
 GiB = 2.0 ** 30
 
@@ -271,13 +272,13 @@ def test_window_problem_names_a_window_that_fits():
 
 # ----------------------------------------------------------------------------- train --phasemodel
 def trainer_args(argv):
-    from ai4dl.cli import build_parser
+    from ai4dl.cli.main import build_parser
 
     return build_parser().parse_args(["train", *argv, "--phasemodel", "ml/pm"])
 
 
 def test_train_phasemodel_reads_at_spec_step_and_refuses_another(tmp_path, capsys):
-    from ai4dl.cli_trainer import RunLog, _traces
+    from ai4dl.cli.trainer import RunLog, _traces
     from ai4dl.crd import PhaseModelSpec
 
     spec = PhaseModelSpec.model_validate({"stepSeconds": 5, "windowSeconds": 600})
@@ -347,7 +348,7 @@ def test_the_operator_serves_no_window_from_a_model_of_another_step(fitted_model
 
 # ----------------------------------------------------------------------------- pydantic
 def test_a_pydantic_error_from_user_input_is_one_line(monkeypatch, capsys):
-    from ai4dl import cli
+    cli = importlib.import_module("ai4dl.cli.main")   # the module, not the function main
     from ai4dl.crd import PhaseModelSpec
 
     with pytest.raises(ValidationError) as ei:

@@ -42,7 +42,7 @@ def _fillers(n: int) -> list[PodRef]:
 @pytest.fixture(scope="module")
 def executions(request):
     """The DLaaS sample executions (cpu cores, memory bytes), else synthetic ones."""
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
     from ai4dl.io import load_traces
 
     try:
@@ -112,7 +112,7 @@ def test_exporter_clock_counter_and_loop(executions):
 
 
 def test_exporter_text_format(executions, prometheus_binary):
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
     from e2e.prometheus.exporter import TraceExporter
 
     gpu_ex = synthetic.generate(1, seed=3)[0][0]  # cpu, memory, gpu_util, gpu_memory

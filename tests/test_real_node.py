@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ai4dl import synthetic
+from ai4dl.method import synthetic
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from e2e_fixtures_node import NodePods
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401 (fixtures)

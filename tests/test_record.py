@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ai4dl.procstat import ProcessTree, parse_stat
+from ai4dl.recording.procstat import ProcessTree, parse_stat
 
-AI4DL = [sys.executable, "-m", "ai4dl.cli"]
+AI4DL = [sys.executable, "-m", "ai4dl"]
 
 
 def record(*args, timeout=60, **kw) -> subprocess.CompletedProcess:

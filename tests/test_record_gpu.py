@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ai4dl import gpustat
+from ai4dl.recording import gpustat
 from ai4dl.cli import main
-from ai4dl.gpustat import DEVICE, PER_PROCESS, GpuTree, GpuUnavailable
-from ai4dl.procstat import snapshot
+from ai4dl.recording.gpustat import DEVICE, PER_PROCESS, GpuTree, GpuUnavailable
+from ai4dl.recording.procstat import snapshot
 
 MiB = 2**20
 FOREIGN_PID = 1  # init: never in a recorded tree

@@ -21,7 +21,7 @@ import pytest
 
 from ai4dl.cli import main as cli_main
 from ai4dl.crd import GROUP, PLURAL, VERSION
-from ai4dl.traces import Execution
+from ai4dl.method.traces import Execution
 from e2e_fixtures_operator import crd  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -175,7 +175,7 @@ def phasemodel(kube_cluster, k8s_namespace, crd, replay_history):  # noqa: F811
     from kubernetes import client
 
     from ai4dl.crd import PhaseModelSpec
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 
     _, _, runs = replay_history

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ai4dl.evaluate import (EvaluationConfig, Replay, ReplayInput, matched_risk_multiplier,
-                            replay, run_evaluation, score, wins_at_risk)
+from ai4dl.evaluation.evaluate import (EvaluationConfig, Replay, ReplayInput,
+                                       matched_risk_multiplier, replay, run_evaluation, score,
+                                       wins_at_risk)
 from ai4dl.policy.auto import calibration_factor, choose_policy
 from ai4dl.policy.objectives import Objective
 from ai4dl.policy.online import OwnHistory, next_allocations

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ai4dl import synthetic
+from ai4dl.method import synthetic
 from ai4dl.policy.headroom import HeadroomPolicy
 
 RESULTS_SCRIPT = "state_features.py"

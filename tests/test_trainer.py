@@ -15,7 +15,7 @@ from ai4dl.crd import parse_duration
 from ai4dl.sources.prometheus import PodRef
 from ai4dl.sources.prometheus_history import (container_executions, metric_names,
                                               normalise_selector, plan_pull)
-from ai4dl.traces import Execution
+from ai4dl.method.traces import Execution
 
 
 def ex(name, group, t0, n=50):
@@ -183,7 +183,7 @@ def test_flag_errors_are_one_line_exit_2(argv, message, capsys):
 
 
 def test_device_defaults_to_auto():
-    from ai4dl.cli import build_parser
+    from ai4dl.cli.main import build_parser
 
     assert build_parser().parse_args(["train", "x.csv"]).device == "auto"
 
@@ -403,7 +403,7 @@ def test_keep_newest_keeps_the_newest_time_slice_across_executions():
 
 
 def test_max_samples_flag_and_source_note():
-    from ai4dl.cli_trainer import Cap, _source
+    from ai4dl.cli.trainer import Cap, _source
 
     assert cli_main(["train", "--prometheus", "http://p:9090", "--selector", 'a="b"',
                      "--phasemodel", "ml/pm", "--max-samples", "-1", "--log-format",

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ai4dl import synthetic
+from ai4dl.method import synthetic
 from ai4dl.cli import main as cli_main
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-from ai4dl.model import PhaseModel
-from ai4dl.traces import Execution
+from ai4dl.method.model import PhaseModel
+from ai4dl.method.traces import Execution
 from e2e_fixtures_operator import Operator, crd, operator_kubeconfig, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -307,7 +307,7 @@ def test_traces_create_and_if_due(kube_cluster, k8s_namespace, history, crd, tmp
     from ai4dl.sources.prometheus import FeatureQuery, PrometheusSource
     from ai4dl.sources.prometheus_history import PrometheusHistory
     from ai4dl.crd import default_features
-    from ai4dl.traces import TraceSet
+    from ai4dl.method.traces import TraceSet
 
     url, _ = history
     ns = k8s_namespace
@@ -379,7 +379,7 @@ def test_traces_that_do_not_fit_the_phasemodel_write_nothing(
     head-room tables fitted on no window): one line, exit 2, before the fit, and the
     PhaseModel untouched (its resourceVersion unchanged)."""
     from ai4dl.io.writers import write_long_csv
-    from ai4dl.traces import TraceSet
+    from ai4dl.method.traces import TraceSet
 
     ns = k8s_namespace
     make_pm(kube_cluster, ns, "pm")

@@ -23,7 +23,7 @@ import pytest
 
 from ai4dl.cli import main as cli_main
 from ai4dl.crd import GROUP, OPT_IN_LABEL, PLURAL, VERSION
-from ai4dl.traces import Execution
+from ai4dl.method.traces import Execution
 from e2e_fixtures_operator import crd, operator_kubeconfig  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
@@ -155,8 +155,8 @@ def test_operator_resizes_from_victoria_metrics(kube_cluster, k8s_namespace, fak
     from test_operator_integration import (SPEED, STEP, WINDOW, condition, make_phasemodel,
                                            read_pm, requests_of, start_pods)
 
-    from ai4dl import synthetic
-    from ai4dl.model import PhaseModel
+    from ai4dl.method import synthetic
+    from ai4dl.method.model import PhaseModel
 
     cfg = synthetic.SyntheticConfig(n_features=2)
     traces, _ = synthetic.generate(30, seed=21, config=cfg)

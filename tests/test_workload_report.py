@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from ai4dl import synthetic
-from ai4dl.evaluate import (EvaluationConfig, Replay, ReplayInput, fold_splits, merge_results,
-                            run_cross_fitted, score)
-from ai4dl.workload_report import (Owner, owner_from_name, resolve_owners, totals_table,
-                                   workload_rows, workload_table)
+from ai4dl.method import synthetic
+from ai4dl.evaluation.evaluate import (EvaluationConfig, Replay, ReplayInput, fold_splits,
+                                       merge_results, run_cross_fitted, score)
+from ai4dl.evaluation.workload_report import (Owner, owner_from_name, resolve_owners, totals_table,
+                                              workload_rows, workload_table)
 
 
 @pytest.mark.parametrize("pod, kind, name", [
@@ -70,7 +70,7 @@ def _toy_result():
     replays = {"p": Replay("p", [np.full((2, 1), 2.0)] * 3),
                "oracle": Replay("oracle", [np.array([[1.0], [3.0]]), np.array([[1.0], [1.0]]),
                                            np.array([[0.5], [0.5]])])}
-    from ai4dl.evaluate import EvaluationResult
+    from ai4dl.evaluation.evaluate import EvaluationResult
 
     scores = score(data, replays, 2)
     return EvaluationResult(cfg, data, replays, scores, [], 0, None)

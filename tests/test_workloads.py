@@ -25,7 +25,7 @@ from e2e.workloads.runner import (WorkloadRunner, phase_at, read_phase_log,  # n
                                   workload_command)
 
 pytestmark = pytest.mark.integration
-AI4DL = [sys.executable, "-m", "ai4dl.cli"]
+AI4DL = [sys.executable, "-m", "ai4dl"]
 
 
 def _mean(xs):

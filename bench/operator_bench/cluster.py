@@ -118,8 +118,8 @@ def load_jobs(kind: str):
     ``$AI4DL_DATA/ai4dl_samples`` (cpu cores and memory working set at 15 s; the AI4DL paper's
     own samples), played by the pods and also the model's training set: a benchmark of the
     operator's cost, not of the model's quality. ``synthetic``: 6 long synthetic 2-feature DL
-    jobs played, 30 others fitted (``ai4dl.synthetic``)."""
-    from ai4dl import synthetic
+    jobs played, 30 others fitted (``ai4dl.method.synthetic``)."""
+    from ai4dl.method import synthetic
 
     if kind == "synthetic":
         cfg = synthetic.SyntheticConfig(n_features=2)
@@ -138,7 +138,7 @@ def load_jobs(kind: str):
             raise SystemExit(f"bench_operator: real trace {data / rel} not found (set AI4DL_DATA "
                              "to the data folder, or use --traces synthetic)")
         played += list(load_traces(data / rel).select(["cpu", "memory"]))
-    from ai4dl.traces import TraceSet
+    from ai4dl.method.traces import TraceSet
 
     # --in-phase: a quarter into each execution (DLaaS traces carry no phase labels)
     first = [0.25 * float(ex.times[-1] - ex.times[0]) for ex in played]
@@ -149,7 +149,7 @@ def fit_model_doc(fit_on, window: int = 10) -> tuple[dict, float]:
     """The model, with auto's choice and both head-room tables fitted as the trainer does
     (windows of ``window`` samples), so every --kind can be served."""
     from ai4dl.crd import PhaseModelSpec
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 
     t = time.perf_counter()

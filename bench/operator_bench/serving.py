@@ -21,7 +21,7 @@ def serving_table(pods: int, window: int, kinds: list[str], repeats: int = 15,
     from ai4dl.controller.plan import plan_window
     from ai4dl.controller.pods import pod_info
     from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, PhaseModelSpec
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
 
     played, fit_on, _ = load_jobs(traces)
     doc, _ = fit_model_doc(fit_on, window)

@@ -23,11 +23,11 @@ import sys
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from ai4dl.evaluate import (EvaluationConfig, Replay, build_policies, replay, run_evaluation,
-                            score)
+from ai4dl.evaluation.evaluate import (EvaluationConfig, Replay, build_policies, replay,
+                                       run_evaluation, score)
 from ai4dl.io.loaders import DL_CORPUS, load_dl_corpus
-from ai4dl.model import PhaseModel
-from ai4dl.traces import Execution, TraceSet
+from ai4dl.method.model import PhaseModel
+from ai4dl.method.traces import Execution, TraceSet
 
 POLICIES = ("adaptive-max", "phase", "phase-headroom", "auto", "oracle")
 TARGETS = (0.95, 0.97)

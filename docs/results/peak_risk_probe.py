@@ -37,10 +37,10 @@ import time
 
 import numpy as np
 
-from ai4dl import synthetic
-from ai4dl.evaluate import prepare, replay
+from ai4dl.method import synthetic
+from ai4dl.evaluation.evaluate import prepare, replay
 from ai4dl.io import load_traces
-from ai4dl.model import PhaseModel
+from ai4dl.method.model import PhaseModel
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import AdaptiveMax, Static
 

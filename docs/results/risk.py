@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ai4dl.evaluate import EvaluationConfig, run_evaluation
+from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from ai4dl.io import load_traces
 from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.safety import SafetyConfig

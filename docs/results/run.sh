@@ -33,7 +33,7 @@ $A -q evaluate $D/alibaba_genai2026_pods --resources memory --window 10 --phase-
 # AI4DL DLaaS samples: a smoke test (4 short executions)
 $A -q evaluate $D/ai4dl_samples/sample-dlaas.csv --window 40 --test-fraction 0.25 \
    --markdown $R/ai4dl-dlaas.md --json $V/dlaas-s0.json
-# Synthetic DL training jobs (the generator in ai4dl.synthetic, seed 5)
+# Synthetic DL training jobs (the generator in ai4dl.method.synthetic, seed 5)
 $A -q synthetic -o out/synthetic-dl.csv --executions 200 --seed 5 --no-gpu
 $A -q evaluate out/synthetic-dl.csv --window 40 --markdown $R/synthetic.md \
    --plots $R/synthetic-plots --plot-executions 1 --sweep --json $V/synthetic-s0.json

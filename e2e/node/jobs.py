@@ -475,8 +475,8 @@ def fit_model_doc(executions: Sequence, step: int = STEP, window: int = WINDOW) 
     import numpy as np
 
     from ai4dl.crd import PhaseModelSpec
-    from ai4dl.model import PhaseModel
-    from ai4dl.traces import Execution, TraceSet
+    from ai4dl.method.model import PhaseModel
+    from ai4dl.method.traces import Execution, TraceSet
     from ai4dl.trainer import choose_served_policy
 
     clean = []

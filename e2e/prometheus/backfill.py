@@ -1,6 +1,6 @@
 """Backfill a Prometheus data folder with cAdvisor-named history, from traces, with promtool.
 
-Each container run (an :class:`ai4dl.traces.Execution` with cpu [cores] and memory [bytes], at
+Each container run (an :class:`ai4dl.method.traces.Execution` with cpu [cores] and memory [bytes], at
 its own absolute timestamps) becomes the series cAdvisor would have written for it, labels
 ``namespace, pod, container, id`` (``id`` differs per run, as a restarted container's does):
 
@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ai4dl.traces import Execution
+from ai4dl.method.traces import Execution
 
 BLOCK_SECONDS = 7200
 CPU = "container_cpu_usage_seconds_total"

@@ -1,6 +1,6 @@
 """A fake cAdvisor / DCGM exporter that replays traces as live Prometheus metrics.
 
-Each pod ``(namespace, pod, container)`` plays one :class:`ai4dl.traces.Execution` (features
+Each pod ``(namespace, pod, container)`` plays one :class:`ai4dl.method.traces.Execution` (features
 ``cpu`` [cores] and ``memory`` [bytes], optionally ``gpu_util`` [percent] and ``gpu_memory``
 [bytes]) on a compressed clock::
 
@@ -36,7 +36,7 @@ Live processes: :meth:`TraceExporter.add_process` serves a running process tree 
 started for a pod, see ``e2e/workloads/runner.py``) under a pod's labels instead of a trace:
 ``container_cpu_usage_seconds_total`` is the tree's cumulative CPU seconds and
 ``container_memory_working_set_bytes`` its memory (PSS sum), both read from ``/proc`` at each
-scrape (:class:`ai4dl.procstat.ProcessTree`). Once the process has exited (or after
+scrape (:class:`ai4dl.recording.procstat.ProcessTree`). Once the process has exited (or after
 :meth:`~TraceExporter.remove_pod`) its series are no longer served, as cAdvisor drops a
 terminated container.
 
@@ -55,8 +55,8 @@ from typing import Mapping
 
 import numpy as np
 
-from ai4dl.procstat import ProcessTree, TreeSample, snapshot
-from ai4dl.traces import Execution
+from ai4dl.recording.procstat import ProcessTree, TreeSample, snapshot
+from ai4dl.method.traces import Execution
 
 PodKey = tuple[str, str, str]  # (namespace, pod, container)
 
@@ -197,7 +197,7 @@ class TraceExporter:
 
     def add_process(self, key: PodKey, pid: int) -> ProcessTree:
         """Serve the live process ``pid`` and its descendants as pod ``key`` (replacing a pod
-        with that key). Returns the :class:`~ai4dl.procstat.ProcessTree` that is sampled at
+        with that key). Returns the :class:`~ai4dl.recording.procstat.ProcessTree` that is sampled at
         each scrape (its counter starts at the tree's CPU time so far)."""
         key = _key(key)
         tree = ProcessTree(pid)

@@ -161,7 +161,7 @@ def _record_run(run: Run, out: Path, interval: float, shared_dirs: dict,
     extra = []
     if run.job in shared_dirs:  # the parts of a preempted job share their checkpoints
         extra = [f"--checkpoint-dir={shared_dirs[run.job]}"]
-    cmd = [sys.executable, "-m", "ai4dl.cli", "record", "-i", f"{interval:g}", "-o", str(trace),
+    cmd = [sys.executable, "-m", "ai4dl", "record", "-i", f"{interval:g}", "-o", str(trace),
            "--name", run.execution, "--", "nice", "-n", "19", sys.executable,
            str(HERE / f"{run.family}.py"), *_clamped(run.args, max_duration, port_offset), *extra,
            f"--phase-log={phases}"]

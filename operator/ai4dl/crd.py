@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
                       ValidationInfo, field_validator, model_validator)
 
-from ai4dl.document import PhaseModelDocument
+from ai4dl.method.document import PhaseModelDocument
 from ai4dl.policy.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
 
 GROUP = "ai4dl.io"
@@ -362,7 +362,7 @@ class PhaseModelSpec(_Base):
 
     def validated_model(self) -> PhaseModelDocument:
         """The model document, checked in full (shapes included); ValueError with one line."""
-        from ai4dl.model import validation_message
+        from ai4dl.method.model import validation_message
 
         if self.model is None:
             raise ValueError("spec.model is empty: train a model first")

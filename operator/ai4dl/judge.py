@@ -5,7 +5,7 @@ policy wins against another. Under a safety layer a matched share is found in th
 (:func:`served_risk_match`: the factor on the policy's own rows, then the layer), so that a
 figure is an allocation the operator would serve.
 
-It sits below the policies: ``ai4dl.policy.auto`` uses it to choose, ``ai4dl.evaluate``
+It sits below the policies: ``ai4dl.policy.auto`` uses it to choose, ``ai4dl.evaluation.evaluate``
 orchestrates whole runs above it. So it imports no policy, only the safety chain every replay
 applies (:mod:`ai4dl.policy.safety`) and the reported shares of windows at risk
 (:mod:`ai4dl.policy.objectives`), both modules that import nothing from the package

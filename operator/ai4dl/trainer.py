@@ -3,7 +3,7 @@ scored on them, whether a candidate replaces the current model, whether a refit 
 the exact objects the trainer applies (server-side apply, field manager ``ai4dl-trainer``).
 
 The adapters around it: :mod:`ai4dl.sources.prometheus_history` (history pulls),
-:mod:`ai4dl.kube.phasemodels` (read / apply / roll back), ``ai4dl train`` in :mod:`ai4dl.cli`.
+:mod:`ai4dl.kube.phasemodels` (read / apply / roll back), ``ai4dl train`` in :mod:`ai4dl.cli.main`.
 
 **Policy.** Before it is scored, a candidate gets ``auto``'s choice on its own training
 executions (:func:`choose_served_policy`: every candidate policy scored on the most recent of
@@ -16,7 +16,7 @@ fitted head-room tables go into the model document).
 model (``auto``: the model's own choice) and the operator's safety layer
 (:func:`ai4dl.policy.serving.safety_config`), replayed window by window
 (``spec.windowSeconds / spec.stepSeconds`` samples) over the held-out executions by the
-evaluator (:mod:`ai4dl.evaluate`). The score is allocation ÷ oracle at the fulfilment target
+evaluator (:mod:`ai4dl.evaluation.evaluate`). The score is allocation ÷ oracle at the fulfilment target
 (the cpu fulfilment, ``spec.policy.objectives.cpu.fulfilment``, 0.97 by default: the
 allocation scaled by the smallest margin that covers that share of the samples, over the
 oracle's), averaged over the managed resources (cpu, memory). Lower is better; 1.0 is the
@@ -40,7 +40,7 @@ import numpy as np
 
 from ai4dl.crd import (GROUP, KIND, MIN_WINDOW_STEPS, TRAINER_FIELD_MANAGER, VERSION,
                        PhaseModelSpec, parse_duration)
-from ai4dl.traces import Execution
+from ai4dl.method.traces import Execution
 
 FIELD_MANAGER = TRAINER_FIELD_MANAGER
 TOLERANCE = 0.01           # relative: candidate <= current × (1 + TOLERANCE) replaces it
@@ -111,7 +111,7 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     the policy :func:`ai4dl.policy.serving.served_policy` picks for the spec and this model
     (``auto``: the model's own choice), under the PhaseModel's safety layer, at each resource's
     objective. ValueError (one line) when the model cannot provision these executions."""
-    from ai4dl.evaluate import prepare, replay, score, serve
+    from ai4dl.evaluation.evaluate import prepare, replay, score, serve
     from ai4dl.policy.objectives import Objective
     from ai4dl.policy.policies import Oracle
     from ai4dl.policy.serving import objectives, safety_config, served_policy, window_samples
@@ -193,8 +193,8 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     candidates), stored on the model: the head-room tables (both fitted on every training
     execution, so that an explicit ``kind`` can serve either) and the winners
     (``policy_choice_``). Returns the :class:`~ai4dl.policy.auto.AutoChoice`."""
-    from ai4dl.document import PolicyChoice
-    from ai4dl.evaluate import prepare
+    from ai4dl.method.document import PolicyChoice
+    from ai4dl.evaluation.evaluate import prepare
     from ai4dl.policy.auto import LEARNED, build_candidate, choose_policy
     from ai4dl.policy.headroom import to_table
     from ai4dl.policy.serving import managed_resources, safety_config, window_samples

@@ -114,7 +114,7 @@ def admission_target(body: Mapping) -> AdmissionTarget:
         return AdmissionTarget(**base, resources=())
     if spec.model is None:
         return AdmissionTarget(**base, resources=(), reason="it has no model yet")
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
     from ai4dl.policy.serving import safety_config, served_policy
 
     try:

@@ -29,7 +29,7 @@ from ai4dl.controller.pods import A_ADMITTED, A_STATE, PodInfo, pod_info, verify
 from ai4dl.crd import (GROUP, OPT_IN_LABEL, PLURAL, PROMQL_UNCHECKED, VERSION, LabelSelector,
                        PhaseModelSpec)
 from ai4dl.errors import Ai4dlError
-from ai4dl.model import PhaseModel
+from ai4dl.method.model import PhaseModel
 
 log = logging.getLogger("ai4dl.operator")
 

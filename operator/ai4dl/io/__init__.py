@@ -1,4 +1,4 @@
-"""File adapters: trace files in the supported formats -> ai4dl.traces.TraceSet; model files
+"""File adapters: trace files in the supported formats -> ai4dl.method.traces.TraceSet; model files
 (``save_model``/``load_model``, from :mod:`ai4dl.io.modelfile`)."""
 
 from ai4dl.io.loaders import (FORMATS, load_ai4dl_csv, load_alibaba, load_gcd_tar,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ai4dl.document import MAX_DOCUMENT_BYTES, PhaseModelDocument
+from ai4dl.method.document import MAX_DOCUMENT_BYTES, PhaseModelDocument
 from ai4dl.errors import ModelError
 from ai4dl.io.writers import write_text_atomic
-from ai4dl.model import PhaseModel, validation_message
+from ai4dl.method.model import PhaseModel, validation_message
 
 
 def save_model(model: PhaseModel | PhaseModelDocument, path: str | os.PathLike) -> Path:

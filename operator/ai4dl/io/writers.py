@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
-from ai4dl.traces import TraceSet
+from ai4dl.method.traces import TraceSet
 
 
 def write_long_csv(traces: TraceSet, path: str | os.PathLike) -> Path:

@@ -2,7 +2,7 @@
 
 :func:`choose_policy` is pure (no I/O, no clock): given the training executions (usage,
 phases, starts, groups as :class:`ai4dl.judge.ReplayInput`, e.g. from
-:func:`ai4dl.evaluate.prepare`), the fitted phase model, the window and an objective per
+:func:`ai4dl.evaluation.evaluate.prepare`), the fitted phase model, the window and an objective per
 resource (:mod:`ai4dl.policy.objectives`: cpu a fulfilment of samples, memory a share of
 windows at risk), it
 

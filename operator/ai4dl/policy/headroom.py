@@ -374,10 +374,10 @@ class HeadroomPolicy:
 
 # ----------------------------------------------------------------------------- document
 def to_table(policy: HeadroomPolicy):
-    """The fitted policy as the model document's :class:`~ai4dl.document.HeadroomTable`
+    """The fitted policy as the model document's :class:`~ai4dl.method.document.HeadroomTable`
     (finite numbers only: the padding edges of tied quantiles and the bins past them, which no
     value can reach, are left out)."""
-    from ai4dl.document import HeadroomResourceTable, HeadroomTable, to_list
+    from ai4dl.method.document import HeadroomResourceTable, HeadroomTable, to_list
 
     policy._check_fitted()
     res = []

@@ -703,9 +703,9 @@ def bin_label(feature: str, b: int) -> str:
 
 # ----------------------------------------------------------------------------- document
 def to_table(policy: PeakRiskPolicy):
-    """The fitted policy as the model document's :class:`~ai4dl.document.RiskTable`."""
-    from ai4dl.document import (RiskFeature, RiskResourceTable, RiskState, RiskTable,
-                                to_list)
+    """The fitted policy as the model document's :class:`~ai4dl.method.document.RiskTable`."""
+    from ai4dl.method.document import (RiskFeature, RiskResourceTable, RiskState, RiskTable,
+                                       to_list)
 
     policy._check_fitted()
     chain = levels(policy.use_phase)

@@ -31,7 +31,7 @@ from ai4dl.policy.objectives import Objective
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
                                    make_phase_policy)
 from ai4dl.policy.safety import SafetyConfig
-from ai4dl.traces import CANONICAL_UNITS
+from ai4dl.method.traces import CANONICAL_UNITS
 
 MANAGED = ("cpu", "memory")
 NATIVE_UNITS = {"cpu": "cores", "memory": "bytes"}

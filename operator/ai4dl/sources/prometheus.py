@@ -61,7 +61,7 @@ import requests
 
 from ai4dl.errors import Ai4dlError
 from ai4dl.sources.promql import check_template, template_problem
-from ai4dl.traces import CANONICAL_UNITS, Execution
+from ai4dl.method.traces import CANONICAL_UNITS, Execution
 
 __all__ = ["DEFAULT_QUERIES", "DEFAULT_RATE_WINDOW", "MAX_POINTS", "FeatureQuery", "PodRef",
            "PodSeries", "PodSamples", "PrometheusSource", "PrometheusUnavailable",
@@ -217,7 +217,7 @@ class PodSeries:
         return self.values[:, self.features.index(feature)]
 
     def to_execution(self, name: str | None = None, units: Sequence[str] | None = None) -> Execution:
-        """As an :class:`~ai4dl.traces.Execution` (float32; NaN kept), canonical units."""
+        """As an :class:`~ai4dl.method.traces.Execution` (float32; NaN kept), canonical units."""
         units = tuple(units) if units is not None else tuple(
             CANONICAL_UNITS.get(f, "") for f in self.features)
         return Execution(name or str(self.pod), self.times, self.values, self.features, units,

@@ -1,7 +1,7 @@
 """Days of pod history from Prometheus, in bounded pieces, as one execution per container run.
 
 :class:`PrometheusHistory` turns the PhaseModel's feature templates and a user's label matchers
-into :class:`~ai4dl.traces.Execution` objects for the trainer::
+into :class:`~ai4dl.method.traces.Execution` objects for the trainer::
 
     src = PrometheusSource("http://prometheus:9090")
     hist = PrometheusHistory(src, features, 'namespace="ml",pod=~"resnet-.*"', step=15)
@@ -26,7 +26,7 @@ matchers.
 **Executions.** A container's grid is cut where it restarted — cAdvisor's
 ``container_start_time_seconds`` changes (a new container id) or the CPU counter resets — and
 at gaps longer than ``max_gap_steps`` steps (rows where a feature is missing count as gaps;
-shorter gaps are interpolated, as :func:`ai4dl.traces.regularise` does for trace files).
+shorter gaps are interpolated, as :func:`ai4dl.method.traces.regularise` does for trace files).
 Pieces shorter than ``min_samples`` are dropped. Two edges of a container run are not
 measurements and are dropped too, so that every Prometheus-API store reads the same samples
 (README, "Past one Prometheus"):
@@ -56,7 +56,7 @@ import numpy as np
 
 from ai4dl.sources.prometheus import (DEFAULT_RATE_WINDOW, FeatureQuery, PodRef,
                                      PrometheusSource)
-from ai4dl.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, Execution, regularise
+from ai4dl.method.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, Execution, regularise
 
 MAX_ANSWER_POINTS = 500_000
 MAX_QUERY_SAMPLES = 20_000_000     # well under Prometheus's default query.max-samples (50M)

@@ -1,10 +1,10 @@
 """Who owns the pods of a history pull, and what they requested: kube-state-metrics series
-read from Prometheus (the adapter around :mod:`ai4dl.workload_report`).
+read from Prometheus (the adapter around :mod:`ai4dl.evaluation.workload_report`).
 
 - ``kube_pod_owner`` (``owner_kind``, ``owner_name``), followed up one level through
   ``kube_replicaset_owner`` (a ReplicaSet's Deployment) and ``kube_job_owner`` (a Job's
   CronJob); pods without it get the owner their generated name implies
-  (:func:`ai4dl.workload_report.owner_from_name`).
+  (:func:`ai4dl.evaluation.workload_report.owner_from_name`).
 - ``kube_pod_container_resource_requests`` (``resource="cpu"``, cores; ``"memory"``, bytes),
   averaged over the pulled period (``avg_over_time``): a request that was resized counts with
   the time it held.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from ai4dl.sources.prometheus import PodRef, PrometheusSource, _alternation
-from ai4dl.workload_report import Owner, owner_from_name, resolve_owners
+from ai4dl.evaluation.workload_report import Owner, owner_from_name, resolve_owners
 
 POD_OWNER = "kube_pod_owner"
 REPLICASET_OWNER = "kube_replicaset_owner"

@@ -1,7 +1,7 @@
-"""Trace files -> :class:`~ai4dl.traces.TraceSet`.
+"""Trace files -> :class:`~ai4dl.method.traces.TraceSet`.
 
 Every loader ends the same way: rows of (execution, time, feature values) are screened for bad
-values, grouped per execution and put on a fixed step with :func:`~ai4dl.traces.regularise`
+values, grouped per execution and put on a fixed step with :func:`~ai4dl.method.traces.regularise`
 (a gap longer than ``max_gap_steps`` steps splits an execution into ``name``, ``name#2``...).
 Formats: the AI4DL tabular CSV, a generic long CSV or Parquet table, the Google cluster
 ``GCD_VMs`` tar, the Alibaba GenAI 2026 pod tarballs and our recorded corpus of PyTorch training

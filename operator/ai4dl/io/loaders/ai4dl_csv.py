@@ -9,7 +9,7 @@ import numpy as np
 from ai4dl.errors import TraceError
 from ai4dl.io.loaders.common import (_assemble, _check_args, _codes, _floats, _locator, _names,
                                      _parse_csv, _read_bytes, _screen)
-from ai4dl.traces import DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS, TraceSet
+from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS, TraceSet
 
 
 def load_ai4dl_csv(path: str | os.PathLike, *, step: float = DEFAULT_STEP_SECONDS,

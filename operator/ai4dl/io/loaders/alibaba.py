@@ -12,7 +12,7 @@ import numpy as np
 from ai4dl.errors import TraceError
 from ai4dl.io.loaders.common import (_assemble, _check_args, _floats, _parse_csv, _screen,
                                      _tar_members)
-from ai4dl.traces import DEFAULT_MAX_GAP_STEPS, TraceSet
+from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS, TraceSet
 
 _ALIBABA_FILES = {  # feature -> (tarball stem, unit as published)
     "memory": ("pod_memory_util_anon", "fraction"),

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ai4dl.errors import TraceError
-from ai4dl.traces import TraceSet, regularise
+from ai4dl.method.traces import TraceSet, regularise
 
 
 # ----------------------------------------------------------------------------- small helpers

@@ -9,7 +9,7 @@ from typing import Sequence
 from ai4dl.errors import TraceError
 from ai4dl.io.loaders.common import _parse_csv, _read_bytes, _why
 from ai4dl.io.loaders.long_table import load_long_csv
-from ai4dl.traces import DEFAULT_MAX_GAP_STEPS, Execution, TraceSet
+from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS, Execution, TraceSet
 
 #: The recorded corpus of real PyTorch training runs shipped with the package
 #: (``e2e/workloads/corpus.py`` re-records it); ``dl-corpus`` names it on the command line.

@@ -18,7 +18,7 @@ from ai4dl.io.loaders.corpus import DL_CORPUS, load_dl_corpus
 from ai4dl.io.loaders.gcd import load_gcd_tar
 from ai4dl.io.loaders.long_table import load_long_csv, load_parquet
 from ai4dl.io.loaders.size_bound import DEFAULT_MAX_ROWS, _count_lines, check_rows
-from ai4dl.traces import Execution, TraceSet
+from ai4dl.method.traces import Execution, TraceSet
 
 FORMATS = ("auto", "ai4dl", "long", "parquet", "gcd", "alibaba", "corpus")
 #: Names that stand for an input shipped with the package (``ai4dl evaluate dl-corpus``).

@@ -9,7 +9,7 @@ import numpy as np
 
 from ai4dl.errors import TraceError
 from ai4dl.io.loaders.common import _assemble, _check_args, _floats, _screen, _tar_members
-from ai4dl.traces import DEFAULT_MAX_GAP_STEPS, TraceSet
+from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS, TraceSet
 
 _GCD_MEMBER = re.compile(r"(?:^|/)vm_([^/_]+)_(\d+)$")
 _GCD_STEP = 300.0

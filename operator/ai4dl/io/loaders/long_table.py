@@ -11,8 +11,9 @@ import numpy as np
 from ai4dl.errors import TraceError
 from ai4dl.io.loaders.common import (_assemble, _check_args, _codes, _floats, _locator, _names,
                                      _parse_csv, _read_bytes, _screen, _why)
-from ai4dl.plausibility import check_levels, check_runs, check_timestamps
-from ai4dl.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS, TraceSet
+from ai4dl.method.plausibility import check_levels, check_runs, check_timestamps
+from ai4dl.method.traces import (CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS,
+                                 TraceSet)
 
 _BYTES = {"bytes": 1.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40,
           "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
@@ -164,7 +165,7 @@ def _load_table(label: str, header: list[str], get: Callable[[str], object], row
     values = values[keep] * np.array([s for s, _ in scales])
     codes, names, first = _codes(execution[keep])
     # Units here are the user's word (a flag or nothing): implausible numbers are refused
-    # before they become executions, naming the --unit that fixes them (ai4dl.plausibility).
+    # before they become executions, naming the --unit that fixes them (ai4dl.method.plausibility).
     check_timestamps(label, times[keep], codes, step, units.get("timestamp"))
     executions = [(n, str(g), {}) for n, g in zip(names, group[keep][first])]
     ts = _assemble(label, codes, times[keep], values, executions, features,

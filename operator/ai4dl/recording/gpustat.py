@@ -1,7 +1,7 @@
 """GPU memory and utilisation of a process tree, read through NVML (``pip install
 'ai4dl-operator[gpu]'``, the ``nvidia-ml-py`` package, module ``pynvml``).
 
-:class:`GpuTree` takes the pids of a tree (from :class:`ai4dl.procstat.ProcessTree`) and
+:class:`GpuTree` takes the pids of a tree (from :class:`ai4dl.recording.procstat.ProcessTree`) and
 reports, per sample:
 
 * ``memory_bytes``: the sum of ``usedGpuMemory`` over the tree's processes in NVML's compute

@@ -1,6 +1,6 @@
 """``ai4dl record -- COMMAND...``: profile a job locally into the generic long trace format.
 
-Runs COMMAND, samples its process tree (:class:`ai4dl.procstat.ProcessTree`) every
+Runs COMMAND, samples its process tree (:class:`ai4dl.recording.procstat.ProcessTree`) every
 ``--interval`` seconds and appends one row per sample to a long CSV::
 
     execution,timestamp,cpu,memory[,gpu_util,gpu_memory]
@@ -16,7 +16,7 @@ sample; the default step of 15 s averages them). The default interval is 1 s: at
 15 s a 20 s job left one row.
 
 With NVML (``pip install 'ai4dl-operator[gpu]'``) and a GPU, two more columns
-(:mod:`ai4dl.gpustat`): ``gpu_util``, the tree's SM utilisation in percent over the interval
+(:mod:`ai4dl.recording.gpustat`): ``gpu_util``, the tree's SM utilisation in percent over the interval
 (per-process samples; the device's utilisation where the driver has none, said at the end),
 and ``gpu_memory``, the GPU memory of the tree's processes in bytes at the sample. ``--gpu
 auto`` (the default) adds them when NVML sees a GPU, ``--gpu on`` also says in one line why
@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 
 from ai4dl.errors import Ai4dlError
-from ai4dl.gpustat import GpuTree, GpuUnavailable
-from ai4dl.procstat import ProcessTree
+from ai4dl.recording.gpustat import GpuTree, GpuUnavailable
+from ai4dl.recording.procstat import ProcessTree
 
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126

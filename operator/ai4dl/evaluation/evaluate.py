@@ -27,7 +27,7 @@ from ai4dl.policy.headroom_levels import first_window_level
 from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.policies import Policy
 from ai4dl.policy.safety import SafetyConfig
-from ai4dl.traces import Execution
+from ai4dl.method.traces import Execution
 
 
 def trace_request(ex: Execution, resources: Sequence[str]) -> np.ndarray:
@@ -264,7 +264,7 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     one is given), fit the head-room tables and let ``auto`` choose on the train side only
     (once per scored target), replay the test side through every policy and score it.
     ``split``: (train, test) given instead (the folds of :func:`run_cross_fitted`)."""
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
 
     say = on_stage or (lambda msg: None)
     needs_model = any(p in PHASE_POLICIES for p in cfg.policies)
@@ -383,7 +383,7 @@ def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model,
 def fold_splits(traces, folds: int, seed: int = 0) -> list[tuple]:
     """``folds`` (train, test) splits by execution group (seeded): every group is on the test
     side of exactly one fold, and never on both sides of one."""
-    from ai4dl.traces import TraceError, TraceSet
+    from ai4dl.method.traces import TraceError, TraceSet
 
     groups = np.array(traces.groups(), dtype=object)
     if folds < 2:

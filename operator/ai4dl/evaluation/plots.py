@@ -1,4 +1,4 @@
-"""Figures of an :class:`~ai4dl.evaluate.EvaluationResult` (matplotlib, Agg): usage and every
+"""Figures of an :class:`~ai4dl.evaluation.evaluate.EvaluationResult` (matplotlib, Agg): usage and every
 policy's allocation for chosen executions, the k/margin trade-off with its Pareto frontier,
 allocation ÷ oracle at matched fulfilment per policy, and cost versus windows at risk. Figure functions return figures;
 :func:`write_evaluation_plots` saves them as PNG."""
@@ -16,11 +16,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from ai4dl.evaluate import EvaluationResult  # noqa: E402
+from ai4dl.evaluation.evaluate import EvaluationResult  # noqa: E402
 from ai4dl.io.writers import save_figure  # noqa: E402
-from ai4dl.evaluation_report import (pareto_front, policy_order, primary_target,  # noqa: E402
+from ai4dl.evaluation.report import (pareto_front, policy_order, primary_target,  # noqa: E402
                                      target_label)
-from ai4dl.workload_report import level_unit  # noqa: E402
+from ai4dl.evaluation.workload_report import level_unit  # noqa: E402
 
 DPI = 110
 _COLOURS = {"static": "tab:brown", "adaptive-max": "tab:orange", "adaptive-stat": "tab:green",
@@ -316,7 +316,7 @@ def risk_curves(result: EvaluationResult, shares: Sequence[float] = RISK_GRID) -
     """policy -> (R, len(shares)) allocation ÷ oracle at each matched share of windows at risk
     (the evaluator's own scoring; a policy fitted per share is drawn with its fit for the
     smallest share it was fitted for)."""
-    from ai4dl.evaluate import score
+    from ai4dl.evaluation.evaluate import score
 
     reps = dict(result.replays)
     for name, by_share in result.per_risk.items():

@@ -1,6 +1,6 @@
 """CRBM training in torch (CPU or CUDA): minibatch CD-k with momentum, weight decay and early
-stopping on a validation split. Returns numpy :class:`~ai4dl.crbm.CRBMParams`, so serving never
-needs torch. Training slices come from :func:`ai4dl.crbm.design_matrix`, the same history
+stopping on a validation split. Returns numpy :class:`~ai4dl.method.crbm.CRBMParams`, so serving never
+needs torch. Training slices come from :func:`ai4dl.method.crbm.design_matrix`, the same history
 layout inference uses.
 """
 
@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.crbm import CRBMParams, design_matrix
+from ai4dl.method.crbm import CRBMParams, design_matrix
 from ai4dl.errors import Ai4dlError
 
 

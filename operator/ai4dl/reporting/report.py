@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ai4dl.model import PhaseModel
+from ai4dl.method.model import PhaseModel
 
 _BINARY = (("TiB", 1024.0 ** 4), ("GiB", 1024.0 ** 3), ("MiB", 1024.0 ** 2), ("KiB", 1024.0))
 

@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Patch  # noqa: E402
 
-from ai4dl.model import PhaseModel  # noqa: E402
-from ai4dl.phases import runs  # noqa: E402
-from ai4dl.traces import Execution  # noqa: E402
+from ai4dl.method.model import PhaseModel  # noqa: E402
+from ai4dl.method.phases import runs  # noqa: E402
+from ai4dl.method.traces import Execution  # noqa: E402
 
 _SCALE = {"bytes": (1024.0 ** 3, "GiB")}
 

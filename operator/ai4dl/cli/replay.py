@@ -2,7 +2,7 @@
 have done on the pods a Prometheus has seen — per workload and in total, against the requests
 the pods had.
 
-The history pull is the batch trainer's (:func:`ai4dl.cli_trainer.read_history`: the same
+The history pull is the batch trainer's (:func:`ai4dl.cli.trainer.read_history`: the same
 chunking, caps, restart and gap cuts). Then either
 
 - a phase model is fitted and every pod is replayed by what was fitted on the *other* pods
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 
-from ai4dl.cli_trainer import (RunLog, add_prometheus_client_args, check_pull_flags,
+from ai4dl.cli.trainer import (RunLog, add_prometheus_client_args, check_pull_flags,
                                read_history)
 from ai4dl.errors import Ai4dlError
 
@@ -84,7 +84,7 @@ def _phasemodel(args):
 
     from ai4dl.crd import PhaseModelSpec
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
-    from ai4dl.model import PhaseModel, validation_message
+    from ai4dl.method.model import PhaseModel, validation_message
     from ai4dl.policy.serving import served_policy
 
     ns, name = parse_ref(args.phasemodel)
@@ -109,17 +109,17 @@ def _phasemodel(args):
 
 
 def evaluate_prometheus(args: argparse.Namespace) -> int:
-    from ai4dl import evaluation_report as report
-    from ai4dl import workload_report as wr
-    from ai4dl.cli_common import evaluation_flags, say, window_in_samples
+    from ai4dl.evaluation import report
+    from ai4dl.evaluation import workload_report as wr
+    from ai4dl.cli.common import evaluation_flags, say, window_in_samples
     from ai4dl.crd import parse_duration
-    from ai4dl.evaluate import EvaluationConfig, run_cross_fitted, run_served
+    from ai4dl.evaluation.evaluate import EvaluationConfig, run_cross_fitted, run_served
     from ai4dl.io.writers import save_figure, write_text_atomic
     from ai4dl.policy.safety import SafetyConfig
     from ai4dl.sources import workloads as owners_src
     from ai4dl.sources.prometheus import FeatureQuery, PodRef, PrometheusSource, \
         default_feature_queries
-    from ai4dl.traces import CANONICAL_UNITS, TraceSet
+    from ai4dl.method.traces import CANONICAL_UNITS, TraceSet
 
     check_replay_flags(args)
     if args.phasemodel and (args.window is not None or
@@ -253,7 +253,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
                       json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n")
         written.append(Path(args.json))
     if args.plots:
-        from ai4dl.evaluation_plots import workloads_figure, write_evaluation_plots
+        from ai4dl.evaluation.plots import workloads_figure, write_evaluation_plots
         import matplotlib.pyplot as plt
 
         written += write_evaluation_plots(res, args.plots, args.plot_executions)

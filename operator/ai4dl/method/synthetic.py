@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ai4dl.traces import Execution, TraceSet
+from ai4dl.method.traces import Execution, TraceSet
 
 GiB = 1024.0 ** 3
 

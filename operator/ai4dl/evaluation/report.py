@@ -1,4 +1,4 @@
-"""Reporting an :class:`~ai4dl.evaluate.EvaluationResult`: the markdown table, the savings
+"""Reporting an :class:`~ai4dl.evaluation.evaluate.EvaluationResult`: the markdown table, the savings
 matrix, the JSON document, and the k/margin trade-off sweep behind the trade-off figure.
 
 Read against ../shared/docs/evaluation.md: every policy is reported as allocation ÷ oracle,
@@ -16,9 +16,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.evaluate import (PHASE_POLICIES, POLICIES, EvaluationResult, ResourceScore,
-                            build_policies, replay, resource_unit_scale, score, wins_at_risk,
-                            wins_over)
+from ai4dl.evaluation.evaluate import (PHASE_POLICIES, POLICIES, EvaluationResult, ResourceScore,
+                                       build_policies, replay, resource_unit_scale, score,
+                                       wins_at_risk, wins_over)
 
 UNREACHABLE = "unreachable"
 SWEEP_K = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)

@@ -165,7 +165,7 @@ def read_history(args, features, units, step: float, start: float, end: float, l
     containers to keep). Returns (HistoryResult, the normalised selector, the PodRefs found)."""
     from ai4dl.sources.prometheus import PrometheusSource
     from ai4dl.sources.prometheus_history import PrometheusHistory, normalise_selector
-    from ai4dl.traces import DEFAULT_MAX_GAP_STEPS
+    from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS
 
     try:
         selector = normalise_selector(args.selector)
@@ -197,7 +197,7 @@ def read_history(args, features, units, step: float, start: float, end: float, l
 def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
     from ai4dl.sources import membership as mb
     from ai4dl.sources.prometheus import FeatureQuery
-    from ai4dl.traces import CANONICAL_UNITS
+    from ai4dl.method.traces import CANONICAL_UNITS
 
     step = float(args.step or spec.step_seconds)
     units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
@@ -297,13 +297,13 @@ def _source(base: str, cap: Cap | None, limit: int = 300) -> str:
 
 
 def _traces(args, spec, log: RunLog):
-    from ai4dl.cli_common import load_from_args
+    from ai4dl.cli.common import load_from_args
     from ai4dl.sources.prometheus_history import keep_newest
 
     import inspect
 
     from ai4dl.io.loaders import option_default
-    from ai4dl.traces import CANONICAL_UNITS
+    from ai4dl.method.traces import CANONICAL_UNITS
 
     default = option_default(args.traces, "step", args.format)
     if args.step is None and default is not inspect.Parameter.empty:
@@ -344,12 +344,12 @@ def train_phasemodel(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from ai4dl import trainer as T
-    from ai4dl.cli_common import _model_from_args, fit_with_progress
+    from ai4dl.cli.common import _model_from_args, fit_with_progress
     from ai4dl.crd import PhaseModelSpec, parse_duration
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
-    from ai4dl.model import PhaseModel, validation_message
+    from ai4dl.method.model import PhaseModel, validation_message
     from ai4dl.policy.serving import window_samples
-    from ai4dl.traces import TraceSet
+    from ai4dl.method.traces import TraceSet
 
     _check_flags(args)
     log = RunLog(args.log_format, args.quiet)

@@ -1,6 +1,6 @@
 """What the ``ai4dl`` commands share: the trace arguments and loading, the model's flags, a fit
-with a progress bar, ``ai4dl evaluate``'s flags and the progress line. ai4dl.cli, ai4dl.cli_trainer
-and ai4dl.cli_replay import it (and not each other)."""
+with a progress bar, ``ai4dl evaluate``'s flags and the progress line. ai4dl.cli.main, ai4dl.cli.trainer
+and ai4dl.cli.replay import it (and not each other)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def load_from_args(args: argparse.Namespace, model=None):
     if args.features:
         traces = traces.select([f.strip() for f in args.features.split(",") if f.strip()])
     if model is not None:
-        from ai4dl.plausibility import check_model_fits
+        from ai4dl.method.plausibility import check_model_fits
 
         check_model_fits(model, traces, what=str(args.traces))
     return traces
@@ -111,7 +111,7 @@ def load_from_args(args: argparse.Namespace, model=None):
 
 # ----------------------------------------------------------------------------- commands
 def _model_from_args(args: argparse.Namespace):
-    from ai4dl.model import PhaseModel
+    from ai4dl.method.model import PhaseModel
 
     if args.phases == "auto":
         n_phases: int | str = "auto"
@@ -124,9 +124,9 @@ def _model_from_args(args: argparse.Namespace):
         lo, hi = (int(v) for v in args.k_range.split("-"))
     except ValueError:
         raise Ai4dlError(f"--k-range expects LOW-HIGH, got {args.k_range!r}") from None
-    from ai4dl.document import MAX_HIDDEN, MAX_HISTORY, MAX_PHASES
+    from ai4dl.method.document import MAX_HIDDEN, MAX_HISTORY, MAX_PHASES
 
-    # a model document holds at most these (ai4dl.document): refused before any data is read
+    # a model document holds at most these (ai4dl.method.document): refused before any data is read
     for flag, value, bound in (("--hidden", args.hidden, MAX_HIDDEN),
                                ("--history", args.history, MAX_HISTORY),
                                ("--phases", n_phases if n_phases != "auto" else 1, MAX_PHASES),
@@ -156,10 +156,10 @@ def fit_with_progress(model, traces, quiet: bool = False):
 
 
 # ----------------------------------------------------------------------------- evaluate flags
-# ai4dl evaluate's flags, read by both its file path (ai4dl.cli) and its Prometheus path
-# (ai4dl.cli_replay).
+# ai4dl evaluate's flags, read by both its file path (ai4dl.cli.main) and its Prometheus path
+# (ai4dl.cli.replay).
 def policies_arg(text: str | None) -> tuple[str, ...]:
-    from ai4dl.evaluate import POLICIES
+    from ai4dl.evaluation.evaluate import POLICIES
 
     if text is None:
         return tuple(POLICIES)

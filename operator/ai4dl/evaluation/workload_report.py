@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ai4dl.evaluate import EvaluationResult, FITTED
+from ai4dl.evaluation.evaluate import EvaluationResult, FITTED
 from ai4dl.judge import _per_sample, _scored_mask, resource_unit_scale
 
 # Name suffixes Kubernetes generates (k8s.io/apimachinery rand.SafeEncodeString's alphabet).
@@ -231,9 +231,9 @@ def workload_rows(result: EvaluationResult, owners: Sequence[Owner],
 def rows_for(result: EvaluationResult, executions, owner_of: Mapping[tuple[str, str], Owner]
              ) -> tuple[list[WorkloadRow], WorkloadRow]:
     """:func:`workload_rows` for executions pulled from Prometheus (``meta`` namespace and pod;
-    requests in ``meta`` as :func:`ai4dl.evaluate.trace_request` reads them), in the order the
+    requests in ``meta`` as :func:`ai4dl.evaluation.evaluate.trace_request` reads them), in the order the
     result holds them (cross-fitting concatenates its folds)."""
-    from ai4dl.evaluate import trace_request
+    from ai4dl.evaluation.evaluate import trace_request
 
     by_name = {e.name: e for e in executions}
     replayed = [by_name[name] for name in result.data.names]
@@ -265,7 +265,7 @@ def workload_table(rows: Sequence[WorkloadRow], total: WorkloadRow, policy: str,
     """One line per workload (the ``top`` largest; the rest summed up in the total line): the
     mean request, the mean usage and ``policy``'s mean allocation per resource, its fulfilment,
     windows short and saving against the requests."""
-    from ai4dl.evaluation_report import markdown_table
+    from ai4dl.evaluation.report import markdown_table
 
     header = ["workload", "pods", "hours"]
     for r, u in zip(resources, units):
@@ -297,7 +297,7 @@ def workload_table(rows: Sequence[WorkloadRow], total: WorkloadRow, policy: str,
 def totals_table(total: WorkloadRow, resources: Sequence[str], units: Sequence[str],
                  policies: Sequence[str]) -> str:
     """Every policy in total: allocation, against the requests, fulfilment, windows short."""
-    from ai4dl.evaluation_report import markdown_table
+    from ai4dl.evaluation.report import markdown_table
 
     header = ["policy", "resource", "allocation", "÷ requested", "savings vs request",
               "fulfilment", "windows short"]

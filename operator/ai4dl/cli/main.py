@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.cli_common import (_model_from_args, add_trace_args, evaluation_flags,
+from ai4dl.cli.common import (_model_from_args, add_trace_args, evaluation_flags,
                               fit_with_progress, load_from_args, say, window_in_samples)
 from ai4dl import __version__
 from ai4dl.errors import Ai4dlError, one_line
@@ -34,7 +34,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from ai4dl.io.modelfile import save_model
 
     if args.phasemodel or args.prometheus:
-        from ai4dl.cli_trainer import train_phasemodel
+        from ai4dl.cli.trainer import train_phasemodel
 
         return train_phasemodel(args)
     if args.traces is None:
@@ -120,7 +120,7 @@ def _choose_policy(args: argparse.Namespace, model, traces, spec) -> None:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from ai4dl.cli_trainer import rollback
+    from ai4dl.cli.trainer import rollback
 
     return rollback(args)
 
@@ -156,8 +156,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     from ai4dl.io.modelfile import read_document
-    from ai4dl.model import PhaseModel
-    from ai4dl.report import describe
+    from ai4dl.method.model import PhaseModel
+    from ai4dl.reporting.report import describe
 
     doc = read_document(args.model)
     model = PhaseModel.from_document(doc)
@@ -173,7 +173,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
                              f"{doc.schema_version}): nothing to draw for --heatmap")
         import matplotlib.pyplot as plt
 
-        from ai4dl.plots import headroom_figure
+        from ai4dl.reporting.plots import headroom_figure
 
         from ai4dl.policy.headroom import from_table
 
@@ -202,7 +202,7 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
     logged itself, drawn under the detected ones."""
     import matplotlib.pyplot as plt
 
-    from ai4dl import plots
+    from ai4dl.reporting import plots
 
     outdir.mkdir(parents=True, exist_ok=True)
     by_name = {e.name: e for e in traces}
@@ -242,7 +242,7 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
 
 
 def cmd_synthetic(args: argparse.Namespace) -> int:
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
     from ai4dl.io.writers import write_long_csv
 
     if args.executions < 1:
@@ -300,8 +300,8 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
     from sklearn.metrics import adjusted_rand_score
 
     from ai4dl.io.modelfile import save_model
-    from ai4dl.model import PhaseModel
-    from ai4dl.report import describe
+    from ai4dl.method.model import PhaseModel
+    from ai4dl.reporting.report import describe
 
     say(args, f"train: {train.summary()}")
     model = fit_with_progress(PhaseModel(random_state=args.seed), train, args.quiet)
@@ -320,7 +320,7 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ai4dl import synthetic
+    from ai4dl.method import synthetic
 
     start = time.perf_counter()
     out = Path(args.output)
@@ -358,17 +358,17 @@ def _evaluation_resources(args: argparse.Namespace, traces) -> tuple[str, ...]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ai4dl import evaluation_report as report
-    from ai4dl.evaluate import EvaluationConfig, run_evaluation
+    from ai4dl.evaluation import report
+    from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
     from ai4dl.policy.safety import SafetyConfig
 
-    from ai4dl.evaluate import PHASE_POLICIES
+    from ai4dl.evaluation.evaluate import PHASE_POLICIES
 
     if args.prometheus:
-        from ai4dl.cli_replay import evaluate_prometheus
+        from ai4dl.cli.replay import evaluate_prometheus
 
         return evaluate_prometheus(args)
-    from ai4dl.cli_replay import check_replay_flags
+    from ai4dl.cli.replay import check_replay_flags
 
     check_replay_flags(args)
     if args.traces is None:
@@ -426,7 +426,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         written.append(write_text_atomic(
             args.json, json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n"))
     if args.plots:
-        from ai4dl.evaluation_plots import write_evaluation_plots
+        from ai4dl.evaluation.plots import write_evaluation_plots
 
         say(args, "plotting")
         written += write_evaluation_plots(result, args.plots, args.plot_executions, sweep)
@@ -439,10 +439,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     from dataclasses import fields
 
-    from ai4dl.evaluate import POLICIES, EvaluationConfig
+    from ai4dl.evaluation.evaluate import POLICIES, EvaluationConfig
     from ai4dl.policy.policies import PHASE_READERS, STATISTICS
 
-    from ai4dl.cli_replay import add_replay_args
+    from ai4dl.cli.replay import add_replay_args
 
     add_trace_args(p, optional=True)
     add_replay_args(p)
@@ -553,8 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="CRBM training device (default auto: cuda when torch sees one and the "
                         "fit is large enough for it to be faster, by the cost model in "
-                        "ai4dl.crbm_train.FitSize)")
-    from ai4dl.cli_trainer import add_trainer_args
+                        "ai4dl.method.crbm_train.FitSize)")
+    from ai4dl.cli.trainer import add_trainer_args
 
     add_trainer_args(p)
     p.set_defaults(func=cmd_train)
@@ -622,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_evaluate_args(p)
     p.set_defaults(func=cmd_evaluate)
 
-    from ai4dl import record
+    from ai4dl.recording import record
     record.add_parser(sub)
     return parser
 
@@ -639,7 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # error that a command did not word itself is still one line, exit 2
             raise Ai4dlError(f"invalid {err.title}: {one_line(err)}") from None
     except Ai4dlError as err:
-        from ai4dl.cli_trainer import exit_code, report_error
+        from ai4dl.cli.trainer import exit_code, report_error
 
         code = exit_code(err)
         report_error(args, err, code)

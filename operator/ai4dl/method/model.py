@@ -15,13 +15,14 @@ from typing import Callable, Sequence
 import numpy as np
 from pydantic import ValidationError
 
-from ai4dl import phases as ph
-from ai4dl.crbm import CRBMParams, encode_many, encode_stacked, reconstruction_error
-from ai4dl.document import (SCHEMA_VERSION, CRBMWeights, Feature, FitReport, KSelectionReport,
-                            PhaseModelDocument, PhaseStats, Prototype, Scaler, to_list)
+from ai4dl.method import phases as ph
+from ai4dl.method.crbm import CRBMParams, encode_many, encode_stacked, reconstruction_error
+from ai4dl.method.document import (SCHEMA_VERSION, CRBMWeights, Feature, FitReport,
+                                   KSelectionReport, PhaseModelDocument, PhaseStats, Prototype,
+                                   Scaler, to_list)
 from ai4dl.errors import Ai4dlError, ModelError
-from ai4dl.plausibility import check_before_fit
-from ai4dl.traces import Execution, TraceSet
+from ai4dl.method.plausibility import check_before_fit
+from ai4dl.method.traces import Execution, TraceSet
 
 Inputs = TraceSet | Sequence[Execution] | Execution | np.ndarray | Sequence[np.ndarray]
 
@@ -208,7 +209,7 @@ class PhaseModel:
     # ------------------------------------------------------------------ document
     def to_document(self) -> PhaseModelDocument:
         """The fitted model as its document; ModelError (one line) when the fit is beyond what
-        a document may hold (ai4dl.document's bounds: e.g. --hidden above MAX_HIDDEN)."""
+        a document may hold (ai4dl.method.document's bounds: e.g. --hidden above MAX_HIDDEN)."""
         self._check_fitted()
         try:
             return self._document()
@@ -287,7 +288,7 @@ def validation_message(err: ValidationError) -> str:
 
 
 def _train(m: PhaseModel, Z: list[np.ndarray], on_epoch):
-    from ai4dl.crbm_train import train_crbm
+    from ai4dl.method.crbm_train import train_crbm
 
     return train_crbm(Z, n_hidden=m.n_hidden, n_history=m.n_history, epochs=m.epochs,
                       batch_size=m.batch_size, learning_rate=m.learning_rate,

@@ -1,0 +1,5 @@
+"""The command lines: ``ai4dl`` (main), its shared flags (common), the batch trainer's (trainer) and Prometheus replay (replay)."""
+
+from ai4dl.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,1 @@
+"""The AI4DL phase method, the pure core: traces -> CRBM codes -> k-means phases -> the model document."""

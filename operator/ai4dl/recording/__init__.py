@@ -1,0 +1,1 @@
+"""`ai4dl record`: a process tree's CPU, memory and GPU use sampled from /proc and NVML into a trace."""
