@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Re-runs every evaluation quoted in docs/results.md and rewrites the tables beside it.
 # From the repository root, after `make env`:  bash docs/results/run.sh
-# Data: ../shared/data (override with AI4DL_DATA). Takes about 48 minutes on 2 shared cores
-# (measured 2026-11-27: 47 min 46 s, beside other work; risk.py about 13 minutes of it).
+# Data: ../shared/data (override with AI4DL_DATA). Takes about 50 minutes on 2 shared cores
+# (measured 2026-11-28: 49 min 20 s, beside other work; risk.py about 16 minutes of it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A=.venv/bin/ai4dl
