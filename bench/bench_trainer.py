@@ -64,7 +64,8 @@ def measure(url: str, hours: float, device: str, epochs: int, max_samples: int |
     from ai4dl import trainer as T
     from ai4dl.crd import PhaseModelSpec, default_features
     from ai4dl.method.model import PhaseModel
-    from ai4dl.sources.prometheus import FeatureQuery, PrometheusSource
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_types import FeatureQuery
     from ai4dl.sources.prometheus_history import PrometheusHistory
     from ai4dl.method.traces import TraceSet
 
@@ -105,7 +106,8 @@ def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dic
     from ai4dl.evaluation import workload_report as wr
     from ai4dl.evaluation.evaluate import EvaluationConfig, run_cross_fitted
     from ai4dl.sources import workloads
-    from ai4dl.sources.prometheus import PrometheusSource, default_feature_queries
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_types import default_feature_queries
     from ai4dl.sources.prometheus_history import PrometheusHistory
     from ai4dl.method.traces import TraceSet
 

@@ -181,7 +181,7 @@ def test_quiet_and_no_model_needed(long_csv):
 
 def test_unreachable_targets_are_words_not_numbers(long_csv):
     """A target no margin reaches prints 'unreachable' and stays valid JSON."""
-    from ai4dl.evaluation import report
+    from ai4dl.evaluation import report, report_json
     from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
     from ai4dl.io.loaders import load_traces
 
@@ -198,14 +198,14 @@ def test_unreachable_targets_are_words_not_numbers(long_csv):
     assert row["alloc ÷ oracle at 95 %"] == "unreachable"
     assert row["margin for 95 %"] == "unreachable"
     assert row["alloc ÷ static peak"] == "n/a"
-    doc = _strict_json(json.dumps(report.to_json(result, ctx), allow_nan=False))
+    doc = _strict_json(json.dumps(report_json.to_json(result, ctx), allow_nan=False))
     cpu = doc["scores"]["adaptive-max"]["cpu"]
     assert cpu["vs_oracle_at"]["0.95"] == "unreachable" and cpu["vs_static_peak"] is None
     assert doc["savings"]["matrix"]["cpu"]["adaptive-max"]["oracle"] == "unreachable"
 
 
 def test_pareto_front():
-    from ai4dl.evaluation.report import pareto_front
+    from ai4dl.evaluation.report_sweep import pareto_front
 
     fulfil = [0.80, 0.90, 0.85, 0.99, 0.95, float("nan")]
     cost = [0.90, 1.00, 1.10, 1.30, 1.40, 0.50]
@@ -286,7 +286,7 @@ def _doc(seed: int, auto: tuple, am: tuple, ast: tuple, vpa: float) -> dict:
 
 
 def test_verdict_tally_counts_cells_per_data_set_and_only_the_bar_in_the_total():
-    from ai4dl.evaluation.report import verdict_rows, verdict_tally
+    from ai4dl.evaluation.report_verdict import verdict_rows, verdict_tally
 
     met = ((1.04, 10), (1.05, 10), (1.06, 12), 1.2)
     missed = ((1.04, 11), (1.05, 10), (1.06, 12), 1.2)      # one window more
@@ -303,7 +303,7 @@ def test_verdict_tally_counts_cells_per_data_set_and_only_the_bar_in_the_total()
 
 
 def test_verdict_applies_the_bar_and_counts_seeds(full_run):
-    from ai4dl.evaluation.report import verdict_rows, verdict_table
+    from ai4dl.evaluation.report_verdict import verdict_rows, verdict_table
 
     runs = [("toy", _doc(0, (1.04, 10), (1.05, 10), (1.06, 12), 1.2)),      # met
             ("toy", _doc(1, (1.04, 11), (1.05, 10), (1.06, 12), 1.2)),      # one window more
@@ -329,7 +329,7 @@ def test_verdict_applies_the_bar_and_counts_seeds(full_run):
 
 
 def test_restated_cpu_bar_is_the_mean_gap_within_one_standard_error():
-    from ai4dl.evaluation.report import restated_cpu_rows, restated_cpu_table
+    from ai4dl.evaluation.report_verdict import restated_cpu_rows, restated_cpu_table
 
     def with_krr(doc, krr):
         doc["scores"]["krr"] = {"cpu": {"vs_oracle_at": {"0.97": krr}}}

@@ -336,7 +336,7 @@ def test_run_evaluation_scores_krr_on_real_traces(gcd_slice):
 
 
 def test_reports_list_krr(gcd_slice):
-    from ai4dl.evaluation import report
+    from ai4dl.evaluation import report, report_json
 
     cfg = EvaluationConfig(window=12, policies=("static", "vpa", "krr", "oracle"),
                            test_fraction=0.5, seed=0)
@@ -344,5 +344,5 @@ def test_reports_list_krr(gcd_slice):
     ctx = report.make_context(gcd_slice, res, "gcd slice", None)
     rows = report.score_rows(res)
     assert [r[0] for r in rows] == ["static"] * 2 + ["vpa"] * 2 + ["krr"] * 2 + ["oracle"] * 2
-    doc = report.to_json(res, ctx)
+    doc = report_json.to_json(res, ctx)
     assert set(doc["scores"]["krr"]) == {"cpu", "memory"}

@@ -11,7 +11,7 @@ import pytest
 from ai4dl.crd import LabelSelector
 from ai4dl.errors import Ai4dlError
 from ai4dl.sources import membership as mb
-from ai4dl.sources.prometheus import PodRef
+from ai4dl.sources.prometheus_types import PodRef
 
 SEL = LabelSelector.model_validate({"matchLabels": {"app": "train"},
                                     "matchExpressions": [{"key": "tier", "operator": "NotIn",

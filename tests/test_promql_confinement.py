@@ -15,8 +15,9 @@ import pytest
 from pydantic import ValidationError
 
 from ai4dl.crd import PROMQL_UNCHECKED, PhaseModelSpec, crd_manifest, default_features
-from ai4dl.sources.prometheus import (DEFAULT_QUERIES, FeatureQuery, PodRef, PrometheusSource,
-                                      SeriesLimitExceeded, pod_selector)
+from ai4dl.sources.prometheus import PrometheusSource, pod_selector
+from ai4dl.sources.prometheus_types import (DEFAULT_QUERIES, FeatureQuery, PodRef,
+                                            SeriesLimitExceeded)
 from ai4dl.sources.promql import check_template, template_problem
 
 # What a namespace owner could write to read elsewhere, and why each is refused.

@@ -12,7 +12,7 @@ import pytest
 from ai4dl import trainer as T
 from ai4dl.cli import main as cli_main
 from ai4dl.crd import parse_duration
-from ai4dl.sources.prometheus import PodRef
+from ai4dl.sources.prometheus_types import PodRef
 from ai4dl.sources.prometheus_history import (container_executions, metric_names,
                                               normalise_selector, plan_pull)
 from ai4dl.method.traces import Execution
@@ -157,7 +157,7 @@ def test_selector_and_metric_names():
     with pytest.raises(ValueError, match="selector is empty"):
         normalise_selector("{}")
     from ai4dl.crd import default_features
-    from ai4dl.sources.prometheus import FeatureQuery
+    from ai4dl.sources.prometheus_types import FeatureQuery
 
     fqs = [FeatureQuery(f.name, f.query) for f in default_features()]
     assert metric_names(fqs) == ["container_cpu_usage_seconds_total",
@@ -232,10 +232,11 @@ LEAN_SERIES = [
 
 
 def test_lean_fetch_equals_fetch():
-    from ai4dl.sources.prometheus import LeanMatrix, PrometheusSource, _parse_matrix
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_answers import LeanMatrix, parse_matrix
 
     body = _answer(LEAN_SERIES, warnings=["too many samples, maybe"])
-    parsed = _parse_matrix(body)
+    parsed = parse_matrix(body)
     assert isinstance(parsed, LeanMatrix) and len(parsed.series) == len(LEAN_SERIES)
     assert parsed.warnings == ["too many samples, maybe"]
     assert parsed.series[2][0]["pod"] == 'b"},"values":['
@@ -264,9 +265,10 @@ def test_lean_fetch_equals_fetch():
     _answer([_series("a", "cpu", [[100, "1"], [115, "x1"]])]),    # unparsable value
 ])
 def test_lean_fetch_falls_back_to_json(body):
-    from ai4dl.sources.prometheus import PrometheusSource, _parse_matrix
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_answers import parse_matrix
 
-    assert _parse_matrix(body) is None
+    assert parse_matrix(body) is None
     src = PrometheusSource("http://p:9090", session=_CannedSession(body))
     if b'"x1"' in body:                     # the unparsable value: both paths refuse it
         for fetch in (src.fetch, src._fetch_lean):
@@ -291,7 +293,7 @@ class _GridSource:
         return [dict(p._asdict()) for p in self.pods]
 
     def _fetch_lean(self, queries, batch, c0, c1, step, compress=False):
-        from ai4dl.sources.prometheus import PodSamples
+        from ai4dl.sources.prometheus_types import PodSamples
 
         assert [q.name for q in queries] == ["cpu", "memory", "__start", "__resets", "__stale"]
         k0, k1 = round((c0 - self.t0) / step), round((c1 - self.t0) / step)
@@ -322,7 +324,7 @@ def _grid(n_pods=5, n=1200, seed=1):
 
 def _history(src, **kw):
     from ai4dl.crd import default_features
-    from ai4dl.sources.prometheus import FeatureQuery
+    from ai4dl.sources.prometheus_types import FeatureQuery
     from ai4dl.sources.prometheus_history import PrometheusHistory
 
     return PrometheusHistory(src, [FeatureQuery(f.name, f.query) for f in default_features()],

@@ -304,7 +304,8 @@ def test_traces_create_and_if_due(kube_cluster, k8s_namespace, history, crd, tmp
     """From a trace file into a PhaseModel that does not exist yet (--create); then --if-due
     skips until the operator recommends a refit."""
     from ai4dl.io.writers import write_long_csv
-    from ai4dl.sources.prometheus import FeatureQuery, PrometheusSource
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_types import FeatureQuery
     from ai4dl.sources.prometheus_history import PrometheusHistory
     from ai4dl.crd import default_features
     from ai4dl.method.traces import TraceSet

@@ -86,7 +86,8 @@ def both(shared_data, prometheus_binary, victoria_metrics_binary, tmp_path_facto
 
 
 def pull(url):
-    from ai4dl.sources.prometheus import PrometheusSource, default_feature_queries
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_types import default_feature_queries
     from ai4dl.sources.prometheus_history import PrometheusHistory
 
     with PrometheusSource(url) as src:

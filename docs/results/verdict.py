@@ -11,8 +11,8 @@ import re
 import sys
 from pathlib import Path
 
-from ai4dl.evaluation.report import (restated_cpu_rows, restated_cpu_table, verdict_rows,
-                                     verdict_table, verdict_tally)
+from ai4dl.evaluation.report_verdict import (restated_cpu_rows, restated_cpu_table, verdict_rows,
+                                             verdict_table, verdict_tally)
 
 LABELS = {"gcd-1h": "GCD_VMs, 1 h windows", "gcd-15min": "GCD_VMs, 15 min windows",
           "alibaba": "Alibaba GenAI pods (memory)", "synthetic": "Synthetic DL jobs",

@@ -394,7 +394,7 @@ class VpaUpdater(threading.Thread):
                 self.errors.append(f"record_oom {pod}: {exc}"[:300])
 
     def tick(self, now: float) -> None:
-        from ai4dl.sources.prometheus import PodRef
+        from ai4dl.sources.prometheus_types import PodRef
 
         for name in self.names:
             try:
@@ -457,7 +457,8 @@ def record_executions(prom_url: str, namespace: str, spans: dict[str, tuple[floa
                       step: float = STEP) -> dict:
     """Each job's cpu (cores) and memory (bytes) from cAdvisor through Prometheus at ``step``
     over its [start, end] (name -> Execution; the operator's default queries)."""
-    from ai4dl.sources.prometheus import PodRef, PrometheusSource
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_types import PodRef
 
     src = PrometheusSource(prom_url, timeout=10, retries=2)
     out = {}

@@ -358,7 +358,7 @@ def _evaluation_resources(args: argparse.Namespace, traces) -> tuple[str, ...]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ai4dl.evaluation import report
+    from ai4dl.evaluation import report, report_json, report_sweep
     from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
     from ai4dl.policy.safety import SafetyConfig
 
@@ -412,7 +412,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ctx = report.make_context(traces, result, str(args.traces), args.model)
     sweep = None
     if args.sweep:
-        sweep = report.run_sweep(result, on_stage=lambda msg: say(args, msg))
+        sweep = report_sweep.run_sweep(result, on_stage=lambda msg: say(args, msg))
         if not sweep:
             print("ai4dl: warning: --sweep: none of phase, phase-proactive, adaptive-stat is "
                   "evaluated: nothing to sweep", file=sys.stderr)
@@ -422,7 +422,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.markdown:
         written.append(write_text_atomic(args.markdown, text))
     if args.json:
-        doc = report.to_json(result, ctx, sweep, model_params)
+        doc = report_json.to_json(result, ctx, sweep, model_params)
         written.append(write_text_atomic(
             args.json, json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n"))
     if args.plots:

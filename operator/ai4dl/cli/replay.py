@@ -109,7 +109,7 @@ def _phasemodel(args):
 
 
 def evaluate_prometheus(args: argparse.Namespace) -> int:
-    from ai4dl.evaluation import report
+    from ai4dl.evaluation import report, report_json
     from ai4dl.evaluation import workload_report as wr
     from ai4dl.cli.common import evaluation_flags, say, window_in_samples
     from ai4dl.crd import parse_duration
@@ -117,8 +117,8 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     from ai4dl.io.writers import save_figure, write_text_atomic
     from ai4dl.policy.safety import SafetyConfig
     from ai4dl.sources import workloads as owners_src
-    from ai4dl.sources.prometheus import FeatureQuery, PodRef, PrometheusSource, \
-        default_feature_queries
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_types import FeatureQuery, PodRef, default_feature_queries
     from ai4dl.method.traces import CANONICAL_UNITS, TraceSet
 
     check_replay_flags(args)
@@ -233,7 +233,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     full = "\n\n".join([base.rstrip(), intro, workload_md, totals_md]) + "\n"
     doc = None
     if args.json:
-        doc = report.to_json(res, ctx, None, model_params)
+        doc = report_json.to_json(res, ctx, None, model_params)
         doc["workloads"] = {"shown_policy": shown, "fitted_target": top,
                             "owners_from_kube_state_metrics": from_ksm,
                             "containers_with_requests": len(requested),

@@ -115,7 +115,7 @@ class RunLog:
 
 def exit_code(err: Ai4dlError) -> int:
     from ai4dl.kube.phasemodels import KubeUnavailable
-    from ai4dl.sources.prometheus import PrometheusUnavailable
+    from ai4dl.sources.prometheus_types import PrometheusUnavailable
 
     return EXIT_UNAVAILABLE if isinstance(err, (PrometheusUnavailable, KubeUnavailable)) \
         else EXIT_INPUT
@@ -196,7 +196,7 @@ def read_history(args, features, units, step: float, start: float, end: float, l
 
 def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
     from ai4dl.sources import membership as mb
-    from ai4dl.sources.prometheus import FeatureQuery
+    from ai4dl.sources.prometheus_types import FeatureQuery
     from ai4dl.method.traces import CANONICAL_UNITS
 
     step = float(args.step or spec.step_seconds)

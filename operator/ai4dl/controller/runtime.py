@@ -210,8 +210,8 @@ class WindowRunner:
         samples = {}
         rejected: dict[tuple[str, str, str], tuple[str, str]] = {}
         if refs:
-            from ai4dl.sources.prometheus import (FeatureQuery, PrometheusQueryError,
-                                                  SeriesLimitExceeded)
+            from ai4dl.sources.prometheus_types import (FeatureQuery, PrometheusQueryError,
+                                                        SeriesLimitExceeded)
 
             step = spec.step_seconds
             # grid: n_context history samples, then the W samples of the window that just ended

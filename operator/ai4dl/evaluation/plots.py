@@ -18,8 +18,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from ai4dl.evaluation.evaluate import EvaluationResult  # noqa: E402
 from ai4dl.io.writers import save_figure  # noqa: E402
-from ai4dl.evaluation.report import (pareto_front, policy_order, primary_target,  # noqa: E402
-                                     target_label)
+from ai4dl.evaluation.report import policy_order, primary_target, target_label  # noqa: E402
+from ai4dl.evaluation.report_sweep import pareto_front  # noqa: E402
 from ai4dl.evaluation.workload_report import level_unit  # noqa: E402
 
 DPI = 110

@@ -24,7 +24,8 @@ from typing import Iterable, Sequence
 
 from ai4dl.crd import OPT_IN_LABEL, LabelSelector
 from ai4dl.errors import Ai4dlError
-from ai4dl.sources.prometheus import PodRef, PrometheusSource, _alternation
+from ai4dl.sources.prometheus import PrometheusSource, _alternation
+from ai4dl.sources.prometheus_types import PodRef
 
 KSM_METRIC = "kube_pod_labels"
 

@@ -42,58 +42,35 @@ still puts the query in the URL's query string (``params=``), not in the form bo
 2,000-pod selector would make a ~100 kB URL; it also rounds start/end to whole seconds, retries
 through urllib3 with its own policy and reports errors as a generic exception carrying the raw
 body. What we need from it is one HTTP call, so we make that call ourselves.
+
+The types it takes and returns (:class:`FeatureQuery`, :class:`PodRef`, :class:`PodSamples`,
+the errors) are in :mod:`ai4dl.sources.prometheus_types`; the answers' bytes are read by
+:mod:`ai4dl.sources.prometheus_answers`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import re
-import socket
 import time
-import warnings as _warnings
-from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import requests
 
-from ai4dl.errors import Ai4dlError
+from ai4dl.sources.prometheus_answers import (LeanMatrix, connection_reason, one_line,
+                                              parse_matrix, read_capped)
+from ai4dl.sources.prometheus_types import (DEFAULT_RATE_WINDOW, FeatureQuery, PodRef, PodSamples,
+                                            PrometheusQueryError, PrometheusUnavailable,
+                                            SeriesLimitExceeded, default_feature_queries)
 from ai4dl.sources.promql import check_template, template_problem
-from ai4dl.method.traces import CANONICAL_UNITS, Execution
 
-__all__ = ["DEFAULT_QUERIES", "DEFAULT_RATE_WINDOW", "MAX_POINTS", "FeatureQuery", "PodRef",
-           "PodSeries", "PodSamples", "PrometheusSource", "PrometheusUnavailable",
-           "PrometheusQueryError", "SeriesLimitExceeded", "check_template",
-           "default_feature_queries", "template_problem"]
+__all__ = ["MAX_POINTS", "PrometheusSource", "check_template", "pod_selector",
+           "template_problem"]
 
 MAX_POINTS = 11000  # Prometheus's limit of points per series in one range query
-DEFAULT_RATE_WINDOW = "1m"
 FEATURE_LABEL = "ai4dl_feature"
-
-# Templates: ``{selector}`` -> label matchers, ``{rate_window}`` -> a PromQL duration; literal
-# braces are doubled (str.format). Every expression must keep the labels namespace, pod and
-# container and give at most one series per container.
-DEFAULT_QUERIES: dict[str, str] = {
-    "cpu": "sum by (namespace, pod, container) "
-           "(rate(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}]))",
-    "memory": "sum by (namespace, pod, container) "
-              "(container_memory_working_set_bytes{{{selector}}})",
-    # Percent 0-100: a container with several GPUs gets their mean.
-    "gpu_util": "avg by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{{{selector}}})",
-    # DCGM reports MiB; the canonical unit is bytes.
-    "gpu_memory": "sum by (namespace, pod, container) (DCGM_FI_DEV_FB_USED{{{selector}}}) * 1048576",
-}
-
-
-class PrometheusUnavailable(Ai4dlError):
-    """Prometheus could not be reached or did not answer (after the retries). One line."""
-
-    def __init__(self, url: str, reason: str, attempts: int = 1):
-        self.url, self.reason, self.attempts = url, reason, attempts
-        tries = f" after {attempts} attempts" if attempts > 1 else ""
-        super().__init__(f"Prometheus at {url} unavailable{tries}: {reason}")
 
 
 #: The operator's bound on the series one window query may answer (--max-series-per-query 0):
@@ -107,167 +84,6 @@ SERIES_SLACK = 16
 # other figure unless a template keeps every label of a raw series.
 _BYTES_PER_POINT = 64
 _BYTES_PER_SERIES = 16384
-
-
-class PrometheusQueryError(Ai4dlError):
-    """Prometheus rejected the query (HTTP 400/422); carries Prometheus's message. One line."""
-
-    def __init__(self, url: str | None, error: str, error_type: str = "", status: int = 0):
-        self.url, self.error, self.error_type, self.status = url, error, error_type, status
-        kind = f" ({error_type})" if error_type else ""
-        if url is None:  # refused before sending
-            super().__init__(f"bad PromQL template: {error}")
-        else:
-            super().__init__(f"Prometheus at {url} rejected the query{kind}: {error}")
-
-
-class SeriesLimitExceeded(PrometheusQueryError):
-    """An answer with more series than the query may give: refused (one beyond the bytes
-    that many series can take is refused before it is parsed)."""
-
-    def __init__(self, url: str, message: str):
-        self.url, self.error, self.error_type, self.status = url, message, "too many series", 0
-        Ai4dlError.__init__(self, f"Prometheus at {url}: {message}")
-
-
-@dataclass(frozen=True)
-class FeatureQuery:
-    """A feature's name and its PromQL template (``{selector}``, ``{rate_window}``)."""
-
-    name: str
-    promql: str
-
-    def render(self, selector: str, rate_window: str = DEFAULT_RATE_WINDOW) -> str:
-        try:
-            return self.promql.format(selector=selector, rate_window=rate_window)
-        except (KeyError, IndexError, ValueError) as e:
-            raise PrometheusQueryError(None, f"feature {self.name!r}: {self.promql!r}: "
-                                       f"{type(e).__name__}: {e}") from None
-
-
-def default_feature_queries(names: Iterable[str] = ("cpu", "memory")) -> list[FeatureQuery]:
-    """The default queries (cAdvisor / DCGM metric names) for canonical feature ``names``."""
-    out = []
-    for n in names:
-        if n not in DEFAULT_QUERIES:
-            raise ValueError(f"no default query for feature {n!r} "
-                             f"(known: {', '.join(DEFAULT_QUERIES)})")
-        out.append(FeatureQuery(n, DEFAULT_QUERIES[n]))
-    return out
-
-
-class PodRef(NamedTuple):
-    """One container of one pod (the cAdvisor labels namespace, pod, container).
-
-    A named tuple: equal to, and hashing like, the plain tuple ``(namespace, pod, container)``.
-    """
-
-    namespace: str
-    pod: str
-    container: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.pod}/{self.container}"
-
-
-@dataclass(frozen=True, eq=False)
-class PodSeries:
-    """One pod's samples: ``values[i, j]`` is feature ``features[j]`` at ``times[i]``."""
-
-    pod: PodRef
-    times: np.ndarray            # (n,) unix seconds, regular
-    values: np.ndarray           # (n, F) float64, NaN = no sample
-    features: tuple[str, ...]
-    step: float
-    end: float                   # the window's requested end
-
-    @property
-    def missing_fraction(self) -> float:
-        """Fraction of (time, feature) cells with no sample (1.0: Prometheus has nothing)."""
-        return float(np.isnan(self.values).mean()) if self.values.size else 1.0
-
-    @property
-    def missing_by_feature(self) -> dict[str, float]:
-        if not len(self.times):
-            return {f: 1.0 for f in self.features}
-        frac = np.isnan(self.values).mean(axis=0)
-        return {f: float(x) for f, x in zip(self.features, frac)}
-
-    @property
-    def newest_time(self) -> float | None:
-        """Grid time of the newest point where any feature has a value (None: none has)."""
-        have = np.flatnonzero(~np.isnan(self.values).all(axis=1)) if self.values.size else []
-        return float(self.times[have[-1]]) if len(have) else None
-
-    @property
-    def newest_age(self) -> float:
-        """Seconds from the window's end back to the newest sample (``inf`` if none).
-
-        Measured on the grid (resolution: ``step``). Prometheus fills a grid point from a sample
-        up to its lookback (5 min by default) old unless the series was marked stale (a failed
-        scrape, or the series vanishing from the exporter, marks it at once).
-        """
-        t = self.newest_time
-        return math.inf if t is None else max(0.0, self.end - t)
-
-    def is_stale(self, max_age: float) -> bool:
-        return self.newest_age > max_age
-
-    def column(self, feature: str) -> np.ndarray:
-        return self.values[:, self.features.index(feature)]
-
-    def to_execution(self, name: str | None = None, units: Sequence[str] | None = None) -> Execution:
-        """As an :class:`~ai4dl.method.traces.Execution` (float32; NaN kept), canonical units."""
-        units = tuple(units) if units is not None else tuple(
-            CANONICAL_UNITS.get(f, "") for f in self.features)
-        return Execution(name or str(self.pod), self.times, self.values, self.features, units,
-                         step=self.step, meta={"namespace": self.pod.namespace,
-                                               "pod": self.pod.pod,
-                                               "container": self.pod.container})
-
-
-@dataclass(eq=False)
-class PodSamples(Mapping[PodRef, PodSeries]):
-    """The result of one :meth:`PrometheusSource.fetch`: a :class:`PodSeries` per pod asked for,
-    in the order asked for, all on the same grid."""
-
-    features: tuple[str, ...]
-    times: np.ndarray
-    start: float
-    end: float
-    step: float
-    pods: tuple[PodRef, ...]
-    values: np.ndarray                                       # (P, n, F)
-    queries: int = 0                                         # range queries this fetch made
-    warnings: list[str] = field(default_factory=list)
-    # Pods for which some feature came in more than one series (a template that does not give
-    # one series per container): {pod: features}. Their values are all NaN: which series is
-    # right cannot be told, so none is used (never a max, never the first).
-    duplicated: dict[PodRef, tuple[str, ...]] = field(default_factory=dict)
-    _index: dict[PodRef, int] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._index = {p: i for i, p in enumerate(self.pods)}
-
-    def __getitem__(self, pod: PodRef) -> PodSeries:
-        i = self._index[pod]
-        return PodSeries(pod, self.times, self.values[i], self.features, self.step, self.end)
-
-    def __iter__(self) -> Iterator[PodRef]:
-        return iter(self.pods)
-
-    def __len__(self) -> int:
-        return len(self.pods)
-
-    def missing_fraction(self, pod: PodRef) -> float:
-        return self[pod].missing_fraction
-
-    def newest_age(self, pod: PodRef) -> float:
-        return self[pod].newest_age
-
-    def stale(self, max_age: float) -> list[PodRef]:
-        """Pods whose newest sample is older than ``max_age`` seconds (or that have none)."""
-        return [p for p in self.pods if self[p].newest_age > max_age]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -315,133 +131,6 @@ def _seconds(t, what: str) -> float:
     if not math.isfinite(x):
         raise ValueError(f"{what} must be finite, not {t!r}")
     return x
-
-
-def _read_capped(r: requests.Response, max_bytes: int) -> bytes | None:
-    """A streamed answer's (decompressed) body, or None as soon as it exceeds ``max_bytes``
-    (the rest is not read: the connection is closed)."""
-    declared = r.headers.get("Content-Length")
-    if declared and declared.isdigit() and int(declared) > max_bytes \
-            and not r.headers.get("Content-Encoding"):
-        r.close()
-        return None
-    parts, size = [], 0
-    for chunk in r.iter_content(chunk_size=1 << 16):
-        size += len(chunk)
-        if size > max_bytes:
-            r.close()
-            return None
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-def _one_line(text: str, limit: int = 1000) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _connection_reason(exc: BaseException) -> str:
-    """A short reason for a requests ConnectionError: the OS error at its root, if any."""
-    seen: set[int] = set()
-    stack: list = [exc]
-    while stack:
-        x = stack.pop()
-        if x is None or id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(x, ConnectionResetError):
-            return "connection reset by peer"
-        if isinstance(x, socket.gaierror):
-            return f"cannot resolve host ({x.strerror or x})"
-        if type(x).__name__ == "RemoteDisconnected":
-            return "connection closed without an answer"
-        if isinstance(x, OSError) and x.strerror and not isinstance(x, requests.RequestException):
-            return x.strerror.lower() if x.strerror[:1].isupper() else x.strerror
-        stack.extend([getattr(x, "reason", None), x.__cause__, x.__context__])
-        stack.extend(a for a in getattr(x, "args", ()) if isinstance(a, BaseException))
-    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
-    return m.group(1).strip() if m else _one_line(exc, 200)
-
-
-# ----------------------------------------------------------------------------- lean answers
-
-@dataclass
-class LeanMatrix:
-    """A successful range query's answer: (labels, (k, 2) float64 array of time, value) per
-    series, and Prometheus's warnings."""
-    series: list[tuple[dict, np.ndarray]]
-    warnings: list[str]
-
-
-_MATRIX_HEAD = re.compile(rb'\s*\{"status":"success","data":\{"resultType":"matrix","result":\[')
-_TO_SPACES = bytes.maketrans(b'[],"', b"    ")
-
-
-def _parse_matrix(body: bytes) -> LeanMatrix | None:
-    """Parse a range query's JSON answer without building its object tree, or None when it is
-    not laid out as Prometheus writes one (the caller then uses ``json.loads``).
-
-    Prometheus writes ``{"status":"success","data":{"resultType":"matrix","result":[
-    {"metric":{...},"values":[[t,"v"],...]},...]}`` then optional keys (``warnings``...). Each
-    series' labels are decoded by ``json.loads``; its ``values`` (numbers and quoted numbers,
-    NaN and ±Inf included: no brackets, commas or quotes inside) are turned into spaces
-    between numbers and read by numpy in one call. A series with anything else (native
-    histograms...) sends the whole answer to the fallback."""
-    head = _MATRIX_HEAD.match(body)
-    if head is None:
-        return None
-    pos = head.end()
-    series: list[tuple[dict, np.ndarray]] = []
-    try:
-        while not body.startswith(b"]", pos):
-            if not body.startswith(b'{"metric":', pos):
-                return None
-            pos += 10
-            # '},"values":[' cannot occur inside the (flat) label object: an unescaped '"'
-            # ends a JSON string, and a string is followed by ',', ':' or '}' only.
-            end = body.index(b'},"values":[', pos)
-            metric = json.loads(body[pos:end + 1])
-            pos = end + 12
-            if body.startswith(b"]", pos):                  # no points
-                pts = np.empty((0, 2))
-                pos += 1
-            else:
-                vend = body.index(b"]]", pos)
-                text = body[pos:vend + 1]
-                n = text.count(b"[")
-                with _warnings.catch_warnings():
-                    _warnings.simplefilter("error")         # unparsable text: fall back
-                    flat = np.fromstring(text.translate(_TO_SPACES), dtype=np.float64, sep=" ")
-                if len(flat) != 2 * n:
-                    return None
-                pts = flat.reshape(n, 2)
-                pos = vend + 2
-            if not body.startswith(b"}", pos) or not isinstance(metric, dict):
-                return None
-            series.append((metric, pts))
-            pos += 1
-            if body.startswith(b",", pos):
-                pos += 1
-                if not body.startswith(b"{", pos):
-                    return None
-        rest = body[pos + 1:].strip()      # after the result list: '}' ends data
-        if not rest.startswith(b"}"):
-            return None
-        rest = rest[1:].strip()
-        warnings: list[str] = []
-        if rest != b"}":                   # ',"warnings":[...]}' and the like
-            if not rest.startswith(b","):
-                return None
-            tail = json.loads(b"{" + rest[1:])
-            if not isinstance(tail, dict):
-                return None
-            warnings = [str(w) for w in tail.get("warnings") or []]
-    except (ValueError, TypeError, DeprecationWarning):
-        return None
-    return LeanMatrix(series, warnings)
-
 
 # ----------------------------------------------------------------------------- the source
 
@@ -545,7 +234,7 @@ class PrometheusSource:
                     compress: bool = False) -> PodSamples:
         """:meth:`fetch` for big history answers (the batch trainer): the same result, but the
         answer's bytes are parsed series by series straight into numpy arrays
-        (:func:`_parse_matrix`, ~25 bytes a point held instead of the ~180 of a ``json.loads``
+        (:func:`parse_matrix`, ~25 bytes a point held instead of the ~180 of a ``json.loads``
         object tree), falling back to ``json.loads`` for an answer it does not recognise.
         ``compress`` False asks for an uncompressed answer (``Accept-Encoding: identity``):
         gzip costs Prometheus ~20 % of a big range query's time, more than the transfer saves
@@ -615,7 +304,7 @@ class PrometheusSource:
                                               f"containers x {n_feat} features may give "
                                               f"(--max-series-per-query)")
                 if isinstance(payload, LeanMatrix):
-                    warnings.extend(_one_line(w, 300) for w in payload.warnings)
+                    warnings.extend(one_line(w, 300) for w in payload.warnings)
                     cells: list[int] = []
                     lengths: list[int] = []
                     ts_parts, ys_parts = [], []
@@ -634,7 +323,7 @@ class PrometheusSource:
                     ys = np.concatenate(ys_parts)
                     del ts_parts, ys_parts
                 else:
-                    warnings.extend(_one_line(w, 300) for w in payload.get("warnings") or [])
+                    warnings.extend(one_line(w, 300) for w in payload.get("warnings") or [])
                     data = payload.get("data")
                     if not isinstance(data, dict) or data.get("resultType") != "matrix":
                         got = data.get("resultType") if isinstance(data, dict) else None
@@ -728,7 +417,7 @@ class PrometheusSource:
               lean: bool = False, headers: Mapping[str, str] | None = None,
               max_bytes: int | None = None):
         """The answer's JSON payload; with ``lean``, a :class:`LeanMatrix` when the answer is a
-        successful range query :func:`_parse_matrix` recognises (else the payload, as without)."""
+        successful range query :func:`parse_matrix` recognises (else the payload, as without)."""
         url = self.url + path
         if count:
             self.query_count += 1
@@ -745,7 +434,7 @@ class PrometheusSource:
                                           timeout=self.timeout,
                                           **({"stream": True} if max_bytes is not None else {}))
                 if max_bytes is not None and r.status_code == 200:
-                    body = _read_capped(r, max_bytes)
+                    body = read_capped(r, max_bytes)
                     if body is None:
                         raise SeriesLimitExceeded(self.url, f"the answer to {path} is larger "
                                                   f"than {max_bytes} bytes (more series than "
@@ -755,18 +444,18 @@ class PrometheusSource:
                 reason = f"no answer within {self.timeout:g} s"
                 continue
             except requests.ConnectionError as e:
-                reason = _connection_reason(e)
+                reason = connection_reason(e)
                 continue
             except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
                     requests.exceptions.InvalidSchema) as e:
-                raise PrometheusUnavailable(self.url, f"invalid URL: {_one_line(e, 200)}") from None
+                raise PrometheusUnavailable(self.url, f"invalid URL: {one_line(e, 200)}") from None
             except requests.RequestException as e:  # broken answer (chunked encoding...), retry
-                reason = f"{type(e).__name__}: {_one_line(e, 200)}"
+                reason = f"{type(e).__name__}: {one_line(e, 200)}"
                 continue
             code = r.status_code
             if code == 200:
                 if lean:
-                    parsed = _parse_matrix(r.content)
+                    parsed = parse_matrix(r.content)
                     if parsed is not None:
                         return parsed
                 try:
@@ -776,7 +465,7 @@ class PrometheusSource:
                         self.url, f"the answer to {path} is not JSON (is this Prometheus's URL?)"
                     ) from None
                 if not isinstance(payload, dict) or payload.get("status") != "success":
-                    raise PrometheusQueryError(self.url, _one_line(
+                    raise PrometheusQueryError(self.url, one_line(
                         payload.get("error", payload) if isinstance(payload, dict) else payload),
                         payload.get("errorType", "") if isinstance(payload, dict) else "", code)
                 return payload
@@ -796,7 +485,7 @@ class PrometheusSource:
         try:
             payload = r.json()
             if isinstance(payload, dict) and "error" in payload:
-                return _one_line(payload["error"]), str(payload.get("errorType", ""))
+                return one_line(payload["error"]), str(payload.get("errorType", ""))
         except ValueError:
             pass
-        return _one_line(r.text or r.reason or "", 300), ""
+        return one_line(r.text or r.reason or "", 300), ""

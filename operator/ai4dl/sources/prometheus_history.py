@@ -54,8 +54,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.sources.prometheus import (DEFAULT_RATE_WINDOW, FeatureQuery, PodRef,
-                                     PrometheusSource)
+from ai4dl.sources.prometheus import PrometheusSource
+from ai4dl.sources.prometheus_types import DEFAULT_RATE_WINDOW, FeatureQuery, PodRef
 from ai4dl.method.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, Execution, regularise
 
 MAX_ANSWER_POINTS = 500_000

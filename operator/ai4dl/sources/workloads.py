@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ai4dl.sources.prometheus import PodRef, PrometheusSource, _alternation
+from ai4dl.sources.prometheus import PrometheusSource, _alternation
+from ai4dl.sources.prometheus_types import PodRef
 from ai4dl.evaluation.workload_report import Owner, owner_from_name, resolve_owners
 
 POD_OWNER = "kube_pod_owner"
