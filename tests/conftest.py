@@ -69,3 +69,74 @@ def fitted_model(synthetic_train):
 # Kubernetes e2e fixtures (kube_cluster, k8s_namespace, fake_kubelet): tests/e2e_fixtures_k8s.py;
 # the opt-in real node (real_node, node_pods; AI4DL_REAL_NODE=1): tests/e2e_fixtures_node.py
 pytest_plugins = ["e2e_fixtures_k8s", "e2e_fixtures_prom", "e2e_fixtures_node"]
+
+
+#: What the suite's harnesses make in the machine's temporary folder; none may outlive it.
+TEMP_PREFIXES = ("ai4dl-webhook-", "ai4dl-workloads-", "ai4dl-ckpt-", "ai4dl-cp-",
+                 "ai4dl-bench-")
+
+
+def _our_temp_entries() -> set[str]:
+    import tempfile
+
+    folder = Path(tempfile.gettempdir())
+    return {p.name for p in folder.iterdir() if p.name.startswith(TEMP_PREFIXES)}
+
+
+def _child_processes() -> dict[int, str]:
+    """The processes this one started that still run (from /proc: pid -> command line), but
+    multiprocessing's own helpers, which live until the interpreter exits."""
+    me, out = os.getpid(), {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except OSError:
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if int(fields.get("PPid", "0")) == me and not fields.get("State", "").startswith("Z") \
+                and "from multiprocessing" not in cmdline:
+            out[int(entry.name)] = cmdline
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _suite_leaves_nothing(tmp_path_factory):
+    """After the last test (its session fixtures are torn down first: this one is set up
+    before them): no process the suite started still runs, the real node's teardown left no
+    process, mount, cgroup or file, and nothing the harnesses made in the temporary folder is
+    left (a leak there is a private key, a checkpoint, a log).
+
+    The session's temporary folder is its own (TMPDIR for every process it starts): a second
+    pytest session on the machine cannot be taken for a leak of this one."""
+    import multiprocessing.util
+    import shutil
+    import tempfile
+
+    tmp_path_factory.getbasetemp()        # pytest's own folders stay where users look for them
+    multiprocessing.util.get_temp_dir()   # and multiprocessing's, which it removes at exit
+    root = tempfile.mkdtemp(prefix="ai4dl-suite-")
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = root, root
+    try:
+        yield
+    finally:
+        left = sorted(_our_temp_entries())
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+        shutil.rmtree(root, ignore_errors=True)
+    from e2e_fixtures_node import NODE_LEFTOVERS
+
+    procs = _child_processes()
+    problems = [f"the real node left {NODE_LEFTOVERS}"] if NODE_LEFTOVERS else []
+    if left:
+        problems.append(f"left in the temporary folder: {left[:8]}")
+    if procs:
+        problems.append("still running: " + "; ".join(f"{pid} {cmd[:120]}"
+                                                      for pid, cmd in sorted(procs.items())))
+    assert not problems, "the suite leaked: " + " | ".join(problems)

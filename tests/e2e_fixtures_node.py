@@ -48,6 +48,11 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+#: What the session's node left on the machine after its teardown (processes, mounts, cgroups,
+#: files): tests/conftest.py's leak check fails the session on any.
+NODE_LEFTOVERS: list[str] = []
+
+
 @pytest.fixture(scope="session")
 def real_node(request: pytest.FixtureRequest) -> Iterator[_node.RealNode]:
     if not _truthy("AI4DL_REAL_NODE"):
@@ -73,9 +78,10 @@ def real_node(request: pytest.FixtureRequest) -> Iterator[_node.RealNode]:
     try:
         yield node
     finally:
-        problems = node.stop()
-        if problems:  # surfaces in the session's output; the next session's sweep retries
+        problems = node.stop() + node.leftovers()
+        if problems:  # the session's leak check fails on them; the next session's sweep retries
             print(f"[real_node] teardown left: {problems}")
+            NODE_LEFTOVERS.extend(problems)
 
 
 class NodePods:

@@ -189,7 +189,10 @@ class Operator:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Operator":
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
+        # its temporary files (the webhook's self-signed key) beside its log: a test that
+        # SIGKILLs the operator leaves nothing in the machine's /tmp
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1",
+                   TMPDIR=str(self.log.parent))
         cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
                "--metrics-port", str(self.metrics_port), "--health-port", "0",
                "--prometheus-timeout", "2", "--prometheus-retries", "1",

@@ -17,8 +17,9 @@ The clock: stepSeconds 1, windowSeconds 10, Prometheus scraping every second, wo
 ~40-60 s. Everything here is a real process; nothing is mocked.
 
 FakeKubelet, not the real node: the workloads run as host processes beside it and the exporter
-serves their /proc usage; running them as real pods under cAdvisor is issue 27's item 3 (the
-product's proof on a real node), minutes longer than this test.
+serves their /proc usage, so that the chart, the history pull, the trainer and the operator are
+tested together in a few minutes without root. The same programs as real pods under cAdvisor
+are tests/test_real_node_jobs.py (and ``make real-node-table``, minutes longer).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
     full = f"{release}-ai4dl-operator"
     exporter = trace_exporter({})
     prom = prometheus_server([exporter], scrape_interval="1s")
-    runner = WorkloadRunner(fake_kubelet, exporter)
+    runner = WorkloadRunner(fake_kubelet, exporter, log_dir=tmp_path / "workloads")
     helm_cmd = [helm, "--kubeconfig", kube_cluster.kubeconfig]
     custom = client.CustomObjectsApi(kube_cluster.api_client)
     op = recorder = None

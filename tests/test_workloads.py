@@ -2,8 +2,8 @@
 `ai4dl record`, and served live for a pod to a real Prometheus.
 
 FakeKubelet, not the real node: the workload runs as a host process beside it and its /proc
-usage is exported; as a real pod it needs the host's Python in the pod (hostPath + chroot),
-issue 27's item 3.
+usage is exported (no root needed); as a real pod, with the host's Python in the pod (hostPath +
+chroot), it runs in tests/test_real_node_jobs.py.
 """
 
 from __future__ import annotations
@@ -99,11 +99,12 @@ def test_cnn_recorded_phases_are_visible_and_the_trace_trains(tmp_path):
 
 
 @pytest.mark.k8s
-def test_live_workload_for_a_pod_in_prometheus(fake_kubelet, trace_exporter, prometheus_server):
+def test_live_workload_for_a_pod_in_prometheus(fake_kubelet, trace_exporter, prometheus_server,
+                                               tmp_path):
     """A transformer run as a fake-kubelet pod: Prometheus scrapes its live CPU counter and
     memory under the pod's labels; deleting the pod kills its process group and ends them."""
     exporter = trace_exporter({})
-    runner = WorkloadRunner(fake_kubelet, exporter)
+    runner = WorkloadRunner(fake_kubelet, exporter, log_dir=tmp_path / "workloads")
     ns = fake_kubelet.namespace
     with runner:
         pp = runner.create_pod("train-tf", workload_command("transformer", duration=60, epochs=2),

@@ -25,6 +25,7 @@ pod's process.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,6 +111,7 @@ class WorkloadRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors: list[BaseException] = []
+        self._scratch: list[str] = []
 
     # ------------------------------------------------------------------ processes
     def start(self, pod: str, command: Sequence[str], *, namespace: str | None = None,
@@ -122,11 +124,18 @@ class WorkloadRunner:
         if key in self._procs and self._procs[key].returncode is None:
             raise RuntimeError(f"{ns}/{pod}/{container} already runs pid {self._procs[key].pid}")
         log_path = self.log_dir / f"{ns}_{pod}_{container}.log"
+        # its temporary files (checkpoints) in a folder the runner removes on close: a process
+        # killed as its pod is deleted cannot clean up after itself. A short path under the
+        # system's temp folder, not under log_dir: torch's workers bind AF_UNIX sockets in
+        # TMPDIR, and a socket path over 107 bytes fails
+        scratch = tempfile.mkdtemp(prefix="ai4dl-workloads-")
+        self._scratch.append(scratch)
+        env = {"TMPDIR": scratch, **(env or {})}
         with open(log_path, "wb") as log:
             # its own session: the pod's processes are one group, killed together
             popen = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **env})
         pp = PodProcess(ns, pod, container, popen, log_path)
         pp.tree = self.exporter.add_process(key, popen.pid)
         with self._lock:
@@ -183,6 +192,9 @@ class WorkloadRunner:
             self._thread.join(timeout=10)
         for pp in self.processes:
             self._kill(pp)
+        for scratch in self._scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._scratch.clear()
 
     def __enter__(self) -> "WorkloadRunner":
         return self

@@ -32,7 +32,9 @@ import datetime as dt
 import ipaddress
 import logging
 import os
+import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -146,6 +148,11 @@ class SelfSignedCertificates:
         self.folder = Path(folder or tempfile.mkdtemp(prefix="ai4dl-webhook-"))
         self.folder.mkdir(parents=True, exist_ok=True)
         self.folder.chmod(0o700)
+        if folder is None:
+            # a folder of our own holds a private key: it goes with this object or, at the
+            # latest, when the process exits (SIGTERM included: kopf exits normally)
+            self._removal = weakref.finalize(self, shutil.rmtree, str(self.folder),
+                                             ignore_errors=True)
         self.ca, self._ca_key = make_ca()
         self.previous_ca: KeyPair | None = None
         self.serving = make_serving(self.ca, self._ca_key, self.hosts)
