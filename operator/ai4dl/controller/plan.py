@@ -34,113 +34,31 @@ them between windows and, when it writes the pod anyway, in its state annotation
 that has no full window yet gets the served policy's cold-start level where it has one (learned
 from the training executions' first windows); memory is not lowered without a working-set
 sample.
+
+The plan's records (:class:`ContainerPlan`, :class:`PodPlan`, :class:`WindowPlan`) are in
+:mod:`ai4dl.controller.plan_types`; each pod's plan is finished (QoS rules, the resize body,
+annotations, events, the take-back of a refused resize) by :mod:`ai4dl.controller.plan_pod`.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION,
-                                   A_STATE, Container, PodInfo, qos_class)
-from ai4dl.controller.savings import original_requests
+from ai4dl.controller.plan_pod import (INT64_MAX, REFUSED_BACKOFF_MAX_WINDOWS,  # noqa: F401
+                                       REFUSED_BACKOFF_WINDOWS, finish_pod)
+from ai4dl.controller.plan_types import (DATA_SKIPS, SKIP_ORDER, ContainerPlan,  # noqa: F401
+                                         PodPlan, WindowPlan)
+from ai4dl.controller.pods import A_PHASE, A_PHASE_SINCE, PodInfo
 from ai4dl.crd import PhaseModelSpec
 from ai4dl.policy.online import OwnHistory, next_allocations
 from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety, working_set_rising
 from ai4dl.policy.serving import Served, safety_config, served_policy, window_samples
 from ai4dl.quantity import format_resource, parse_quantity
-# Why a container's window could not be used. The first three are gaps or garbage in the
-# metrics (counted by the MetricsIncomplete condition); a container that started during the
-# window simply has no full window yet. Worst first: a pod's reason is its worst container's.
-# duplicate-series: the source gave several series for one container's feature (which is right
-# cannot be told: none is used).
-DATA_SKIPS = ("duplicate-series", "bad-sample", "partial-data", "no-data")
-SKIP_ORDER = (*DATA_SKIPS, "warming-up")
 # Grace after a container starts before its series is complete: the cpu feature is a rate over
 # one minute, which Prometheus answers only once two scrapes are in it.
 START_GRACE_SECONDS = 60.0
-# After the kubelet refuses a resize (a memory limit below the container's usage), the refused
-# level is not asked for again for this many windows, doubled with each refusal in a row (up
-# to the cap): the job's usage must fall first, and the kubelet says nothing about when.
-REFUSED_BACKOFF_WINDOWS = 2
-REFUSED_BACKOFF_MAX_WINDOWS = 64
-# The API server keeps quantities as 64-bit integers (bytes, millicores): a larger value is
-# silently capped, so it is never sent.
-INT64_MAX = float(2 ** 63 - 1)
-
-
-@dataclass
-class ContainerPlan:
-    name: str
-    phase: int | None = None
-    novel: bool = False
-    proposal: dict[str, float] = field(default_factory=dict)   # the policy's, before safety
-    target: dict[str, float] = field(default_factory=dict)     # after safety and QoS rules
-    current: dict[str, float] = field(default_factory=dict)
-    skipped: str | None = None                                 # why nothing was planned
-    detail: str = ""                                           # ... in words (logs, events)
-    own: OwnHistory | None = None      # running statistics up to the window's end (to keep)
-    cold_start: bool = False           # sized by the served policy's cold-start level
-
-
-@dataclass
-class PodPlan:
-    pod: PodInfo
-    containers: list[ContainerPlan]
-    resize: dict | None = None                  # body for PATCH pods/<name>/resize
-    annotations: dict[str, str] = field(default_factory=dict)
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
-    # Warnings about the pod's own setup (reason, message): the runtime emits each once per
-    # pod, not every window.
-    notices: list[tuple[str, str]] = field(default_factory=list)
-    skipped: str | None = None                  # why the whole pod was skipped this window
-    # The kubelet refused the pod's last resize (PodResizeInProgress Error) and this plan takes
-    # it back: the kubelet's message (counted in ai4dl_resizes_refused_total).
-    refused: str | None = None
-
-    @property
-    def phase(self) -> int | None:
-        return next((c.phase for c in self.containers if c.phase is not None), None)
-
-
-@dataclass
-class WindowPlan:
-    pods: list[PodPlan]
-    resources: tuple[str, ...]
-    served: Served | None = None
-    # spec-level contradictions (floor > ceiling), one message per resource
-    bound_conflicts: list[str] = field(default_factory=list)
-    ceiling_below_usage: int = 0        # pods whose memory ceiling is below their working set
-
-    def data_skips(self) -> dict[str, int]:
-        """Pods skipped for gaps or garbage in their metrics, by reason."""
-        out: dict[str, int] = {}
-        for p in self.pods:
-            if p.skipped in DATA_SKIPS:
-                out[p.skipped] = out.get(p.skipped, 0) + 1
-        return out
-
-    def considered(self) -> int:
-        """Pods whose metrics were looked at this window (not already handled, not left alone
-        for their setup)."""
-        return sum(1 for p in self.pods if p.containers and p.skipped != "already-handled")
-
-    def pods_per_phase(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for p in self.pods:
-            if p.phase is not None:
-                out[str(p.phase)] = out.get(str(p.phase), 0) + 1
-        return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for p in self.pods:
-            reason = p.skipped or ("resized" if p.resize else "planned")
-            out[reason] = out.get(reason, 0) + 1
-        return out
 
 
 def bound_conflicts(spec: PhaseModelSpec, resources: Sequence[str]) -> list[str]:
@@ -382,7 +300,7 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                     f"maxDecrease per window")))
     for plan in plans:
         if plan.skipped is None:
-            _finish(plan, spec, resources, window_start, now_iso, model_key)
+            finish_pod(plan, spec, resources, window_start, now_iso, model_key)
     _rate_limit(plans, spec.policy.max_resizes_per_window)
     for plan in plans:
         if plan.skipped is None and plan.resize is None and not plan.annotations:
@@ -425,14 +343,6 @@ def _rate_limit(plans: list[PodPlan], limit: int) -> None:
                          if phase_changed else {})
 
 
-def _representable(resource: str, value: float) -> bool:
-    """The formatted quantity fits the API server's int64 (bytes; millicores)."""
-    if not np.isfinite(value) or value < 0:
-        return False
-    base = parse_quantity(format_resource(resource, value))
-    return (base * 1000 if resource == "cpu" else base) <= INT64_MAX
-
-
 def _windows_since_increase(pod: PodInfo, container: str, resource: str, window_start: float,
                             window_seconds: int) -> int:
     if pod.state_untrusted:
@@ -443,260 +353,3 @@ def _windows_since_increase(pod: PodInfo, container: str, resource: str, window_
     if t is None:
         return 1 << 30
     return int(round((window_start - float(t)) / window_seconds)) - 1
-
-
-def _finish(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
-            window_start: float, now_iso: str, model_key: str = "") -> None:
-    """QoS rules, the resize body, annotations and events for one pod."""
-    pod = plan.pod
-    mode = spec.policy.mode
-    if mode == "Off":
-        plan.skipped = "mode-off"
-        return
-    for c in plan.containers:
-        if c.skipped is None and c.target and not all(_representable(r, v)
-                                                      for r, v in c.target.items()):
-            # The API server would cap it (and it is far beyond any machine anyway).
-            c.skipped, c.detail = "unrepresentable", f"target {c.target} beyond int64"
-            c.target = {}
-    planned = [c for c in plan.containers if c.skipped is None and c.target]
-    if not planned:
-        reasons = [c.skipped for c in plan.containers if c.skipped]
-        plan.skipped = min(reasons, key=lambda r: SKIP_ORDER.index(r) if r in SKIP_ORDER
-                           else len(SKIP_ORDER)) if reasons else "no-request"
-        return
-    by_name = {c.name: c for c in pod.containers}
-    qos = pod.qos
-    refused_hold = {} if pod.state_untrusted else (pod.state().get("refused") or {})
-    new_containers: list[Container] = []
-    changes: dict[str, dict] = {}
-    for c in pod.containers:
-        cp = next((p for p in planned if p.name == c.name), None)
-        req, lim = dict(c.requests), dict(c.limits)
-        if cp is not None:
-            for r, t in cp.target.items():
-                if abs(t - c.requests.get(r, t)) <= 1e-9 * max(t, 1.0):
-                    continue
-                if mode == "InPlace" and r in c.restart_on_resize:
-                    plan.notices.append(("ResizeRestartsContainer", (
-                        f"container {c.name}'s resizePolicy for {r} is RestartContainer: an "
-                        f"in-place resize would restart it, so its {r} is left as it is "
-                        f"(recommended {format_resource(r, t)}; set NotRequired to let the "
-                        f"operator resize it)")))
-                    continue
-                held = refused_hold.get(c.name, {}).get(r)
-                if (held is not None and t < c.requests.get(r, t)
-                        and t <= float(held["value"]) * (1 + 1e-9)
-                        and window_start < float(held["until"])):
-                    continue        # the kubelet refused this level lately: back-off
-                if qos == "Guaranteed":
-                    req[r] = lim[r] = t             # Guaranteed: requests == limits, always
-                else:
-                    if r in lim and t > lim[r]:
-                        t = lim[r]                  # a request may not exceed its limit
-                    req[r] = t
-                cp.target[r] = t
-        new_containers.append(Container(c.name, req, lim))
-        if req != c.requests or lim != c.limits:
-            changes[c.name] = {"requests": req, "limits": lim, "old": by_name[c.name]}
-
-    phase = plan.phase
-    old_phase = pod.annotations.get(A_PHASE)
-    if phase is not None:          # no model yet (the baseline) or a cold start: no phase
-        plan.annotations[A_PHASE] = str(phase)
-        plan.annotations[A_PHASE_SINCE] = (pod.annotations.get(A_PHASE_SINCE, now_iso)
-                                           if old_phase == str(phase) else now_iso)
-    plan.annotations[A_RECOMMENDATION] = json.dumps(
-        {c.name: {"phase": c.phase, "novel": c.novel,
-                  **({"coldStart": True} if c.cold_start else {}),
-                  **{r: format_resource(r, v) for r, v in c.target.items()}} for c in planned},
-        separators=(",", ":"), sort_keys=True)
-    state = pod.state()
-    state["window"] = window_start
-    if refused_hold and not pod.resize_error:
-        # a held level the container now has was taken (the kubelet applied it): the refusals
-        # are no longer "in a row"
-        kept = {name: {r: h for r, h in per.items() if name not in by_name
-                       or by_name[name].requests.get(r, float("inf"))
-                       > float(h["value"]) * (1 + 1e-9)}
-                for name, per in refused_hold.items()}
-        kept = {name: per for name, per in kept.items() if per}
-        if kept:
-            state["refused"] = kept
-        else:
-            state.pop("refused", None)
-    if "orig" not in state:
-        # the authors' requests before the operator's first write: the baseline of the savings
-        # (ai4dl.controller.savings: admission's verified record, else the pod's requests;
-        # none when admission's record cannot be trusted), moved into this pod's own record
-        orig = original_requests(pod)
-        state["orig"] = {c.name: {r: v for r, v in orig.get(c.name, {}).items()
-                                  if r in resources} for c in pod.containers}
-    # the running statistics, kept with the pod whenever it is written anyway (an operator
-    # restart then resumes from them; between writes the runtime keeps them in memory)
-    own = {c.name: c.own.to_json() for c in plan.containers if c.own is not None}
-    if own:
-        state["own"] = {**(state.get("own") or {}), **own}
-        state["model"] = model_key
-    plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
-
-    # Writes only when something a user can see changed: with thousands of pods, an
-    # annotation patch per pod per window would be the operator's main load on the API server.
-    # (Handling a window twice without a resize is harmless, so the window id need not be
-    # recorded then.)
-    # (a record that is not the operator's is replaced at once, by a sealed one)
-    unchanged = not pod.state_untrusted and all(pod.annotations.get(k) ==
-                                                plan.annotations.get(k)
-                                                for k in (A_PHASE, A_RECOMMENDATION))
-    if mode == "InPlace" and pod.resize_error and not pod.resize_pending:
-        _take_back_refused(plan, state, spec, window_start, unchanged)
-        return
-    if mode == "InPlace" and not changes and pod.resize_pending == "Infeasible":
-        # The plan is the resize the kubelet will never apply (its own target): the owner
-        # still hears of it from the operator, as when the target moved.
-        plan.events.append(("Warning", "ResizeWaiting", _waiting(pod)))
-        plan.skipped = "resize-pending"
-        if unchanged:
-            plan.annotations = {}
-        return
-    if mode != "InPlace" or not changes:
-        if unchanged:
-            plan.annotations = {}
-        return
-    if qos_class(new_containers) != qos:
-        plan.events.append(("Warning", "ResizeSkipped", f"the resize would change the QoS class "
-                            f"from {qos} to {qos_class(new_containers)}"))
-        plan.skipped = "qos"
-        return
-    if pod.resize_pending or pod.resize_in_progress:
-        plan.events.append(("Warning" if pod.resize_pending == "Infeasible" or pod.resize_error
-                            else "Normal", "ResizeWaiting", _waiting(pod)))
-        plan.skipped = "resize-pending"
-        return
-    body = []
-    increases = {k: dict(v) for k, v in state.get("lastIncrease", {}).items()}
-    summary = []
-    for name, ch in changes.items():
-        old = ch["old"]
-        # Only what changes goes in the patch: unchanged values keep the user's own spelling.
-        res: dict = {}
-        for part in ("requests", "limits"):
-            diff = {r: format_resource(r, v) for r, v in ch[part].items()
-                    if getattr(old, part).get(r) != v}
-            if diff:
-                res[part] = diff
-        body.append({"name": name, "resources": res})
-        for r in resources:
-            new_v, old_v = ch["requests"].get(r), old.requests.get(r)
-            if new_v is not None and old_v is not None and new_v != old_v:
-                summary.append(f"{name} {r} {format_resource(r, old_v)}→"
-                               f"{format_resource(r, new_v)}")
-                if new_v > old_v:
-                    increases.setdefault(name, {})[r] = window_start
-    untaken = state.get("untaken") or {}
-    sent = {b["name"]: b["resources"] for b in body}
-    if untaken.get("containers") == sent:
-        # The API server did not apply this very resize as sent (it capped or changed it):
-        # sending it again every window would change nothing. Sent again once the target moves.
-        plan.skipped = "resize-not-taken"
-        if unchanged:
-            plan.annotations = {}
-        return
-    plan.resize = {"spec": {"containers": body}}
-    state.pop("untaken", None)
-    if increases:
-        state["lastIncrease"] = increases
-    plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
-    plan.annotations[A_LAST_APPLIED] = json.dumps(
-        {"window": window_start, "containers": {b["name"]: b["resources"] for b in body}},
-        separators=(",", ":"), sort_keys=True)
-    what = (f"phase {phase}" if phase is not None else
-            "cold start" if any(c.cold_start for c in planned) else "no phase model")
-    plan.events.append(("Normal", "Resized", f"{what}: " + ", ".join(summary)))
-
-
-def _waiting(pod: PodInfo) -> str:
-    """Why a pod's resize waits, with the kubelet's own words."""
-    if pod.resize_pending:
-        return (f"a resize is still pending ({pod.resize_pending})"
-                + (f": {pod.resize_message}" if pod.resize_message else ""))
-    return "a resize is in progress" + (f": {pod.resize_error}" if pod.resize_error else "")
-
-
-def _take_back_refused(plan: PodPlan, state: dict, spec: PhaseModelSpec, window_start: float,
-                       unchanged: bool) -> None:
-    """The kubelet refused the pod's resize (PodResizeInProgress, reason Error; in 1.34+ a
-    memory limit below the container's usage): set the spec back to what the containers have
-    (status.containerStatuses[].resources), so the refused limit is not applied later at a
-    moment of low usage, and hold that level for a back-off. One Warning Event: the take-back
-    ends the kubelet's condition, so the next window does not see it again."""
-    pod = plan.pod
-    where = f"pod {pod.namespace}/{pod.name}"
-    if not _is_last_applied(pod):
-        # someone else's resize (the spec is not what the operator last sent): theirs to
-        # take back; the operator waits and says why
-        plan.events.append(("Warning", "ResizeWaiting", f"{where}: " + _waiting(pod)))
-        plan.skipped = "resize-pending"
-        if unchanged:
-            plan.annotations = {}
-        return
-    plan.refused = pod.resize_error or "resize error"
-    hold = {k: dict(v) for k, v in (state.get("refused") or {}).items()}
-    body, summary, longest = [], [], 0
-    for c in pod.containers:
-        res: dict = {}
-        for part, want, have in (("requests", c.requests, c.actual_requests),
-                                 ("limits", c.limits, c.actual_limits)):
-            diff = {r: format_resource(r, have[r]) for r in want
-                    if r in have and abs(want[r] - have[r]) > 1e-9 * max(have[r], 1.0)}
-            if diff:
-                res[part] = diff
-        if not res:
-            continue
-        body.append({"name": c.name, "resources": res})
-        for r in sorted({r for part in res.values() for r in part}):
-            asked = c.requests.get(r, c.limits.get(r))
-            had = c.actual_requests.get(r, c.actual_limits.get(r))
-            summary.append(f"{c.name} {r} {format_resource(r, asked)}→{format_resource(r, had)}")
-            if asked is not None and had is not None and asked < had:
-                prev = hold.get(c.name, {}).get(r) or {}
-                n = int(prev.get("n", 0)) + 1
-                windows = min(REFUSED_BACKOFF_WINDOWS * 2 ** (n - 1),
-                              REFUSED_BACKOFF_MAX_WINDOWS)
-                longest = max(longest, windows)
-                hold.setdefault(c.name, {})[r] = {
-                    "value": asked, "n": n,
-                    "until": window_start + (windows + 1) * spec.window_seconds}
-    if not body:
-        # nothing to take back (the kubelet reports no resources): wait, and say why
-        plan.events.append(("Warning", "ResizeWaiting", f"{where}: " + _waiting(pod)))
-        plan.skipped = "resize-pending"
-        plan.refused = None
-        if unchanged:
-            plan.annotations = {}
-        return
-    state.pop("untaken", None)
-    state["refused"] = hold
-    plan.resize = {"spec": {"containers": body}}
-    plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
-    plan.annotations[A_LAST_APPLIED] = json.dumps(
-        {"window": window_start, "containers": {b["name"]: b["resources"] for b in body}},
-        separators=(",", ":"), sort_keys=True)
-    plan.events.append(("Warning", "ResizeRefused", (
-        f"the kubelet refused the resize of {where}: {plan.refused}; set back to what the "
-        f"container has ({', '.join(summary)})"
-        + (f"; not lowered to that level again for {longest} windows" if longest else ""))))
-
-
-def _is_last_applied(pod: PodInfo) -> bool:
-    """The pod's spec is the resize the operator sent last (``ai4dl.io/last-applied``)."""
-    try:
-        last = json.loads(pod.annotations.get(A_LAST_APPLIED) or "")
-        sent = last["containers"]
-        by_name = {c.name: c for c in pod.containers}
-        return bool(sent) and all(
-            parse_quantity(q) == getattr(by_name[name], part)[r]
-            for name, res in sent.items() for part, values in res.items()
-            if part in ("requests", "limits") for r, q in values.items())
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return False

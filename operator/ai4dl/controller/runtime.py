@@ -2,17 +2,16 @@
 write (pods/resize, annotations, Events, the PhaseModel's status). The kopf daemon calls
 :meth:`WindowRunner.run` once per window; nothing here keeps state between windows that a
 restart could lose (the pods' annotations and Prometheus are the state).
+
+The window's clock, its report and the model cache are in :mod:`ai4dl.controller.runtime_window`;
+the writes to the pods (:class:`~ai4dl.controller.runtime_writes.PodWrites`, a base of
+:class:`WindowRunner`) in :mod:`ai4dl.controller.runtime_writes`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Sequence
 
 from pydantic import ValidationError
@@ -21,79 +20,28 @@ from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
 from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window
+from ai4dl.controller.runtime_window import (ModelCache, WindowReport, label_selector,
+                                             now_iso, window_start)
+from ai4dl.controller.runtime_writes import (SKIP_REASONS, WRITERS, PodWrites,  # noqa: F401
+                                             _stored_differs)
 from ai4dl.controller.savings import add_window, original_requests, window_amounts
 from ai4dl.policy.serving import served_policy, window_samples
-from ai4dl.kube.raw import api_message, drain, paged_items, read_json, write_event
-from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey, state_scope
+from ai4dl.kube.raw import api_message, paged_items
+from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
 from ai4dl.controller.pods import A_ADMITTED, A_STATE, PodInfo, pod_info, verify_pod
-from ai4dl.crd import (GROUP, OPT_IN_LABEL, PLURAL, PROMQL_UNCHECKED, VERSION, LabelSelector,
-                       PhaseModelSpec)
+from ai4dl.crd import GROUP, PLURAL, PROMQL_UNCHECKED, VERSION, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
-from ai4dl.method.model import PhaseModel
 
 log = logging.getLogger("ai4dl.operator")
 
-WRITERS = 8   # concurrent pod writes per window (the client's connection pool is sized to match)
 LIST_PAGE = 500   # pods per LIST page: bounds the raw JSON held at once
-SKIP_REASONS = {"gone": "pod-gone", "conflict": "conflict",   # write outcome -> metric reason
-                "untaken": "resize-not-taken"}
 # Largest cpu (cores) and memory (bytes) a container can have: a sample above it is garbage,
 # and no request is set above it (--max-container-cpu / --max-container-memory; the chart's
 # ValidatingAdmissionPolicy enforces the same bound on the operator's resizes).
 DEFAULT_MAX_VALUE = {"cpu": 2048.0, "memory": float(64 * 2 ** 40)}
 
 
-def now_iso(t: float | None = None) -> str:
-    return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.timezone.utc) \
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def window_start(now: float, window_seconds: int) -> float:
-    """Windows are aligned to multiples of their length (so a restarted operator computes the
-    same window id and does not handle a window twice)."""
-    return float(int(now // window_seconds) * window_seconds)
-
-
-def label_selector(selector: LabelSelector) -> str:
-    """The opt-in label and a PhaseModel's selector as one server-side label selector."""
-    return selector.server_side(OPT_IN_LABEL)
-
-
-@dataclass
-class WindowReport:
-    window_start: float
-    pods: int = 0
-    resized: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
-    degraded_reason: str | None = None
-    seconds: float = 0.0
-    plan: WindowPlan | None = None
-    novel: int = 0              # containers whose window was novel
-    classified: int = 0         # containers given a phase
-    noticed: int = 0            # Warning Events about pods' own setup sent this window
-
-
-class ModelCache:
-    """Fitted models by document hash: rebuilt only when the document changes."""
-
-    def __init__(self):
-        self._cache: dict[str, PhaseModel] = {}
-
-    @staticmethod
-    def key(spec: PhaseModelSpec) -> str:
-        return hashlib.sha256(json.dumps(spec.model, sort_keys=True).encode()).hexdigest()
-
-    def get(self, spec: PhaseModelSpec) -> PhaseModel:
-        doc = spec.validated_model()            # ValueError with one line when malformed
-        key = self.key(spec)
-        if key not in self._cache:
-            self._cache.clear()
-            self._cache[key] = PhaseModel.from_document(doc)
-        return self._cache[key]
-
-
-class WindowRunner:
+class WindowRunner(PodWrites):
     """The I/O around :func:`plan_window` for one PhaseModel."""
 
     def __init__(self, core_api, custom_api, source, namespace: str, name: str,
@@ -345,163 +293,6 @@ class WindowRunner:
             out.append(("BoundsConflict", "False", "BoundsHold", ""))
         return out
 
-    # ------------------------------------------------------------------ writes
-    def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
-               originals: list[dict]) -> None:
-        """Write the plans: pods in parallel (the API calls are latency-bound), each pod's own
-        writes in order (resize, then annotations, then Events)."""
-        labels = (self.namespace, self.name)
-        novel = total = 0
-        for k, p in enumerate(plan.pods):
-            if p.skipped:
-                report.skipped[p.skipped] = report.skipped.get(p.skipped, 0) + 1
-                m.SKIPPED_WINDOWS.labels(*labels, p.skipped).inc()
-            elif any(c.skipped == "duplicate-series" for c in p.containers):
-                # the pod is served for its other containers; this one's window is counted
-                m.SKIPPED_WINDOWS.labels(*labels, "duplicate-series").inc()
-            for c in p.containers:
-                if c.phase is not None:
-                    total += 1
-                    novel += c.novel
-                    m.POD_PHASE.labels(p.pod.namespace, p.pod.name, c.name, self.name).set(c.phase)
-                # a recommendation without a phase too (the reactive baseline, a cold start)
-                for r, v in c.target.items():
-                    m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
-                                            self.name).set(v)
-                for r, v in c.current.items():
-                    if v == v:                  # NaN: no request for this resource
-                        m.POD_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
-                                             self.name).set(v)
-                    o = originals[k].get(c.name, {}).get(r)
-                    if o is not None:
-                        m.POD_ORIGINAL_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
-                                                      self.name).set(o)
-        m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
-        report.novel, report.classified = novel, total
-        # Pods that are gone (or no longer opted in) lose their series: /metrics must not grow
-        # with every pod ever seen.
-        # (A pod still here but skipped this window keeps its last values.)
-        present = {p.pod.key for p in plan.pods}
-        for key in list(self._in_metrics):
-            if key[:2] not in present:
-                m.forget_pod(*key, self.name, plan.resources)
-                self._in_metrics.discard(key)
-        for key in list(self._noticed):
-            if key not in present:
-                del self._noticed[key]
-        for p in plan.pods:
-            seen = self._noticed.setdefault(p.pod.key, set())
-            for reason, msg in p.notices:
-                if (p.pod.uid, reason) not in seen:
-                    seen.add((p.pod.uid, reason))
-                    p.events.append(("Warning", reason, msg))
-                    report.noticed += 1
-                    m.NOTICES.labels(self.namespace, reason).inc()
-        self._in_metrics |= {(*p.pod.key, c.name) for p in plan.pods for c in p.containers}
-        work = [p for p in plan.pods if p.resize is not None or p.annotations or p.events]
-        if not work:
-            return
-        with ThreadPoolExecutor(max_workers=min(WRITERS, len(work))) as pool:
-            for p, outcome in zip(work, pool.map(self._write_pod, work)):
-                if outcome == "resized":
-                    report.resized += 1
-                    m.RESIZES.labels(*labels).inc()
-                    if p.refused:           # the take-back of a resize the kubelet refused
-                        m.RESIZES_REFUSED.labels(*labels).inc()
-                elif outcome in SKIP_REASONS:
-                    m.SKIPPED_WINDOWS.labels(*labels, SKIP_REASONS[outcome]).inc()
-                    report.skipped[SKIP_REASONS[outcome]] = \
-                        report.skipped.get(SKIP_REASONS[outcome], 0) + 1
-                elif outcome:
-                    report.error = f"{p.pod.namespace}/{p.pod.name}: {outcome}"
-
-    def _write_pod(self, p) -> str:
-        """'resized', '' (written), 'gone' (the pod vanished mid-window), 'conflict' (someone
-        else resized it since our read: replanned next window) or an error message."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            taken = self._resize(p) if p.resize is not None else True
-            if taken is False:
-                log.info("%s/%s: resized by someone else since this window's read; planned "
-                         "again next window", p.pod.namespace, p.pod.name)
-                return "conflict"
-            if isinstance(taken, dict):
-                # The API server stored other values than we sent (it capped or changed them):
-                # remember this resize, so it is not sent again until the target moves.
-                sent = {c["name"]: c["resources"] for c in p.resize["spec"]["containers"]}
-                state = json.loads(p.annotations.get(A_STATE) or "{}")
-                state["untaken"] = {"containers": sent}
-                p.annotations[A_STATE] = json.dumps(state, separators=(",", ":"),
-                                                    sort_keys=True)
-                p.events = [("Warning", "ResizeNotApplied",
-                             f"the API server stored {json.dumps(taken, sort_keys=True)} for "
-                             f"the resize {json.dumps(sent, sort_keys=True)}; not sent again "
-                             f"until the target changes")] + [e for e in p.events
-                                                              if e[1] != "Resized"]
-            if A_STATE in p.annotations:
-                # sealed for this very pod: its owner can read it, not forge it
-                p.annotations[A_STATE] = self.key.seal(
-                    state_scope(p.pod.namespace, p.pod.name, p.pod.uid),
-                    json.loads(p.annotations[A_STATE]))
-            if p.annotations:
-                drain(self.core.patch_namespaced_pod(
-                    p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}},
-                    _preload_content=False))
-            for etype, ereason, msg in p.events:
-                self._event(p.pod, etype, ereason, msg)
-            if isinstance(taken, dict):
-                return "untaken"
-            return "resized" if p.resize is not None else ""
-        except ApiException as err:
-            if err.status == 404:       # the pod vanished mid-window: nothing to do
-                return "gone"
-            m.ERRORS.labels(self.namespace, self.name, f"api-{err.status}").inc()
-            msg = api_message(err)
-            log.warning("%s/%s: write failed: %s", p.pod.namespace, p.pod.name, msg)
-            self._event(p.pod, "Warning", "ResizeFailed", msg)
-            return msg
-        except HTTPError as err:        # the API server unreachable (retries spent)
-            m.ERRORS.labels(self.namespace, self.name, "api-unreachable").inc()
-            return f"API server unreachable: {type(err).__name__}"
-
-    def _resize(self, p, attempts: int = 3) -> bool | dict:
-        """PATCH pods/resize with the resourceVersion of the pod we planned from, so a resize
-        made by someone else in between is never overwritten with a target computed from stale
-        requests. On a conflict the pod is read again: if only other fields changed (labels,
-        annotations, status) the same resize is sent with the new version; if its resources
-        changed, False (nothing written; the next window plans from what is there).
-
-        True when the answer shows what was sent; else what the API server stored instead
-        ({container: {part: {resource: quantity}}}): the resize did not take as sent."""
-        from kubernetes.client.exceptions import ApiException
-
-        version, planned_from = p.pod.resource_version, p.pod.containers
-        for _ in range(attempts):
-            body = dict(p.resize, metadata={"resourceVersion": version}) if version else p.resize
-            try:
-                stored = read_json(self.core.patch_namespaced_pod_resize(
-                    p.pod.name, p.pod.namespace, body, _preload_content=False))
-                return _stored_differs(p.resize, stored) or True
-            except ApiException as err:
-                if err.status != 409 or not version:
-                    raise
-            m.ERRORS.labels(self.namespace, self.name, "api-409").inc()
-            fresh = pod_info(read_json(self.core.read_namespaced_pod(
-                p.pod.name, p.pod.namespace, _preload_content=False)))
-            if fresh.containers != planned_from:
-                return False
-            version = fresh.resource_version
-        return False
-
-    def _event(self, pod: PodInfo, etype: str, reason: str, message: str) -> None:
-        self._event_for({"kind": "Pod", "namespace": pod.namespace, "name": pod.name,
-                         "uid": pod.uid, "apiVersion": "v1"}, etype, reason, message)
-
-    def _event_for(self, involved: dict, etype: str, reason: str, message: str) -> None:
-        write_event(self.core, involved, etype, reason, message)
-
     def _event_on_phasemodel(self, body: dict, etype: str, reason: str, message: str) -> None:
         meta = body.get("metadata") or {}
         self._event_for({"kind": "PhaseModel", "namespace": self.namespace, "name": self.name,
@@ -583,26 +374,3 @@ class WindowRunner:
 def _condition(body: dict, ctype: str) -> dict:
     return next((c for c in (body.get("status") or {}).get("conditions") or []
                  if c.get("type") == ctype), {})
-
-
-def _stored_differs(resize: dict, stored: dict) -> dict | None:
-    """What the API server stored for the containers and values a resize sent, where that is
-    not what was sent (compared as quantities: it may respell "1024Mi" as "1Gi")."""
-    from ai4dl.quantity import parse_quantity
-
-    by_name = {c.get("name"): (c.get("resources") or {})
-               for c in (stored.get("spec") or {}).get("containers") or []}
-    out: dict = {}
-    for c in resize["spec"]["containers"]:
-        have = by_name.get(c["name"], {})
-        for part, values in c["resources"].items():
-            for r, q in values.items():
-                got = (have.get(part) or {}).get(r)
-                try:
-                    same = got is not None and abs(parse_quantity(got) - parse_quantity(q)) <= \
-                        1e-9 * max(parse_quantity(q), 1.0)
-                except ValueError:
-                    same = False
-                if not same:
-                    out.setdefault(c["name"], {}).setdefault(part, {})[r] = got
-    return out or None

@@ -10,56 +10,21 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-#: Written by this version. v2 adds the optional fitted policy tables (``policyTables``);
-#: v1 documents (no tables) still load.
-SCHEMA_VERSION = "ai4dl.io/phase-model/v2"
-SCHEMA_V1 = "ai4dl.io/phase-model/v1"
-SCHEMA_VERSIONS = (SCHEMA_V1, SCHEMA_VERSION)
-
-# Every number of a document is finite: NaN or Inf would reach the policy arithmetic (JSON
-# cannot carry them, but a document built in Python can).
-Number = Annotated[float, Field(allow_inf_nan=False)]
-Matrix = list[list[Number]]
-Vector = list[Number]
-
-# Units whose values are resource usage: never negative.
-USAGE_UNITS = ("cores", "bytes", "percent", "fraction")
-# Plausibility bounds of usage in native units: no single container has used more (the largest
-# machines sold have under 1,000 cores and 32 TiB). A statistic beyond them is not a fit of
-# real data; the operator's own --max-sample-* bounds, set to the cluster's largest node, are
-# tighter.
-PLAUSIBLE_MAX = {"cores": 4096.0, "bytes": float(2 ** 47)}
-# Arrays are written with 9 significant digits (float32-exact): orderings hold to this tolerance.
-_TOL = 1e-6
-# Sizes beyond any real model; the API server needs them to bound the cost of the CEL rules,
-# and every reader (the `ai4dl` commands, the trainer, the operator) refuses a document beyond
-# them, naming the field and the bound. Rule: about 10x the largest the trainer produces on the
-# shared data (docs/results/run.sh: 10 hidden units, --history 6, k <= 10 phases, 2-4
-# features, 10 prototypes of a few phases, 2 head-room and 2 peak-risk tables of <= 4 bins).
-MAX_FEATURES = 32
-MAX_PHASES = 64
-MAX_HIDDEN = 100                 # 10 x the default (and largest used) n_hidden, 10
-MAX_HISTORY = 60                 # 10 x the largest n_history used, 6 (run.sh's gcd-k6-history6)
-#: rows of crbm.B and crbm.A (n_history x n_visible): 10 x the largest used, 6 x 4
-MAX_HISTORY_ROWS = 240
-MAX_PROTOTYPES = 100             # the trainer keeps the 10 most common
-MAX_SEQUENCE = 1000              # phases in one prototype sequence (collapsed: a few)
-MAX_TABLES = 8                   # head-room / peak-risk tables of one kind (the trainer: 2)
-MAX_BURST_EDGES = 32             # head-room burstiness bins - 1 (the trainer: <= 3)
-MAX_FIT_KEYS = 64                # numbers in one fit report entry
-MAX_NAME = 253                   # a feature, unit, resource or table name
-MAX_KS = 64                      # k values tried by --phases auto (the trainer: 2..10)
-#: The largest model document, serialised as the trainer writes it (compact JSON): 192 KiB,
-#: 14 x the largest the trainer wrote on the shared data (13.6 KiB: 10 phases, --history 6,
-#: both head-room tables). Two limits above it: `kubectl apply` (client-side) copies the object
-#: into its last-applied annotation, and annotations hold at most 256 KiB; etcd refuses an
-#: object above ~1.5 MiB, and the object holds spec.model and spec.previousModel. The CRD
-#: cannot measure bytes (maxItems bound each array, not their sum): a document between this
-#: bound and the API server's limits is stored, and every reader refuses it (the operator:
-#: Degraded, InvalidModel); above them the API server refuses it itself.
-MAX_DOCUMENT_BYTES = 192 * 1024
+from ai4dl.method.document_bounds import (MAX_BURST_EDGES, MAX_DOCUMENT_BYTES,  # noqa: F401
+                                          MAX_FEATURES, MAX_FIT_KEYS, MAX_HIDDEN, MAX_HISTORY,
+                                          MAX_HISTORY_ROWS, MAX_KS, MAX_NAME, MAX_PHASES,
+                                          MAX_PROTOTYPES, MAX_SEQUENCE, MAX_TABLES, PLAUSIBLE_MAX,
+                                          SCHEMA_V1, SCHEMA_VERSION, SCHEMA_VERSIONS,
+                                          USAGE_UNITS, Matrix, Number, Vector, _le, _shape,
+                                          _Strict)
+from ai4dl.method.document_tables import (ESTIMATOR_NAMES, POOL_NAMES,  # noqa: F401
+                                          RISK_ESTIMATOR_NAMES, RISK_FEATURE_NAMES,
+                                          SERVABLE_NAMES, Finite, FitEntry,
+                                          HeadroomResourceTable, HeadroomTable, Name,
+                                          PolicyChoice, RiskFeature, RiskResourceTable,
+                                          RiskState, RiskTable)
 
 
 # ----------------------------------------------------------------------------- CEL rules
@@ -110,8 +75,6 @@ _DOCUMENT_CEL = [
     {"rule": f"self.crbm.n_history * self.crbm.n_visible <= {MAX_HISTORY_ROWS}",
      "message": f"crbm.n_history x crbm.n_visible must be at most {MAX_HISTORY_ROWS}"},
 ]
-#: A float that must be finite (JSON has no NaN/Infinity, and a table must not hold one).
-Finite = Number
 
 
 def to_list(a) -> list:
@@ -121,10 +84,6 @@ def to_list(a) -> list:
         else arr.tolist()
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
 class Feature(_Strict):
     name: str = Field(min_length=1, max_length=MAX_NAME)
     unit: str = Field(min_length=1, max_length=MAX_NAME)
@@ -132,10 +91,6 @@ class Feature(_Strict):
 
 FeatureVector = Annotated[Vector, Field(max_length=MAX_FEATURES)]
 HiddenVector = Annotated[Vector, Field(max_length=MAX_HIDDEN)]
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
-#: a fit report entry: named numbers, a bounded few
-FitEntry = Annotated[dict[Annotated[str, Field(max_length=MAX_NAME)], Finite],
-                     Field(max_length=MAX_FIT_KEYS)]
 
 
 class Scaler(_Strict):
@@ -249,213 +204,6 @@ class FitReport(_Strict):
     novelty_rate: float
     k_selection: KSelectionReport | None = None
     device: str = Field("cpu", max_length=MAX_NAME)
-
-
-#: Head-room table vocabularies (ai4dl.policy.headroom_levels.ESTIMATORS /
-#: ai4dl.policy.headroom.POOL_LEVELS).
-ESTIMATOR_NAMES = ("max", "mean+2std", "last", "median", "phase-level", "max-2w", "ewma-max")
-POOL_NAMES = ("state", "burstiness", "global")
-
-
-def _bins(item):
-    """A row of a head-room table: one entry per burstiness bin (at most edges + 1)."""
-    return Annotated[list[item], Field(max_length=MAX_BURST_EDGES + 1)]
-
-
-class HeadroomResourceTable(_Strict):
-    """One resource of a fitted head-room table: per (phase, burstiness bin) state, which
-    estimator of the next window to trust and the multiplier (head-room) it gets."""
-    resource: str = Field(min_length=1, max_length=MAX_NAME)
-    burst_edges: list[Finite] = Field(alias="burstEdges",       # bins: (e[b-1], e[b]]
-                                      max_length=MAX_BURST_EDGES)
-    estimators: list[_bins(Literal[ESTIMATOR_NAMES])] = Field(max_length=MAX_PHASES)
-    multipliers: list[_bins(Annotated[float, Field(gt=0, allow_inf_nan=False)])] = Field(
-        max_length=MAX_PHASES)                                  # (phases, bins)
-    windows: list[_bins(Annotated[int, Field(ge=0)])] = Field(  # training windows behind each
-        max_length=MAX_PHASES)
-    pooled: list[_bins(Literal[POOL_NAMES])] = Field(           # where each entry came from
-        max_length=MAX_PHASES)
-    cold_start: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(alias="coldStart")
-
-    @model_validator(mode="after")
-    def _shapes(self) -> "HeadroomResourceTable":
-        e = self.burst_edges
-        if any(b <= a for a, b in zip(e, e[1:])):
-            raise ValueError(f"{self.resource}: burstEdges must increase strictly")
-        bins = len(e) + 1
-        shape = _shape(self.multipliers)
-        if len(shape) != 2 or shape[1] != bins:
-            raise ValueError(f"{self.resource}: multipliers has shape {shape}, expected "
-                             f"(phases, {bins}) for {len(e)} burstEdges")
-        for name in ("estimators", "windows", "pooled"):
-            got = _shape(getattr(self, name))
-            if got != shape:
-                raise ValueError(f"{self.resource}: {name} has shape {got}, expected {shape}")
-        return self
-
-
-class HeadroomTable(_Strict):
-    """A fitted :class:`ai4dl.policy.headroom.HeadroomPolicy` (``phase-headroom``, or the
-    phase-blind control ``burst-headroom`` with one phase row)."""
-    name: str = Field(min_length=1, max_length=MAX_NAME)
-    uses_phase: bool = Field(alias="usesPhase")
-    target: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
-    window_samples: int = Field(ge=1, alias="windowSamples")
-    resources: list[HeadroomResourceTable] = Field(min_length=1, max_length=MAX_FEATURES)
-    fit: list[FitEntry] | None = Field(None, max_length=MAX_FEATURES)  # per resource
-
-    @model_validator(mode="after")
-    def _agree(self) -> "HeadroomTable":
-        rows = {len(r.multipliers) for r in self.resources}
-        if len(rows) > 1:
-            raise ValueError(f"{self.name}: resources have different numbers of phase rows")
-        if not self.uses_phase and rows != {1}:
-            raise ValueError(f"{self.name}: a phase-blind table has one phase row")
-        if self.fit is not None and len(self.fit) != len(self.resources):
-            raise ValueError(f"{self.name}: fit has {len(self.fit)} entries for "
-                             f"{len(self.resources)} resources")
-        return self
-
-
-#: The peak-risk policy's state features (ai4dl.policy.peak.FEATURES) and the phase.
-RISK_FEATURE_NAMES = ("phase", "elapsed", "since", "ratio", "dip")
-
-
-class RiskFeature(_Strict):
-    """One state feature of a peak-risk table and its bins: bin b holds [edges[b],
-    edges[b+1])."""
-    name: Literal[RISK_FEATURE_NAMES[1:]]
-    edges: list[Finite] = Field(min_length=1, max_length=64)
-
-    @field_validator("edges")
-    @classmethod
-    def _increasing(cls, v: list[float]) -> list[float]:
-        if any(b <= a for a, b in zip(v, v[1:])):
-            raise ValueError("edges must increase strictly")
-        return v
-
-
-#: What a peak-risk state's multiplier multiplies (ai4dl.policy.peak.ESTIMATORS): the running
-#: maximum, or the last window's max.
-RISK_ESTIMATOR_NAMES = ("peak", "last")
-
-
-class RiskState(_Strict):
-    """A fitted state: its pooling level (index into the table's ``levels``), its bin of each
-    of the level's features (in the level's order), the level it multiplies (``estimator``),
-    the multiplier and the training windows it was fitted on."""
-    level: int = Field(ge=0)
-    bins: list[Annotated[int, Field(ge=0)]] = Field(max_length=len(RISK_FEATURE_NAMES))
-    estimator: Literal[RISK_ESTIMATOR_NAMES] = "peak"
-    multiplier: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    windows: int = Field(ge=0)
-
-
-class RiskResourceTable(_Strict):
-    """One resource of a peak-risk table."""
-    resource: str = Field(min_length=1, max_length=MAX_NAME)
-    cold_start: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(alias="coldStart")
-    min_windows: int = Field(ge=1, alias="minWindows")
-    calibration: Annotated[float, Field(gt=0, allow_inf_nan=False)]
-    states: list[RiskState] = Field(max_length=4096)
-
-
-class RiskTable(_Strict):
-    """A fitted :class:`ai4dl.policy.peak.PeakRiskPolicy` (``peak-risk``, or the phase-blind
-    ``peak-risk-blind``): the running maximum (or the last window's max) × a multiplier per
-    state, fitted for at most ``maxRisk`` of windows at risk. ``levels`` is the pooling chain,
-    finest first: a state at level i is keyed by the bins of ``levels[i]``'s features; a window
-    takes the first level whose key has a state (none: the largest multiplier)."""
-    name: str = Field(min_length=1, max_length=MAX_NAME)
-    uses_phase: bool = Field(alias="usesPhase")
-    phases: int = Field(ge=1, le=MAX_PHASES)                   # phase rows (1: phase-blind)
-    max_risk: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = Field(alias="maxRisk")
-    window_samples: int = Field(ge=1, alias="windowSamples")
-    features: list[RiskFeature] = Field(min_length=1, max_length=len(RISK_FEATURE_NAMES))
-    levels: list[Annotated[list[Literal[RISK_FEATURE_NAMES]],
-                           Field(max_length=len(RISK_FEATURE_NAMES))]] = Field(
-        min_length=1, max_length=16)
-    resources: list[RiskResourceTable] = Field(min_length=1, max_length=MAX_FEATURES)
-    fit: list[FitEntry] | None = Field(None, max_length=MAX_FEATURES)  # per resource
-
-    @model_validator(mode="after")
-    def _agree(self) -> "RiskTable":
-        names = [f.name for f in self.features]
-        if len(set(names)) != len(names):
-            raise ValueError(f"{self.name}: a feature is listed twice")
-        if not self.uses_phase and self.phases != 1:
-            raise ValueError(f"{self.name}: a phase-blind table has one phase row")
-        sizes = {"phase": self.phases, **{f.name: len(f.edges) for f in self.features}}
-        for i, lv in enumerate(self.levels):
-            unknown = [f for f in lv if f not in sizes]
-            if unknown or len(set(lv)) != len(lv):
-                what = unknown[0] if unknown else "a feature twice"
-                raise ValueError(f"{self.name}: levels[{i}] names {what} (features: "
-                                 f"{', '.join(sizes)})")
-            if "phase" in lv and not self.uses_phase:
-                raise ValueError(f"{self.name}: a phase-blind table has no phase level")
-        for r in self.resources:
-            seen = set()
-            for st in r.states:
-                if st.level >= len(self.levels):
-                    raise ValueError(f"{self.name}.{r.resource}: state at level {st.level}, "
-                                     f"the table has {len(self.levels)}")
-                lv = self.levels[st.level]
-                if len(st.bins) != len(lv) or any(b >= sizes[f] for f, b in zip(lv, st.bins)):
-                    raise ValueError(f"{self.name}.{r.resource}: state bins {st.bins} do not "
-                                     f"fit level {st.level} ({', '.join(lv) or 'global'})")
-                key = (st.level, tuple(st.bins))
-                if key in seen:
-                    raise ValueError(f"{self.name}.{r.resource}: state {key} listed twice")
-                seen.add(key)
-        if len({r.resource for r in self.resources}) != len(self.resources):
-            raise ValueError(f"{self.name}: a resource is listed twice")
-        if self.fit is not None and len(self.fit) != len(self.resources):
-            raise ValueError(f"{self.name}: fit has {len(self.fit)} entries for "
-                             f"{len(self.resources)} resources")
-        return self
-
-
-#: Policies a PhaseModel can serve window by window (ai4dl.policy.online.SERVABLE).
-SERVABLE_NAMES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
-                  "phase-proactive", "peak-risk")
-
-
-class PolicyChoice(_Strict):
-    """What ``auto`` serves with this model, per resource: the policy that won on the
-    PhaseModel's own recent executions (ai4dl.policy.auto.choose_policy, run by the trainer)."""
-    resources: list[Name] = Field(min_length=1, max_length=MAX_FEATURES)
-    winners: list[Literal[SERVABLE_NAMES]] = Field(min_length=1, max_length=MAX_FEATURES)
-    targets: list[Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]] = Field(
-        min_length=1, max_length=MAX_FEATURES)
-    reason: str = Field("", max_length=2000)
-    #: per resource, what its target is: a fulfilment of samples, or a share of windows at
-    #: risk (memory); absent in documents written before objectives: every target a fulfilment
-    kinds: list[Literal["fulfilment", "risk"]] | None = Field(None, max_length=MAX_FEATURES)
-    #: per resource, the factor the winner's rows are multiplied by (a resource judged by risk:
-    #: calibrated on the training executions so that it leaves its share of windows at risk);
-    #: absent: 1. Bounded: a factor past 100 is no calibration but a broken fit.
-    calibration: list[Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)]] | None = \
-        Field(None, max_length=MAX_FEATURES)
-
-    @model_validator(mode="after")
-    def _agree(self) -> "PolicyChoice":
-        if not len(self.resources) == len(self.winners) == len(self.targets):
-            raise ValueError("policyChoice: resources, winners and targets differ in length")
-        for name in ("kinds", "calibration"):
-            v = getattr(self, name)
-            if v is not None and len(v) != len(self.resources):
-                raise ValueError(f"policyChoice: {name} has {len(v)} values for "
-                                 f"{len(self.resources)} resources")
-        return self
-
-    def objective_kinds(self) -> list[str]:
-        return list(self.kinds) if self.kinds is not None else ["fulfilment"] * len(
-            self.resources)
-
-    def factors(self) -> list[float]:
-        return list(self.calibration) if self.calibration is not None else [1.0] * len(
-            self.resources)
 
 
 class PhaseModelDocument(_Strict):
@@ -588,17 +336,3 @@ class PhaseModelDocument(_Strict):
             raise ValueError(f"prototypes: phase ids must be in [0, {k})")
         if sorted(p.phase for p in self.phases) != list(range(k)):
             raise ValueError(f"phases: expected phase ids 0..{k - 1}, once each")
-
-
-def _le(a: float, b: float, scale: float = 0.0) -> bool:
-    """a <= b up to the documents' float32 rounding (relative to ``scale`` when given: the
-    magnitude the compared numbers were computed from). The CEL rules use the same test."""
-    return a <= b + _TOL * (abs(a) + abs(b) + scale) + 1e-30
-
-
-def _shape(m: Matrix) -> tuple[int, ...]:
-    """Shape of a list of lists, or (-1,) when rows are ragged."""
-    lens = {len(r) for r in m}
-    if len(lens) > 1:
-        return (-1,)
-    return (len(m), lens.pop() if lens else 0)

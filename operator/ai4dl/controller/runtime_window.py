@@ -1,0 +1,63 @@
+"""A window's clock (its id, timestamps), the pod selector, one window's report, the model cache."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+
+from ai4dl.controller.plan_types import WindowPlan
+from ai4dl.crd import OPT_IN_LABEL, LabelSelector, PhaseModelSpec
+from ai4dl.method.model import PhaseModel
+
+
+def now_iso(t: float | None = None) -> str:
+    return dt.datetime.fromtimestamp(time.time() if t is None else t, dt.timezone.utc) \
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def window_start(now: float, window_seconds: int) -> float:
+    """Windows are aligned to multiples of their length (so a restarted operator computes the
+    same window id and does not handle a window twice)."""
+    return float(int(now // window_seconds) * window_seconds)
+
+
+def label_selector(selector: LabelSelector) -> str:
+    """The opt-in label and a PhaseModel's selector as one server-side label selector."""
+    return selector.server_side(OPT_IN_LABEL)
+
+
+@dataclass
+class WindowReport:
+    window_start: float
+    pods: int = 0
+    resized: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    degraded_reason: str | None = None
+    seconds: float = 0.0
+    plan: WindowPlan | None = None
+    novel: int = 0              # containers whose window was novel
+    classified: int = 0         # containers given a phase
+    noticed: int = 0            # Warning Events about pods' own setup sent this window
+
+
+class ModelCache:
+    """Fitted models by document hash: rebuilt only when the document changes."""
+
+    def __init__(self):
+        self._cache: dict[str, PhaseModel] = {}
+
+    @staticmethod
+    def key(spec: PhaseModelSpec) -> str:
+        return hashlib.sha256(json.dumps(spec.model, sort_keys=True).encode()).hexdigest()
+
+    def get(self, spec: PhaseModelSpec) -> PhaseModel:
+        doc = spec.validated_model()            # ValueError with one line when malformed
+        key = self.key(spec)
+        if key not in self._cache:
+            self._cache.clear()
+            self._cache[key] = PhaseModel.from_document(doc)
+        return self._cache[key]
