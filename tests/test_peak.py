@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from ai4dl.method.document import SCHEMA_V1, RiskTable
 from ai4dl.method.model import PhaseModel
-from ai4dl.policy.peak import (CHAIN, N_CODES, PeakRiskPolicy, State, cells_from_states,
-                               from_table, levels, resolve_states, risk_lagrangian,
-                               state_codes, to_table, training_rows, window_states)
+from ai4dl.policy.peak import PeakRiskPolicy, from_table, to_table
+from ai4dl.policy.peak_fit import risk_lagrangian, training_rows
+from ai4dl.policy.peak_states import (CHAIN, N_CODES, State, cells_from_states, levels,
+                                      resolve_states, state_codes, window_states)
 
 
 def col(*v):

@@ -351,7 +351,7 @@ def test_label_selector_pushes_the_phasemodel_selector_to_the_api_server():
 
 
 def test_what_the_api_server_stored_is_compared_as_quantities():
-    from ai4dl.controller.runtime import _stored_differs
+    from ai4dl.controller.runtime_writes import _stored_differs
 
     sent = {"spec": {"containers": [{"name": "main", "resources": {
         "requests": {"cpu": "1500m", "memory": "1024Mi"}}}]}}

@@ -186,7 +186,8 @@ def test_an_answer_with_far_more_series_than_asked_is_refused():
 
 # ----------------------------------------------------------------------------- the plan
 def test_the_plan_skips_a_rejected_container_and_serves_the_others():
-    from ai4dl.controller.plan import DATA_SKIPS, SKIP_ORDER, plan_window
+    from ai4dl.controller.plan import plan_window
+    from ai4dl.controller.plan_types import DATA_SKIPS, SKIP_ORDER
     from ai4dl.controller.pods import pod_info
 
     def pod(name):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ai4dl.controller.plan import ContainerPlan, PodPlan
+from ai4dl.controller.plan_types import ContainerPlan, PodPlan
 from ai4dl.controller.podstate import StateKey, admitted_scope, state_scope
 from ai4dl.controller.pods import A_ADMITTED, A_STATE, pod_info, verify_pod
 from ai4dl.crd import MODEL_ANNOTATION

@@ -112,7 +112,7 @@ def _clients():
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    from ai4dl.controller.runtime import WRITERS
+    from ai4dl.controller.runtime_writes import WRITERS
 
     cfg = client.Configuration.get_default_copy()
     cfg.connection_pool_maxsize = WRITERS + 2

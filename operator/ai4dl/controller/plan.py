@@ -19,7 +19,7 @@ Rules that make it safe to change other people's running jobs:
   container's usage) is taken back at once (the spec set to what the container has: left in
   place, the kubelet would apply it the moment usage dips, and the job would be OOM-killed when
   it rises again), with a Warning Event and a metric; the refused level is not asked for again
-  for a back-off of windows (:data:`REFUSED_BACKOFF_WINDOWS`, doubled per refusal in a row);
+  for a back-off of windows (:data:`ai4dl.controller.plan_pod.REFUSED_BACKOFF_WINDOWS`, doubled per refusal in a row);
 - a resource whose ``resizePolicy`` is RestartContainer is not resized: the kubelet would
   restart the container (a training job loses its progress), once per phase change.
 
@@ -46,10 +46,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ai4dl.controller.plan_pod import (INT64_MAX, REFUSED_BACKOFF_MAX_WINDOWS,  # noqa: F401
-                                       REFUSED_BACKOFF_WINDOWS, finish_pod)
-from ai4dl.controller.plan_types import (DATA_SKIPS, SKIP_ORDER, ContainerPlan,  # noqa: F401
-                                         PodPlan, WindowPlan)
+from ai4dl.controller.plan_pod import finish_pod
+from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.pods import A_PHASE, A_PHASE_SINCE, PodInfo
 from ai4dl.crd import PhaseModelSpec
 from ai4dl.policy.online import OwnHistory, next_allocations

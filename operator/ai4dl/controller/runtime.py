@@ -19,11 +19,11 @@ from pydantic import ValidationError
 from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
-from ai4dl.controller.plan import DATA_SKIPS, WindowPlan, plan_window
+from ai4dl.controller.plan import plan_window
+from ai4dl.controller.plan_types import DATA_SKIPS, WindowPlan
 from ai4dl.controller.runtime_window import (ModelCache, WindowReport, label_selector,
                                              now_iso, window_start)
-from ai4dl.controller.runtime_writes import (SKIP_REASONS, WRITERS, PodWrites,  # noqa: F401
-                                             _stored_differs)
+from ai4dl.controller.runtime_writes import PodWrites
 from ai4dl.controller.savings import add_window, original_requests, window_amounts
 from ai4dl.policy.serving import served_policy, window_samples
 from ai4dl.kube.raw import api_message, paged_items

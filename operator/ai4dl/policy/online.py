@@ -12,7 +12,7 @@ from the past beyond the last window is small, and additive:
   dwell rule);
 - per window: the maxima of the last two windows and their exponentially weighted average
   (the head-room table's ``max-2w`` and ``ewma-max``);
-- per resource, the peak-risk policy's state (:class:`ai4dl.policy.peak.RunningPeak`): windows
+- per resource, the peak-risk policy's state (:class:`ai4dl.policy.peak_states.RunningPeak`): windows
   seen, windows since the last new high and the lowest window max since then.
 
 :class:`OwnHistory` (:mod:`ai4dl.policy.running`, their one owner) keeps exactly that (a few
@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from ai4dl.policy.headroom import HeadroomPolicy
-from ai4dl.policy.peak import PeakRiskPolicy, state_codes
+from ai4dl.policy.peak import PeakRiskPolicy
+from ai4dl.policy.peak_states import state_codes
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
                                    PhasePolicy, PhaseProactive, read_phase, stat_bound)
 from ai4dl.policy.running import OwnHistory

@@ -70,14 +70,11 @@ import numpy as np
 
 from ai4dl.policy.headroom import check_table_call, check_training
 from ai4dl.policy.headroom_levels import first_window_level
-# the state features and the fit live in their own modules; re-exported here, the policy's home
-from ai4dl.policy.peak_fit import (  # noqa: F401
-    _ULP, TrainingRows, _lookup, _order_statistic, fit_states, group_folds, risk_lagrangian,
-    training_rows)
-from ai4dl.policy.peak_states import (  # noqa: F401
-    CHAIN, DIP_EDGES, EDGES, ELAPSED_EDGES, ESTIMATORS, FEATURES, N_CODES, RATIO_EDGES,
-    SINCE_EDGES, SIZES, RunningPeak, State, WindowStates, _bin, bin_label, cells_from_states,
-    digits_key, key_digits, levels, resolve_states, state_codes, window_states)
+from ai4dl.policy.peak_fit import (_ULP, _lookup, _order_statistic, fit_states, group_folds,
+                                   training_rows)
+from ai4dl.policy.peak_states import (EDGES, ELAPSED_EDGES, ESTIMATORS, FEATURES, N_CODES, SIZES,
+                                      State, _bin, bin_label, cells_from_states, digits_key,
+                                      key_digits, levels, window_states)
 
 #: Candidate min_windows, as multiples of 1 / max_risk (selected out of fold).
 MIN_WINDOWS_FACTORS = (1.0, 3.0, 10.0)

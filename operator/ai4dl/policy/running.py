@@ -99,7 +99,7 @@ class OwnHistory:
         peak = self.peak.copy()
         for lo in range(0, len(u), step):
             mx = u[lo: lo + step].max(0)
-            # peak-risk's state (the running form of ai4dl.policy.peak.RunningPeak; an unknown
+            # peak-risk's state (the running form of ai4dl.policy.peak_states.RunningPeak; an unknown
             # since_high (-1) stays unknown until the next new high)
             new = mx > peak
             known = self.since_high >= 0
