@@ -118,18 +118,14 @@ def _suite_leaves_nothing(tmp_path_factory):
     tmp_path_factory.getbasetemp()        # pytest's own folders stay where users look for them
     multiprocessing.util.get_temp_dir()   # and multiprocessing's, which it removes at exit
     root = tempfile.mkdtemp(prefix="ai4dl-suite-")
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"], tempfile.tempdir = root, root
-    try:
-        yield
-    finally:
-        left = sorted(_our_temp_entries())
-        if saved[0] is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = saved[0]
-        tempfile.tempdir = saved[1]
-        shutil.rmtree(root, ignore_errors=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", root)
+        mp.setattr(tempfile, "tempdir", root)
+        try:
+            yield
+        finally:
+            left = sorted(_our_temp_entries())
+            shutil.rmtree(root, ignore_errors=True)
     from e2e_fixtures_node import NODE_LEFTOVERS
 
     procs = _child_processes()

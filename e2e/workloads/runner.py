@@ -111,7 +111,11 @@ class WorkloadRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors: list[BaseException] = []
-        self._scratch: list[str] = []
+        # the processes' temporary files (checkpoints) in one folder the runner removes on
+        # close: a process killed as its pod is deleted cannot clean up after itself. Under
+        # the system's temp folder, not log_dir: torch's workers bind AF_UNIX sockets in
+        # TMPDIR, and a socket path over 107 bytes fails
+        self.scratch = tempfile.mkdtemp(prefix="ai4dl-workloads-")
 
     # ------------------------------------------------------------------ processes
     def start(self, pod: str, command: Sequence[str], *, namespace: str | None = None,
@@ -124,13 +128,7 @@ class WorkloadRunner:
         if key in self._procs and self._procs[key].returncode is None:
             raise RuntimeError(f"{ns}/{pod}/{container} already runs pid {self._procs[key].pid}")
         log_path = self.log_dir / f"{ns}_{pod}_{container}.log"
-        # its temporary files (checkpoints) in a folder the runner removes on close: a process
-        # killed as its pod is deleted cannot clean up after itself. A short path under the
-        # system's temp folder, not under log_dir: torch's workers bind AF_UNIX sockets in
-        # TMPDIR, and a socket path over 107 bytes fails
-        scratch = tempfile.mkdtemp(prefix="ai4dl-workloads-")
-        self._scratch.append(scratch)
-        env = {"TMPDIR": scratch, **(env or {})}
+        env = {"TMPDIR": self.scratch, **(env or {})}
         with open(log_path, "wb") as log:
             # its own session: the pod's processes are one group, killed together
             popen = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT,
@@ -192,9 +190,7 @@ class WorkloadRunner:
             self._thread.join(timeout=10)
         for pp in self.processes:
             self._kill(pp)
-        for scratch in self._scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-        self._scratch.clear()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self) -> "WorkloadRunner":
         return self
