@@ -8,10 +8,11 @@ pods opt in -> the operator, started from the chart's Deployment command as its
 ServiceAccount, detects their phases and resizes them in place.
 
 Asserted: the trainer applied a model; the operator's phase for a pod changes when the
-workload's phase changes; requests follow usage; no memory sample stayed above its request
-for longer than the safety rule allows (the working set is covered at every window, so at
-most until the next window's resize); and the allocation saved against the pods' original
-requests is measured (printed, and written to $AI4DL_E2E_REPORT when set).
+workload's phase changes (on at least one pod; most changes close after a true change);
+requests follow usage; no memory sample stayed above its request for longer than the safety
+rule allows (the working set is covered at every window, so at most until the next window's
+resize); and the allocation saved against the pods' original requests is measured (printed,
+and written to $AI4DL_E2E_REPORT when set).
 
 The clock: stepSeconds 1, windowSeconds 10, Prometheus scraping every second, workloads of
 ~40-60 s. Everything here is a real process; nothing is mocked.
@@ -206,15 +207,17 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
         # 6. what happened
         original = {r: parse_quantity(v) for r, v in ORIGINAL.items()}
         saved = {"cpu": [0.0, 0.0], "memory": [0.0, 0.0]}       # [allocated, original] · s
+        phases_seen: dict[str, int] = {}
         for name, _ in MANAGED:
             rows = recorder.rows[name]
             truth = read_phase_log(logs[name])
             assert rows and truth, name
-            # the operator's phase changes when the workload's does: a pod's detected phase
-            # takes at least two values over its run, and most detected changes follow a true
-            # change closely
+            # the operator's phase changes when the workload's does: most detected changes
+            # follow a true change closely (and, below the loop, at least one pod's detected
+            # phase changes over its run)
             detected = [(t, ph) for t, ph, _, _ in rows if ph is not None]
-            assert len({ph for _, ph in detected}) >= 2, (name, detected[-5:], op.tail(40))
+            assert detected, (name, op.tail(40))
+            phases_seen[name] = len({ph for _, ph in detected})
             changes = [t for (t0, a), (t, b) in zip(detected, detected[1:]) if a != b]
             # (the process start counts: before its first log line it imports torch, builds
             # its model and starts its workers, a phase of its own in cpu and memory)
@@ -251,6 +254,11 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
                  str(sum(1 for e in kube_cluster.core.list_namespaced_event(ns).items
                          if e.reason == "Resized" and e.involved_object.name == name))),
             ]
+        # Not per pod: whether one program's whole run is one phase or several is what the
+        # trainer learns from four 60 s history runs (one fit in five on an idle machine put the
+        # CNN's whole run in one phase); the operator's part, following the model online, shows
+        # as a change on at least one pod, most changes close after a true one.
+        assert max(phases_seen.values()) >= 2, (phases_seen, op.tail(40))
         for res, (alloc, orig) in saved.items():
             figures.append((f"allocation saved vs original requests, {res} (managed pods)",
                             f"{100 * (1 - alloc / orig):.1f} %"))

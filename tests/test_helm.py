@@ -476,8 +476,7 @@ def kubectl(kube_cluster):
 def crd_established(kube_cluster, kubectl):
     kubectl("apply", "--server-side", "--field-manager=ai4dl-tests", "--force-conflicts",
             "-f", CHART / "crds" / "phasemodels.ai4dl.io.yaml")
-    kubectl("wait", "--for=condition=Established", "--timeout=30s",
-            f"crd/{PLURAL}.{GROUP}")
+    crds_established(kubectl, f"{PLURAL}.{GROUP}")
 
 
 # kopf's peering CRDs (kopf.dev/v1, as kopf's peering.yaml declares them): a prerequisite the
@@ -516,8 +515,19 @@ def kopf_peering_crds(kube_cluster, kubectl, tmp_path_factory):
     path = tmp_path_factory.mktemp("kopf") / "peering-crds.yaml"
     path.write_text(KOPF_PEERING_CRDS)
     kubectl("apply", "--server-side", "--field-manager=ai4dl-tests", "-f", path)
-    kubectl("wait", "--for=condition=Established", "--timeout=30s",
-            "crd/clusterkopfpeerings.kopf.dev", "crd/kopfpeerings.kopf.dev")
+    crds_established(kubectl, "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
+
+
+def crds_established(kubectl, *names: str, timeout: float = 30) -> None:
+    """Wait until each CRD is Established. Not ``kubectl wait --for=condition=Established``:
+    right after the apply a CRD can have no status.conditions yet, and kubectl then fails at
+    once (".status.conditions accessor error: <nil> is of the type <nil>") instead of waiting;
+    it failed a run this way."""
+    query = '{.status.conditions[?(@.type=="Established")].status}'
+    for name in names:
+        wait_for(lambda: kubectl("get", f"crd/{name}", "-o", f"jsonpath={query}",
+                                 check=False).stdout.strip() == "True",
+                 timeout, f"CRD {name} to be Established")
 
 
 def ensure_namespace(kube_cluster, name):
