@@ -2,7 +2,8 @@
 # Re-runs every evaluation quoted in docs/results.md and rewrites the tables beside it.
 # From the repository root, after `make env`:  bash docs/results/run.sh
 # Data: ../shared/data (override with AI4DL_DATA). Takes about 50 minutes on 2 shared cores
-# (measured 2026-11-28: 49 min 20 s, beside other work; risk.py about 16 minutes of it).
+# (measured 2026-11-28: 49 min 20 s, beside other work; risk.py about 16 minutes of it;
+# the workload-prior probe about 2 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A=.venv/bin/ai4dl
@@ -74,3 +75,5 @@ done
 # Memory judged by risk over five split seeds (issue 25): every data set, the served safety layer
 .venv/bin/python docs/results/risk.py run
 .venv/bin/python docs/results/risk.py table > $R/risk.md
+# ... and whether a workload's previous execution moves it (the lever issue 25 names; a probe)
+.venv/bin/python docs/results/workload_prior_probe.py > $R/workload-prior.md
