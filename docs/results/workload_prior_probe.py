@@ -22,17 +22,16 @@ through the operator's default safety layer and matched in the served order
     .venv/bin/python docs/results/workload_prior_probe.py [--sets gcd-1h,...] [--seeds 0,1,2,3,4]
 
 Prints a markdown table (allocation ÷ oracle at 1 / 2 / 5 % of windows at risk, mean ± s.e.
-over the seeds, and the probe's gap to the control). Data: ../shared/data (AI4DL_DATA).
+over the seeds, and the probe's gap to the control). Data: risk.py's (../shared/data, AI4DL_DATA).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
-import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -44,14 +43,11 @@ from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import Oracle, Static
 from ai4dl.policy.safety import SafetyConfig
+from risk import SETS as RISK_SETS, _mean_se
 
-DATA = Path(os.environ.get("AI4DL_DATA", "../shared/data"))
-SETS = {
-    "gcd-1h": (DATA / "gcd_vms" / "GCD_VMs.tar.gz", 12, "GCD_VMs, 1 h windows"),
-    "gcd-15min": (DATA / "gcd_vms" / "GCD_VMs.tar.gz", 3, "GCD_VMs, 15 min windows"),
-    "alibaba": (DATA / "alibaba_genai2026_pods", 10, "Alibaba GenAI pods"),
-    "dlcorpus": ("dl-corpus", 40, "DL corpus: held-out jobs"),
-}
+#: risk.py's data sets (what to load, load options, window, title), those with workloads that
+#: run more than once (the synthetic jobs never do).
+SETS = {k: RISK_SETS[k] for k in ("gcd-1h", "gcd-15min", "alibaba", "dlcorpus")}
 #: Own running maximum ÷ P: bins 1-4 of the phase slot (0: no history, 5: nothing seen yet).
 PRIOR_EDGES = (0.7, 0.9, 1.0)
 NO_HISTORY, NOTHING_SEEN = 0, 5
@@ -120,22 +116,30 @@ class PeakRiskPrior:
         return self.allocate_group([usage], [phases], window, [initial], step, [0.0], [""])[0]
 
 
+@functools.lru_cache(maxsize=1)
+def _traces(label: str):
+    """One data set, loaded once for all its seeds."""
+    src, opts, _, _ = SETS[label]
+    return load_traces(str(src), **opts)
+
+
 def run_one(label: str, seed: int) -> dict:
-    src, window, _ = SETS[label]
-    traces = load_traces(str(src))
+    window = SETS[label][2]
+    traces = _traces(label)
     cfg = EvaluationConfig(resources=("memory",), window=window, seed=seed)
     safety = SafetyConfig.operator_defaults(1, 0)
     train, test = traces.split_by_group(cfg.test_fraction, seed, cfg.split_by)
     tr = prepare(list(train), cfg.resources, None, cfg.initial, np.zeros(1))
     data = prepare(list(test), cfg.resources, None, cfg.initial, np.zeros(1))
-    own, served, per_own, per_served = {}, {}, {}, {}
+    own, served, per_own, per_served, fits = {}, {}, {}, {}, {}
     for p in (Static(), Oracle()):
         own[p.name] = replay(data, p, window, None)
         served[p.name] = serve(data, own[p.name], window, safety)
     for share in RISKS:
         control = PeakRiskPolicy(max_risk=share, use_phase=False, seed=seed).fit(
             tr.usage, None, window, groups=tr.groups)
-        prior = PeakRiskPrior(share, seed).fit(tr.usage, tr.groups, tr.starts, window)
+        prior = fits[share] = PeakRiskPrior(share, seed).fit(tr.usage, tr.groups, tr.starts,
+                                                             window)
         for pol in (control, prior):
             r = replay(data, pol, window, None)
             per_own.setdefault(pol.name, {})[share] = r
@@ -147,18 +151,19 @@ def run_one(label: str, seed: int) -> dict:
     history = sum(p is not None for p in previous_peaks(data.usage, data.groups, data.starts))
     # the 1 % fit: how many training windows the first window after a prior gives, against the
     # least windows a state needs (fewer: it pools into coarser states)
-    fit = PeakRiskPrior(RISKS[0], seed).fit(tr.usage, tr.groups, tr.starts, window).inner
     first = sum(p is not None for p in previous_peaks(tr.usage, tr.groups, tr.starts))
     return {"executions": len(data.usage), "with_history": history,
-            "first_windows": first, "min_windows": int(fit.min_windows_[0]),
-            "next_over_previous": next_over_previous(traces),
+            "first_windows": first, "min_windows": int(fits[RISKS[0]].inner.min_windows_[0]),
+            "next_over_previous": next_over_previous(label),
             "figures": {n: {s: rows[0].vs_oracle_risk_at[s] for s in RISKS}
                         for n, rows in scores.items() if n != "oracle"}}
 
 
-def next_over_previous(traces) -> list[float]:
+@functools.lru_cache(maxsize=None)
+def next_over_previous(label: str) -> list[float]:
     """Over the whole data set, each execution's memory peak ÷ its group's previous one's: the
     5th, 50th and 95th percentiles (empty when no group ran twice)."""
+    traces = _traces(label)
     usage = [e.select(("memory",)).values.astype(np.float64) for e in traces]
     groups = [e.group for e in traces]
     starts = [float(e.times[0]) if len(e) else 0.0 for e in traces]
@@ -166,13 +171,6 @@ def next_over_previous(traces) -> list[float]:
               zip(usage, previous_peaks(usage, groups, starts))
               if p is not None and len(u) and p[0] > 0]
     return [float(q) for q in np.quantile(ratios, [0.05, 0.5, 0.95])] if ratios else []
-
-
-def _mean_se(xs) -> tuple[float, float]:
-    x = np.asarray([v for v in xs if v is not None and math.isfinite(v)], float)
-    if not len(x):
-        return math.nan, math.nan
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan
 
 
 def main(argv=None) -> int:
@@ -191,7 +189,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---:|---:|---:|")
     notes = []
     for label in args.sets.split(","):
-        title = SETS[label][2]
+        title = SETS[label][3]
         runs = []
         for seed in seeds:
             t0 = time.perf_counter()
