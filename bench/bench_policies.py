@@ -175,9 +175,12 @@ def peak_bench(model, data, args) -> None:
         pol = PeakRiskPolicy(max_risk=0.01).fit(mem, data.phases, args.window, model.n_phases_,
                                                 ("memory",), groups=data.groups)
         fits.append(time.perf_counter() - t)
-    rows.append(("**fit peak-risk (1 %: 5 folds x 3 min_windows + the refit)**",
+    rows.append(("**fit peak-risk (1 %: 5 folds x 3 min_windows x with and without the phase "
+                 "+ the refit)**",
                  f"**{statistics.median(fits):.2f} s** (median of 3; min_windows "
-                 f"{int(pol.min_windows_[0])}, {len(pol.states_[0])} states, calibration "
+                 f"{int(pol.min_windows_[0])}, phase "
+                 f"{'used' if pol.phase_used_[0] else 'not used'}, "
+                 f"{len(pol.states_[0])} states, calibration "
                  f"{pol.calibration_[0]:.3f})", "target < 10 s"))
     pods = 2000
     W = args.window

@@ -226,16 +226,74 @@ def test_out_of_fold_calibration_corrects_an_optimistic_fit():
     assert abs(held_out_risk(cal, *test, 5) - 0.05) < 0.01
 
 
-def test_min_windows_is_selected_out_of_fold_and_reported():
+def test_min_windows_and_the_phase_slot_are_selected_out_of_fold_and_reported():
     usages, phases = jobs(60, 2)
     p = PeakRiskPolicy(max_risk=0.05).fit(usages, phases, 5, 3)
     grid = p.candidate_min_windows()
     assert grid == [20, 60, 200]
     assert p.min_windows_[0] in grid
     rep = p.fit_report_[0]
-    costs = {mw: rep[f"oof_cost_mw{mw}"] for mw in grid}
-    assert p.min_windows_[0] == min(costs, key=costs.get)
-    assert rep["calibration"] == pytest.approx(rep[f"oof_factor_mw{p.min_windows_[0]}"])
+    costs = {(ph, mw): rep[f"oof_cost{'_phase' if ph else ''}_mw{mw}"]
+             for ph in (False, True) for mw in grid}
+    chosen = min(costs, key=costs.get)
+    assert (bool(p.phase_used_[0]), int(p.min_windows_[0])) == chosen
+    assert rep["phase"] == float(chosen[0])
+    tag = f"{'_phase' if chosen[0] else ''}_mw{chosen[1]}"
+    assert rep["calibration"] == pytest.approx(rep[f"oof_factor{tag}"])
+
+
+def warning_jobs(n_exec: int, seed: int, n: int = 200, window: int = 10):
+    """Flat jobs whose last sample's phase warns of the next window: phase 1 in a window's
+    last sample, then a spike of 1.5 x the plateau in the next window (30 % of windows)."""
+    rng = np.random.default_rng(seed)
+    usages, phases = [], []
+    for _ in range(n_exec):
+        base = rng.uniform(1, 20)
+        u = base * (1 + 0.02 * rng.standard_normal(n))
+        ph = np.zeros(n, np.int64)
+        for w in range(2, n // window):
+            if rng.random() < 0.3:
+                ph[w * window - 1] = 1
+                u[w * window + 3] = 1.5 * base
+        usages.append(u[:, None])
+        phases.append(ph)
+    return usages, phases
+
+
+def test_the_phase_slot_is_kept_where_the_phase_tells_the_tails_apart():
+    usages, phases = warning_jobs(60, 0)
+    p = PeakRiskPolicy(max_risk=0.05).fit(usages, phases, 10, 2)
+    rep = p.fit_report_[0]
+    assert p.phase_used_[0] and rep["phase"] == 1.0
+    # the phase buys a tenth or more out of fold: the warned windows alone get the spike's room
+    assert rep[f"oof_cost_phase_mw{p.min_windows_[0]}"] < 0.9 * min(
+        rep[f"oof_cost_mw{mw}"] for mw in p.candidate_min_windows())
+    u = usages[0][:50]
+    warned, quiet = np.zeros(50, np.int64), np.zeros(50, np.int64)
+    warned[-1] = 1                    # the last sample before the served window
+    assert p.allocate(u, warned, 10, None, 15.0)[-1, 0] > \
+        1.3 * p.allocate(u, quiet, 10, None, 15.0)[-1, 0]
+
+
+def test_phases_that_tell_nothing_are_dropped_and_served_as_the_phase_blind_table():
+    usages, _ = warning_jobs(60, 0)
+    rng = np.random.default_rng(1)
+    noise = [rng.integers(0, 3, len(u)) for u in usages]      # labels unrelated to usage
+    p = PeakRiskPolicy(max_risk=0.05).fit(usages, noise, 10, 3)
+    blind = PeakRiskPolicy(max_risk=0.05, use_phase=False).fit(usages, None, 10)
+    assert not p.phase_used_[0] and p.fit_report_[0]["phase"] == 0.0
+    assert p.needs_phases                     # still a table that may use phases (the model's)
+    assert p.min_windows_[0] == blind.min_windows_[0]
+    for u, ph in zip(usages[:5], noise[:5]):
+        served = p.allocate(u, ph, 10, None, 15.0)
+        np.testing.assert_array_equal(served, p.allocate(u, np.zeros_like(ph), 10, None, 15.0))
+        np.testing.assert_allclose(served, blind.allocate(u, None, 10, None, 15.0), rtol=1e-12)
+    # the model document holds it as it is served
+    back = from_table(RiskTable.model_validate(json.loads(
+        to_table(p).model_dump_json(by_alias=True))))
+    assert not back.phase_used_[0]
+    np.testing.assert_allclose(back.allocate(usages[0], noise[0], 10, None, 15.0),
+                               p.allocate(usages[0], noise[0], 10, None, 15.0), rtol=1e-8)
 
 
 def test_groups_keep_a_workload_in_one_fold():
@@ -454,6 +512,10 @@ def test_describe_shows_the_risk_tables(model_with_risk_tables, tmp_path, capsys
     assert "## Risk table: peak-risk (fitted for at most 5 % of windows at risk" in out
     assert "## Risk table: peak-risk-blind" in out and "min_windows 20" in out
     assert "every other window" in out
+    # whether the fit kept the phase slot is said for the table that may use it, not the other
+    used = from_table(m.risk_tables_[0]).phase_used_[0]
+    assert out.count("the phase: ") == 1
+    assert ("the phase: used" in out) == bool(used)
 
 
 def test_a_choice_of_peak_risk_needs_its_table(model_with_risk_tables):

@@ -58,3 +58,15 @@ def test_the_table_computes_the_gaps_and_says_what_the_noise_allows(rk, tmp_path
     assert cells[4].startswith("+4.2 %") and cells[5] == "dearer beyond one s.e."
     assert cells[6].startswith("1.042")                      # ÷ the clairvoyant static 1.2
     assert "auto realised 1.00 %" in out and "within ±0.5 points" in out
+
+
+def test_the_synthetic_jobs_are_run_sh_s_own(rk):
+    """risk.py writes the synthetic jobs when run.sh has not: with run.sh's very arguments (a
+    run of risk.py alone once lacked --no-gpu, and the generator then draws other memory
+    series: other figures than the committed table's)."""
+    from pathlib import Path
+
+    run_sh = (Path(rk.__file__).parent / "run.sh").read_text().splitlines()
+    line = next(ln for ln in run_sh if " synthetic -o out/synthetic-dl.csv" in ln)
+    assert line.split()[0] == "$A"
+    assert tuple(line.split()[1:]) == rk.SYNTHETIC_ARGS

@@ -45,16 +45,21 @@ for the last segment, which stops at the candidate that meets the risk exactly (
 optimiser from buying savings by leaving one state (e.g. every pod's second window) at risk
 most of the time.
 
-Calibration and ``min_windows``, out of fold. Multipliers fitted on the windows they are scored
-on are optimistic (a state's max is a lucky draw of its tail). So the training executions are
-split in ``folds`` by group (seeded); for each candidate ``min_windows`` (``ceil(f / max_risk)``
-for f in :data:`MIN_WINDOWS_FACTORS`, unless one is given) the tables fitted on the other folds
-allocate each fold's windows. Each candidate's out-of-fold ratios window max ÷ allocation give
-its calibration factor (their ``1 − max_risk`` quantile: the one global factor at which exactly
+Calibration, ``min_windows`` and the phase, out of fold. Multipliers fitted on the windows they
+are scored on are optimistic (a state's max is a lucky draw of its tail). So the training
+executions are split in ``folds`` by group (seeded); for each candidate ``min_windows``
+(``ceil(f / max_risk)`` for f in :data:`MIN_WINDOWS_FACTORS`, unless one is given), with and
+(when ``use_phase``) without the phase slot, the tables fitted on the other folds allocate each
+fold's windows. Each candidate's out-of-fold ratios window max ÷ allocation give its
+calibration factor (their ``1 − max_risk`` quantile: the one global factor at which exactly
 ``max_risk`` of the out-of-fold windows are at risk) and its cost at that factor; the cheapest
-candidate is kept, refitted on every training execution, and its multipliers scaled by its
-factor. ``min_windows`` and the factor are thus rules applied to the training data, not
-constants tuned on results.
+candidate is kept (a tie: the phase-blind one), refitted on every training execution, and its
+multipliers scaled by its factor. ``min_windows``, the phase slot and the factor are thus rules
+applied to the training data, not constants tuned on results. The phase slot is chosen, not
+assumed, because phase states split the windows: at 1 % a state needs hundreds of windows for
+its tail, and where the phases do not tell the tails apart the split only adds noise (a table
+without the phase, in a policy that may use it, holds its states below the phase's level: every
+phase then reads the same multiplier, ``phase_used_`` False).
 
 Serving is a table lookup (:meth:`PeakRiskPolicy.allocate` for the evaluator; the operator's
 one-window call is :func:`ai4dl.policy.online.next_allocations`, from running statistics).
@@ -186,22 +191,25 @@ class PeakRiskPolicy:
         fold = fold_of_exec[rows.execution]
         n_folds = len(np.unique(fold))
         state_risk = self.resolved_state_risk()
+        # (phase used, min_windows) pairs, phase-blind first: on a tie the simpler table wins,
+        # and with no folds to choose by, the last (the phase, the most pooling) is kept
+        candidates = [(ph, mw) for ph in ((False, True) if self.use_phase else (False,))
+                      for mw in self.candidate_min_windows()]
         for r in range(R):
             cols = (rows.peak[:, r], rows.last[:, r], rows.code[:, r], rows.phase,
                     rows.target[:, r], rows.length)
             best = None
             report: dict = {"windows": float(len(fold))}
-            for mw in self.candidate_min_windows():
+            for ph, mw in candidates:
                 g, cost = 1.0, float("nan")
-                if n_folds >= 2 and (self.calibrate or len(self.candidate_min_windows()) > 1):
+                if n_folds >= 2 and (self.calibrate or len(candidates) > 1):
                     alloc = np.empty(len(fold))
                     for f in range(self.folds):
                         test = fold == f
                         if not test.any():
                             continue
                         tr = ~test
-                        st = fit_states(*(a[tr] for a in cols), mw, self.max_risk,
-                                        self.use_phase, k, state_risk, self.estimators)
+                        st = self._states(cols, tr, mw, ph, k, state_risk)
                         mult, est = cells_from_states(st, self.use_phase, k)[:2]
                         alloc[test] = _lookup(mult, est, *(a[test] for a in cols[:4]))
                     with np.errstate(divide="ignore", invalid="ignore"):
@@ -209,18 +217,18 @@ class PeakRiskPolicy:
                                      np.where(cols[4] > 0, np.inf, 0.0))
                     g = _order_statistic(q, 1.0 - self.max_risk)
                     cost = g * float((alloc * cols[5]).sum())
-                    report[f"oof_cost_mw{mw}"] = cost
-                    report[f"oof_factor_mw{mw}"] = g
+                    tag = f"{'_phase' if ph else ''}_mw{mw}"
+                    report[f"oof_cost{tag}"] = cost
+                    report[f"oof_factor{tag}"] = g
                     if not np.isfinite(g):
                         cost = float("inf")
-                if best is None or cost < best[1] or not np.isfinite(best[1]):
-                    best = (mw, cost, g)
-            mw, _, g = best
+                if best is None or cost < best[2] or not np.isfinite(best[2]):
+                    best = (ph, mw, cost, g)
+            ph, mw, _, g = best
             factor = g * (1.0 + _ULP) if (self.calibrate and np.isfinite(g) and g > 0) \
                 else 1.0
             states = [st._replace(multiplier=st.multiplier * factor)
-                      for st in fit_states(*cols, mw, self.max_risk, self.use_phase, k,
-                                           state_risk, self.estimators)]
+                      for st in self._states(cols, None, mw, ph, k, state_risk)]
             self.states_[r] = states
             (self.multiplier_[r], self.estimator_[r], self.pooled_[r],
              self.support_[r]) = cells_from_states(states, self.use_phase, k)
@@ -228,9 +236,31 @@ class PeakRiskPolicy:
             self.calibration_[r] = factor
             fitted = _lookup(self.multiplier_[r], self.estimator_[r], *cols[:4])
             report.update({"min_windows": float(mw), "calibration": float(factor),
+                           "phase": float(ph),
                            "train_risk": float(np.mean(cols[4] > fitted))})
             self.fit_report_[r] = report
         return self
+
+    def _states(self, cols, rows, min_windows: int, phase: bool, k: int,
+                state_risk: float | None) -> list[State]:
+        """One resource's states fitted on its training rows ``rows`` (a mask; None: all),
+        with or without the ``phase`` slot, as states of this policy's pooling chain: a
+        phase-blind fit in a table that may use the phase is its levels below the phase's
+        (every phase row of a cell then holds the same state)."""
+        sel = cols if rows is None else tuple(a[rows] for a in cols)
+        states = fit_states(*sel, min_windows, self.max_risk, phase, k, state_risk,
+                            self.estimators)
+        if self.use_phase and not phase:
+            states = [st._replace(level=st.level + 1) for st in states]
+        return states
+
+    @property
+    def phase_used_(self) -> np.ndarray:
+        """Per resource: whether its fitted states tell the phases apart (the fit chose the
+        phase slot out of fold; a table without it serves every phase the same)."""
+        self._check_fitted()
+        return np.array([any(st.level == 0 for st in states) if self.use_phase else False
+                         for states in self.states_], bool)
 
     # ------------------------------------------------------------------ serving
     def _check_fitted(self) -> None:
