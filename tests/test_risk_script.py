@@ -70,3 +70,34 @@ def test_the_synthetic_jobs_are_run_sh_s_own(rk):
     line = next(ln for ln in run_sh if " synthetic -o out/synthetic-dl.csv" in ln)
     assert line.split()[0] == "$A"
     assert tuple(line.split()[1:]) == rk.SYNTHETIC_ARGS
+
+
+def test_results_md_quotes_the_committed_risk_table():
+    """docs/results.md §7's summary table is risk.md's means, cell for cell (a figure edited by
+    hand, or a risk.md regenerated without the summary, fails here)."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    risk = (docs / "results" / "risk.md").read_text().splitlines()
+    means: dict = {}
+    section = None
+    for ln in risk:
+        if ln.startswith("### "):
+            section = ln[4:]
+        elif section and ln.startswith("| ") and "±" in ln:
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            means[(section, cells[0])] = [c.split(" ± ")[0] for c in cells[1:4]]
+    lines = (docs / "results.md").read_text().splitlines()
+    head = next(i for i, ln in enumerate(lines)
+                if ln.startswith("| data set | share | static (clairvoyant)"))
+    cols = [c.strip().split(" (")[0].strip("*") for c in lines[head].strip("|").split("|")]
+    checked = 0
+    for ln in lines[head + 2:]:
+        if not ln.startswith("| "):
+            break
+        cells = [c.strip().strip("*") for c in ln.strip("|").split("|")]
+        sec = next(s for s in {k[0] for k in means} if s.startswith(cells[0]))
+        for name, cell in zip(cols[2:], cells[2:]):
+            assert cell.split(" / ") == means[(sec, name)], (cells[0], name)
+            checked += 1
+    assert checked == 5 * 6
