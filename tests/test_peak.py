@@ -288,6 +288,10 @@ def test_phases_that_tell_nothing_are_dropped_and_served_as_the_phase_blind_tabl
         served = p.allocate(u, ph, 10, None, 15.0)
         np.testing.assert_array_equal(served, p.allocate(u, np.zeros_like(ph), 10, None, 15.0))
         np.testing.assert_allclose(served, blind.allocate(u, None, 10, None, 15.0), rtol=1e-12)
+    # a caller that asks what the slot carries keeps it: no phase-blind candidate is costed
+    kept = PeakRiskPolicy(max_risk=0.05, select_phase=False).fit(usages, noise, 10, 3)
+    assert kept.fit_report_[0]["phase"] == 1.0 and kept.phase_used_[0]
+    assert not any(k.startswith("oof_cost_mw") for k in kept.fit_report_[0])
     # the model document holds it as it is served
     back = from_table(RiskTable.model_validate(json.loads(
         to_table(p).model_dump_json(by_alias=True))))

@@ -88,8 +88,10 @@ class PeakRiskPrior:
 
     def __init__(self, max_risk: float, seed: int = 0):
         self.name = "peak-risk-prior"
+        # the tag slot always kept: the probe asks what the prior carries, not whether the
+        # folds would keep it (they may drop a slot, as they drop a phase that tells nothing)
         self.inner = PeakRiskPolicy(max_risk=max_risk, use_phase=True, seed=seed,
-                                    name=self.name)
+                                    name=self.name, select_phase=False)
 
     def fit(self, usages, groups, starts, window: int) -> "PeakRiskPrior":
         priors = previous_peaks(usages, groups, starts)

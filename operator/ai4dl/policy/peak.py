@@ -98,7 +98,9 @@ class PeakRiskPolicy:
     factor; ``folds`` the executions are split in for both, by group, shuffled with ``seed``
     (fewer than 2 groups: no selection, no calibration); ``state_risk`` None is
     :data:`STATE_RISK_FACTOR` × ``max_risk`` (0 switches the cap off); ``estimators`` the bases
-    a state may multiply (:data:`ESTIMATORS`); ``name`` defaults to ``peak-risk`` with or
+    a state may multiply (:data:`ESTIMATORS`); ``select_phase`` (with ``use_phase``) lets the
+    same out-of-fold cost decide whether the phase slot is kept (False: always kept, for a
+    caller whose question is what the slot carries); ``name`` defaults to ``peak-risk`` with or
     without the phase (the phase-blind control is named ``peak-risk-blind`` by whoever fits it
     as one: the probe, a document table of that name).
     """
@@ -108,9 +110,10 @@ class PeakRiskPolicy:
     def __init__(self, *, max_risk: float = 0.01, use_phase: bool = True, folds: int = 5,
                  min_windows: int | None = None, calibrate: bool = True, seed: int = 0,
                  state_risk: float | None = None, estimators: Sequence[str] = ESTIMATORS,
-                 name: str | None = None):
+                 name: str | None = None, select_phase: bool = True):
         self.max_risk = max_risk
         self.use_phase = use_phase
+        self.select_phase = select_phase
         self.folds = folds
         self.min_windows = min_windows
         self.calibrate = calibrate
@@ -193,8 +196,8 @@ class PeakRiskPolicy:
         state_risk = self.resolved_state_risk()
         # (phase used, min_windows) pairs, phase-blind first: on a tie the simpler table wins,
         # and with no folds to choose by, the last (the phase, the most pooling) is kept
-        candidates = [(ph, mw) for ph in ((False, True) if self.use_phase else (False,))
-                      for mw in self.candidate_min_windows()]
+        slots = ((False, True) if self.select_phase else (True,)) if self.use_phase else (False,)
+        candidates = [(ph, mw) for ph in slots for mw in self.candidate_min_windows()]
         for r in range(R):
             cols = (rows.peak[:, r], rows.last[:, r], rows.code[:, r], rows.phase,
                     rows.target[:, r], rows.length)
