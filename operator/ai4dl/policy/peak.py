@@ -196,7 +196,10 @@ class PeakRiskPolicy:
         state_risk = self.resolved_state_risk()
         # (phase used, min_windows) pairs, phase-blind first: on a tie the simpler table wins,
         # and with no folds to choose by, the last (the phase, the most pooling) is kept
-        slots = ((False, True) if self.select_phase else (True,)) if self.use_phase else (False,)
+        if not self.use_phase:
+            slots = (False,)
+        else:
+            slots = (False, True) if self.select_phase else (True,)
         candidates = [(ph, mw) for ph in slots for mw in self.candidate_min_windows()]
         for r in range(R):
             cols = (rows.peak[:, r], rows.last[:, r], rows.code[:, r], rows.phase,

@@ -174,8 +174,11 @@ def risk_section(policy) -> list[str]:
         risk = rep.get("train_risk")
         extra = f"; at risk on its training windows: {100 * risk:.2f} %" if risk is not None \
             else ""
-        phase = ("; the phase: " + ("used" if policy.phase_used_[r] else "not used (chosen "
-                                     "out of fold)")) if policy.use_phase else ""
+        phase = ""
+        if policy.use_phase:            # a phase-blind fit has no slot to speak of
+            phase = "; the phase: " + ("used" if policy.phase_used_[r] else "not used")
+            if getattr(policy, "select_phase", False):
+                phase += " (chosen out of fold)"
         out += [f"### {res} (cold start: {policy.cold_start_[r]:.4g}; min_windows "
                 f"{int(policy.min_windows_[r])}{phase}; calibration × "
                 f"{policy.calibration_[r]:.3f}"
