@@ -352,6 +352,58 @@ def test_restated_cpu_bar_is_the_mean_gap_within_one_standard_error():
     assert "**missed**" in restated_cpu_table(restated_cpu_rows(dear))
 
 
+@pytest.mark.parametrize("d", [0.0077, -0.3, 1e-6, 12.5])
+def test_one_differing_seed_is_within_one_standard_error_whatever_its_size(d):
+    """Four seeds agree exactly (two policies served the same allocation), one differs by d:
+    the mean is d ÷ 5 and so is its standard error. Rounding must not call that resolved."""
+    from ai4dl.evaluation.report_verdict import mean_se, side_of_one_se
+
+    mean, se = mean_se([d, 0.0, 0.0, 0.0, 0.0])
+    assert mean == pytest.approx(d / 5) and se == pytest.approx(abs(d) / 5)
+    assert side_of_one_se(mean, se) == 0
+    # two seeds that agree on the side are beyond it
+    mean, se = mean_se([d, d, 0.0, 0.0, 0.0])
+    assert side_of_one_se(mean, se) == (1 if d > 0 else -1)
+    assert side_of_one_se(d, math.nan) == 0
+    assert all(math.isnan(v) for v in mean_se([None, math.nan]))
+    assert mean_se([2.0])[0] == 2.0 and math.isnan(mean_se([2.0])[1])
+
+
+def test_the_restated_table_gives_vpa_and_krr_gaps_their_noise():
+    """The bar asks auto to be below VPA on average: the table says when the seeds cannot tell
+    which side the mean is on."""
+    from ai4dl.evaluation.report_verdict import restated_cpu_rows, restated_cpu_table
+
+    # auto = the better reactive policy at every seed; VPA 0.5 % below it at one seed of five
+    runs = [("v", _doc(s, (1.0, 0), (1.0, 0), (1.01, 0), 0.995 if s == 0 else 1.0))
+            for s in range(5)]
+    (row,) = restated_cpu_rows(runs)
+    assert row["vs_vpa"] > 0 and row["vs_vpa_se"] == pytest.approx(row["vs_vpa"])
+    assert not row["met"]                      # the bar asks for a mean below VPA's
+    line = restated_cpu_table([row]).splitlines()[-1]
+    assert "(not resolved)" in line and "**missed**" in line
+    # clearly above VPA at every seed: resolved, no such words
+    runs = [("w", _doc(s, (1.0, 0), (1.0, 0), (1.01, 0), 0.95 + 0.001 * s)) for s in range(5)]
+    line = restated_cpu_table(restated_cpu_rows(runs)).splitlines()[-1]
+    assert "(not resolved)" not in line.split("|")[5] and "**missed**" in line
+
+
+def test_the_verdict_script_says_which_file_it_cannot_read(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "docs" / "results" / "verdict.py"
+    bad = tmp_path / "gcd-1h-s0.json"
+    bad.write_text("{")
+    for args, words in (([str(bad)], f"cannot read {bad}"),
+                        ([str(tmp_path / "none-s0.json")], "No such file"),
+                        ([], "no `ai4dl evaluate --json` documents")):
+        r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
 def test_a_phasemodel_replay_takes_its_window_from_the_phasemodel():
     """With --phasemodel the window is the PhaseModel's windowSeconds: a --window beside it
     would be silently ignored, so it is refused before anything is read."""

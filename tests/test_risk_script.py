@@ -60,6 +60,27 @@ def test_the_table_computes_the_gaps_and_says_what_the_noise_allows(rk, tmp_path
     assert "auto realised 1.00 %" in out and "within ±0.5 points" in out
 
 
+def test_one_seed_of_five_is_not_evidence_beyond_one_standard_error(rk, tmp_path, monkeypatch,
+                                                                     capsys):
+    """The DL corpus at 1 %: auto served what adaptive-max served at four seeds and cost 0.8 %
+    more at the fifth. One differing seed gives a mean exactly equal to its standard error,
+    whatever the difference; the verdict once read "dearer beyond one s.e." from the last bit
+    of rounding. It is a tie, within one."""
+    monkeypatch.setattr(rk, "OUT", tmp_path)
+    for seed in range(5):
+        auto = 1.1169 if seed == 0 else 1.1083
+        others = {"adaptive-max": 1.1083, "adaptive-stat": 1.2, "vpa": 1.2, "krr": 1.3}
+        (tmp_path / f"synthetic-s{seed}.json").write_text(json.dumps(_doc(seed, auto, others)))
+    assert rk.cmd_table() == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines()
+               if ln.startswith("| Synthetic DL jobs | 1 %"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2] == "+0.2 % ± 0.2 %"
+    assert cells[3] == "dearer within one s.e. (not resolved)"
+    assert rk._word(-0.002, 0.001) == "cheaper beyond one s.e."
+    assert rk._word(0.0011, 0.001) == "dearer beyond one s.e."
+
+
 def test_the_synthetic_jobs_are_run_sh_s_own(rk):
     """risk.py writes the synthetic jobs when run.sh has not: with run.sh's very arguments (a
     run of risk.py alone once lacked --no-gpu, and the generator then draws other memory

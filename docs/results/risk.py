@@ -23,9 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
+from ai4dl.evaluation.report_verdict import mean_se, side_of_one_se
 from ai4dl.io import load_traces
 from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.safety import SafetyConfig
@@ -107,13 +106,6 @@ def cmd_run(sets: list[str], seeds: list[int]) -> int:
     return 0
 
 
-def _mean_se(xs: list[float]) -> tuple[float, float]:
-    x = np.asarray([v for v in xs if v is not None and math.isfinite(v)], float)
-    if not len(x):
-        return math.nan, math.nan
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan
-
-
 def _fmt(m: float, se: float) -> str:
     if not math.isfinite(m):
         return "—"
@@ -152,10 +144,10 @@ def cmd_table() -> int:
         for name in SHOWN:
             if name not in runs[0]["policies"]:
                 continue
-            cells = [_fmt(*_mean_se([d["policies"][name]["vs_oracle_risk"][str(s)]
+            cells = [_fmt(*mean_se([d["policies"][name]["vs_oracle_risk"][str(s)]
                                      for d in runs])) for s in RISKS]
-            share = _mean_se([d["policies"][name]["risk_share"] for d in runs])
-            worst = _mean_se([d["policies"][name]["worst_rel"][str(OBJECTIVE)] for d in runs])
+            share = mean_se([d["policies"][name]["risk_share"] for d in runs])
+            worst = mean_se([d["policies"][name]["worst_rel"][str(OBJECTIVE)] for d in runs])
             print(f"| {name} | " + " | ".join(cells)
                   + f" | {100 * share[0]:.2f} % | {100 * worst[0]:.1f} % |")
         print()
@@ -170,12 +162,12 @@ def cmd_table() -> int:
                              - 1.0,
                              pol["auto"]["vs_oracle_risk"][key]
                              / pol["static"]["vs_oracle_risk"][key]))
-            g, se = _mean_se([x[0] for x in rows])
-            gk, sek = _mean_se([x[1] for x in rows])
-            vs_static = _mean_se([x[2] for x in rows])
+            g, se = mean_se([x[0] for x in rows])
+            gk, sek = mean_se([x[1] for x in rows])
+            vs_static = mean_se([x[2] for x in rows])
             verdicts.append(f"| {title} | {100 * s:g} % | {_gap(g, se)} | {_word(g, se)} | "
                             f"{_gap(gk, sek)} | {_word(gk, sek)} | {_fmt(*vs_static)} |")
-        cal = _mean_se([d["policies"]["auto"]["risk_share"] for d in runs])
+        cal = mean_se([d["policies"]["auto"]["risk_share"] for d in runs])
         hist = runs[0].get("with_history")
         notes.append(f"- {title}: auto realised {100 * cal[0]:.2f} %"
                      + (f" ± {100 * cal[1]:.2f} %" if math.isfinite(cal[1]) else "")
@@ -208,11 +200,12 @@ def _gap(g: float, se: float) -> str:
 def _word(g: float, se: float) -> str:
     if not math.isfinite(se):
         return "cheaper (one seed)" if g < 0 else "dearer (one seed)"
-    if g + se < 0:
+    side = side_of_one_se(g, se)
+    if side < 0:
         return "cheaper beyond one s.e."
     if g < 0:
         return "cheaper within one s.e. (not resolved)"
-    if g - se > 0:
+    if side > 0:
         return "dearer beyond one s.e."
     return "dearer within one s.e. (not resolved)"
 

@@ -26,7 +26,16 @@ def main(paths: list[str]) -> int:
     labelled = [(re.sub(r"-s\d+$", "", Path(p).stem), p) for p in paths]
     order = {label: i for i, label in enumerate(LABELS)}
     labelled.sort(key=lambda lp: (order.get(lp[0], len(order)), lp[0], lp[1]))
-    runs = [(LABELS.get(label, label), json.loads(Path(p).read_text())) for label, p in labelled]
+    runs = []
+    for label, p in labelled:
+        try:
+            runs.append((LABELS.get(label, label), json.loads(Path(p).read_text())))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"verdict.py: cannot read {p}: "
+                             f"{e.strerror if isinstance(e, OSError) else e}")
+    if not runs:
+        raise SystemExit("verdict.py: no `ai4dl evaluate --json` documents given "
+                         "(run.sh writes them under out/verdict)")
     rows = verdict_rows(runs)
     seeds = sorted({s for r in rows for s in r["seeds"]})
     print(f"The default policy (`auto`) against the bar at each matched target, split seeds "

@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationConfig, prepare
+from ai4dl.evaluation.report_verdict import mean_se
 from ai4dl.io import load_traces
 from ai4dl.judge import replay, score, serve
 from ai4dl.policy.headroom_levels import first_window_level
@@ -43,7 +44,7 @@ from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import Oracle, Static
 from ai4dl.policy.safety import SafetyConfig
-from risk import SETS as RISK_SETS, _mean_se
+from risk import SETS as RISK_SETS
 
 #: risk.py's data sets (what to load, load options, window, title), those with workloads that
 #: run more than once (the synthetic jobs never do).
@@ -201,12 +202,12 @@ def main(argv=None) -> int:
         for name in ("static", "peak-risk", "peak-risk-prior"):
             cells = []
             for s in RISKS:
-                m, se = _mean_se([r["figures"][name][s] for r in runs])
+                m, se = mean_se([r["figures"][name][s] for r in runs])
                 cells.append(f"{m:.3f} ± {se:.3f}" if math.isfinite(se) else f"{m:.3f}")
             print(f"| {title} | {hist} | {name} | " + " | ".join(cells) + " |")
         gaps = []
         for s in RISKS:
-            m, se = _mean_se([r["figures"]["peak-risk-prior"][s] / r["figures"]["peak-risk"][s]
+            m, se = mean_se([r["figures"]["peak-risk-prior"][s] / r["figures"]["peak-risk"][s]
                               - 1.0 for r in runs])
             gaps.append(f"{100 * m:+.1f} % ± {100 * se:.1f} %")
         print(f"| {title} | | prior ÷ control − 1 | " + " | ".join(gaps) + " |")
