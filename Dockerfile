@@ -17,6 +17,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
+COPY docker/constraints.txt ./docker/constraints.txt
 COPY docker/install.sh /usr/local/bin/ai4dl-install
 RUN python -m venv /opt/ai4dl
 

@@ -6,14 +6,25 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: env e2e-deps generate demo test bench real-node-table clean
+.PHONY: env e2e-deps generate lock demo test bench real-node-table clean
 env: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The versions come from docker/constraints.txt (the same pins as the images): a fresh machine
+# gets the libraries that produced the committed figures, not whatever is newest that day.
+$(STAMP): pyproject.toml docker/constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(BIN)/python -m pip install -q --disable-pip-version-check uv
-	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip install -q -e '.[train,dev]'
+	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip install -q -e '.[train,dev]' \
+		--constraint docker/constraints.txt
 	@touch $@
+
+# Re-resolve docker/constraints.txt from pyproject.toml, keeping its pins where they still fit
+# (LOCK_ARGS=--upgrade moves every one to the newest; then re-run docs/results/run.sh and
+# commit the tables with it: their last digits can move with numpy, scikit-learn or torch).
+lock: $(STAMP)
+	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/uv pip compile pyproject.toml --all-extras \
+		--python-version 3.11 --custom-compile-command "make lock" -q $(LOCK_ARGS) \
+		-o docker/constraints.txt
 
 demo: $(STAMP)
 	$(BIN)/ai4dl demo

@@ -5,7 +5,8 @@
 #   docker/install.sh operator PYTHON [SRC]   # the operator's runtime: numpy, kopf... no torch
 #   docker/install.sh trainer  PYTHON [SRC]   # + the `train` extra (torch, scikit-learn, ...)
 #
-# A plain, non-editable `pip install SRC` (or SRC[train]). With UV=/path/to/uv set, uv installs
+# A plain, non-editable `pip install SRC` (or SRC[train]), at the versions pinned in
+# SRC/docker/constraints.txt when SRC has it. With UV=/path/to/uv set, uv installs
 # it instead (same resolution, faster; the tests use the project's .venv/bin/uv and its cache).
 set -eu
 target="${1:?usage: install.sh operator|trainer PYTHON [SRC]}"
@@ -16,7 +17,13 @@ case "$target" in
   trainer) spec="$src[train]" ;;
   *) echo "install.sh: error: unknown target '$target' (operator|trainer)" >&2; exit 2 ;;
 esac
-if [ -n "${UV:-}" ]; then
-  exec "$UV" pip install --quiet --python "$python" --no-progress "$spec"
+# The pinned versions (SRC/docker/constraints.txt, as the Dockerfile copies it; `make lock`
+# writes it): an image built next month gets the libraries the tests ran with.
+set --
+if [ -f "$src/docker/constraints.txt" ]; then
+  set -- --constraint "$src/docker/constraints.txt"
 fi
-exec "$python" -m pip install --quiet --no-cache-dir --disable-pip-version-check "$spec"
+if [ -n "${UV:-}" ]; then
+  exec "$UV" pip install --quiet --python "$python" --no-progress "$@" "$spec"
+fi
+exec "$python" -m pip install --quiet --no-cache-dir --disable-pip-version-check "$@" "$spec"

@@ -14,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL = REPO / "docker" / "install.sh"
+CONSTRAINTS = REPO / "docker" / "constraints.txt"
 UV = Path(sys.executable).parent / "uv"
 
 pytestmark = pytest.mark.skipif(not UV.is_file(), reason=f"{UV} missing (make env installs it)")
@@ -41,6 +42,8 @@ def operator_venv(tmp_path_factory) -> Path:
         shutil.copy2(REPO / name, src / name)
     shutil.copytree(REPO / "operator", src / "operator",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (src / "docker").mkdir()
+    shutil.copy2(CONSTRAINTS, src / "docker" / "constraints.txt")
     venv = root / "venv"
     env = dict(os.environ, UV=str(UV))
     env.pop("VIRTUAL_ENV", None)
@@ -83,6 +86,48 @@ def test_dockerfile_uses_the_tested_install_command():
     assert {"operator", "trainer"} <= set(stages)
     ignore = (REPO / ".dockerignore").read_text()
     assert "!docker/install.sh" in ignore and "!operator/" in ignore
+    # the pins go in too, where install.sh looks for them (SRC/docker/constraints.txt)
+    assert "COPY docker/constraints.txt ./docker/constraints.txt" in text
+    assert "!docker/constraints.txt" in ignore
+
+
+def _pins(text: str) -> dict[str, str]:
+    import re
+
+    return {re.sub(r"[-_.]+", "-", m.group(1)).lower(): m.group(2)
+            for m in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", text, re.M)}
+
+
+def test_every_dependency_is_pinned_and_the_dev_env_uses_the_pins():
+    """docker/constraints.txt pins every requirement of pyproject.toml, extras included (a
+    dependency added without `make lock` would install at whatever version is newest), and
+    `make env` installs through it: the committed figures come from these versions."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        wanted += extra
+    pins = _pins(CONSTRAINTS.read_text())
+    names = {re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9._-]+", w).group(0)).lower()
+             for w in wanted}
+    assert names - set(pins) == set(), "run `make lock`: pyproject.toml has unpinned requirements"
+    make = (REPO / "Makefile").read_text()
+    assert "--constraint docker/constraints.txt" in make
+    assert re.search(r"^\$\(STAMP\): pyproject.toml docker/constraints.txt$", make, re.M)
+
+
+def test_the_image_install_gets_the_pinned_versions(operator_venv):
+    """What the operator image installs is what the pins say (numpy, pydantic, kopf, ...)."""
+    r = subprocess.run([str(UV), "pip", "freeze", "--python", str(operator_venv / "bin" / "python")],
+                       capture_output=True, text=True, timeout=120, env=_clean_env())
+    assert r.returncode == 0, r.stderr
+    installed = _pins(r.stdout)
+    pins = _pins(CONSTRAINTS.read_text())
+    for name in ("numpy", "pydantic", "kopf", "kubernetes", "cryptography"):
+        assert installed[name] == pins[name], (name, installed[name], pins[name])
+    assert {n: v for n, v in installed.items() if n in pins and pins[n] != v} == {}
 
 
 def _clean_env() -> dict:
