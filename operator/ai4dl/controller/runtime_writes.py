@@ -28,7 +28,7 @@ class PodWrites:
     def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
                originals: list[dict]) -> None:
         """Write the plans: pods in parallel (the API calls are latency-bound), each pod's own
-        writes in order (resize, then annotations, then Events)."""
+        writes in order (the record in annotations, then the resize, then Events)."""
         labels = (self.namespace, self.name)
         novel = total = 0
         for k, p in enumerate(plan.pods):
@@ -96,12 +96,25 @@ class PodWrites:
 
     def _write_pod(self, p) -> str:
         """'resized', '' (written), 'gone' (the pod vanished mid-window), 'conflict' (someone
-        else resized it since our read: replanned next window) or an error message."""
+        else resized it since our read: replanned next window) or an error message.
+
+        A resize is recorded before it is sent: the annotations (this window's id, what is
+        sent) first, then pods/resize, then the Events. An operator that dies between the two
+        PATCHes (SIGKILL, an evicted pod) restarts and catches up on the window it was in; had
+        the resize gone first, a pod resized but not yet recorded would be planned again from
+        its new, already lowered requests: two steps of ``maxDecrease`` in one window
+        (tests/test_faults.py, the operator SIGKILLed mid-writes). Recorded first, the worst
+        case is a resize one window late."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
         try:
-            taken = self._resize(p) if p.resize is not None else True
+            if p.resize is None:
+                self._annotate(p)
+                taken = True
+            else:
+                version = self._record(p)
+                taken = self._resize(p, version) if version is not False else False
             if taken is False:
                 log.info("%s/%s: resized by someone else since this window's read; planned "
                          "again next window", p.pod.namespace, p.pod.name)
@@ -112,22 +125,14 @@ class PodWrites:
                 sent = {c["name"]: c["resources"] for c in p.resize["spec"]["containers"]}
                 state = json.loads(p.annotations.get(A_STATE) or "{}")
                 state["untaken"] = {"containers": sent}
-                p.annotations[A_STATE] = json.dumps(state, separators=(",", ":"),
-                                                    sort_keys=True)
+                p.annotations = {A_STATE: json.dumps(state, separators=(",", ":"),
+                                                     sort_keys=True)}
+                self._annotate(p)
                 p.events = [("Warning", "ResizeNotApplied",
                              f"the API server stored {json.dumps(taken, sort_keys=True)} for "
                              f"the resize {json.dumps(sent, sort_keys=True)}; not sent again "
                              f"until the target changes")] + [e for e in p.events
                                                               if e[1] != "Resized"]
-            if A_STATE in p.annotations:
-                # sealed for this very pod: its owner can read it, not forge it
-                p.annotations[A_STATE] = self.key.seal(
-                    state_scope(p.pod.namespace, p.pod.name, p.pod.uid),
-                    json.loads(p.annotations[A_STATE]))
-            if p.annotations:
-                drain(self.core.patch_namespaced_pod(
-                    p.pod.name, p.pod.namespace, {"metadata": {"annotations": p.annotations}},
-                    _preload_content=False))
             for etype, ereason, msg in p.events:
                 self._event(p.pod, etype, ereason, msg)
             if isinstance(taken, dict):
@@ -145,24 +150,66 @@ class PodWrites:
             m.ERRORS.labels(self.namespace, self.name, "api-unreachable").inc()
             return f"API server unreachable: {type(err).__name__}"
 
-    def _resize(self, p, attempts: int = 3) -> bool | dict:
-        """PATCH pods/resize with the resourceVersion of the pod we planned from, so a resize
-        made by someone else in between is never overwritten with a target computed from stale
-        requests. On a conflict the pod is read again: if only other fields changed (labels,
-        annotations, status) the same resize is sent with the new version; if its resources
-        changed, False (nothing written; the next window plans from what is there).
+    def _sealed(self, p) -> dict:
+        """The plan's annotations, its state sealed for this very pod (its owner can read it,
+        not forge it)."""
+        out = dict(p.annotations)
+        if A_STATE in out:
+            out[A_STATE] = self.key.seal(state_scope(p.pod.namespace, p.pod.name, p.pod.uid),
+                                         json.loads(out[A_STATE]))
+        return out
+
+    def _annotate(self, p) -> None:
+        """PATCH the plan's annotations (none: nothing)."""
+        if p.annotations:
+            drain(self.core.patch_namespaced_pod(
+                p.pod.name, p.pod.namespace, {"metadata": {"annotations": self._sealed(p)}},
+                _preload_content=False))
+
+    def _record(self, p) -> str | None | bool:
+        """PATCH the annotations of a resize about to be sent, with the resourceVersion of the
+        pod we planned from, so a pod changed by someone else since our read is neither
+        recorded nor resized. Returns the resourceVersion the record left (the resize's
+        precondition; None when the read had none), or False when the pod's containers changed:
+        nothing written, the next window plans from what is there."""
+        annotations = self._sealed(p)
+
+        def send(version):
+            meta = {"annotations": annotations, **({"resourceVersion": version} if version
+                                                   else {})}
+            stored = read_json(self.core.patch_namespaced_pod(
+                p.pod.name, p.pod.namespace, {"metadata": meta}, _preload_content=False))
+            return (stored.get("metadata") or {}).get("resourceVersion") if version else None
+
+        return self._unless_resized_since(p, p.pod.resource_version, send)
+
+    def _resize(self, p, version: str | None) -> bool | dict:
+        """PATCH pods/resize with ``version`` (the resourceVersion our own record left on the
+        pod we planned from), so a resize made by someone else in between is never overwritten
+        with a target computed from stale requests (False: the next window plans from what is
+        there; the record stays, and says what was meant).
 
         True when the answer shows what was sent; else what the API server stored instead
         ({container: {part: {resource: quantity}}}): the resize did not take as sent."""
+        def send(version):
+            body = dict(p.resize, metadata={"resourceVersion": version}) if version else p.resize
+            stored = read_json(self.core.patch_namespaced_pod_resize(
+                p.pod.name, p.pod.namespace, body, _preload_content=False))
+            return _stored_differs(p.resize, stored) or True
+
+        return self._unless_resized_since(p, version, send)
+
+    def _unless_resized_since(self, p, version: str | None, send, attempts: int = 3):
+        """``send(version)``'s answer, the write made with a resourceVersion precondition. On
+        a conflict the pod is read again: if only other fields changed (labels, annotations,
+        status) the write is sent again at the new version; if its containers changed since
+        the read the plan came from, False (nothing more is written)."""
         from kubernetes.client.exceptions import ApiException
 
-        version, planned_from = p.pod.resource_version, p.pod.containers
+        planned_from = p.pod.containers
         for _ in range(attempts):
-            body = dict(p.resize, metadata={"resourceVersion": version}) if version else p.resize
             try:
-                stored = read_json(self.core.patch_namespaced_pod_resize(
-                    p.pod.name, p.pod.namespace, body, _preload_content=False))
-                return _stored_differs(p.resize, stored) or True
+                return send(version)
             except ApiException as err:
                 if err.status != 409 or not version:
                     raise
