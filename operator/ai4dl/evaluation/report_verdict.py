@@ -175,7 +175,7 @@ def restated_cpu_rows(runs: Sequence[tuple[str, dict]], policy: str = "auto") ->
             if not g:
                 continue
             mean, se = mean_se(g)
-            within = mean <= 0 or (math.isfinite(se) and side_of_one_se(mean, se) <= 0)
+            within = side_of_one_se(mean, se) <= 0 if math.isfinite(se) else mean <= 0
             below = {o: mean_se(gaps[o]) for o in ("vpa", "krr")}
             met = bool(within and all(not math.isfinite(m) or m < 0 for m, _ in below.values()))
             rows.append({"data": label, "target": t, "seeds": len(g), "gap": mean, "se": se,
