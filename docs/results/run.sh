@@ -77,3 +77,6 @@ done
 .venv/bin/python docs/results/risk.py table > $R/risk.md
 # ... and whether a workload's previous execution moves it (the lever issue 25 names; a probe)
 .venv/bin/python docs/results/workload_prior_probe.py > $R/workload-prior.md
+# ... and whether the spacing of memory spikes says when the next cannot come (item 4's period)
+.venv/bin/python docs/results/spike_period_probe.py --sets synthetic,dlcorpus,alibaba,gcd-1h,gcd-15min \
+  > $R/spike-period.md
