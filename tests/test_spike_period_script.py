@@ -63,3 +63,13 @@ def test_the_committed_tables_are_reproduced(results_script, shared_data, monkey
     for name in ("dlcorpus", "gcd-1h"):
         fresh = sp.table(name)
         assert fresh in committed, name
+
+
+def test_a_missing_data_set_is_one_line_naming_its_path(results_script, tmp_path, monkeypatch,
+                                                        capsys):
+    sp = results_script
+    _, opts, window, label = sp.risk.SETS["alibaba"]
+    monkeypatch.setitem(sp.risk.SETS, "alibaba", (tmp_path / "gone", opts, window, label))
+    assert sp.main(["--sets", "alibaba"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path / "gone") in err[0], err

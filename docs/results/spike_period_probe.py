@@ -37,6 +37,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from ai4dl.errors import Ai4dlError
 from ai4dl.io import load_traces
 from ai4dl.policy.peak_states import RATIO_EDGES
 
@@ -146,7 +147,11 @@ def main(argv: list[str]) -> int:
           "in-sample: every execution pooled). A state whose 99th percentile is at least 1 "
           "needs the running maximum M, or more, to leave at most 1 % of its windows at risk.\n")
     for label in sets:
-        print(table(label))
+        try:
+            print(table(label))
+        except Ai4dlError as e:          # a missing or unreadable data set: one line, its path
+            print(f"spike_period_probe: {label}: {e}", file=sys.stderr)
+            return 2
     return 0
 
 
