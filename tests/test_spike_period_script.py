@@ -73,3 +73,41 @@ def test_a_missing_data_set_is_one_line_naming_its_path(results_script, tmp_path
     assert sp.main(["--sets", "alibaba"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(tmp_path / "gone") in err[0], err
+
+
+def test_results_md_quotes_the_committed_spike_table():
+    """docs/results.md §7's summary is spike-period.md's, cell for cell (a figure edited by
+    hand, or a spike-period.md regenerated without the summary, fails here)."""
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    committed: dict = {}
+    section = None
+    for ln in (docs / "results" / "spike-period.md").read_text().splitlines():
+        if ln.startswith("### "):
+            section = ln[4:].split(" (")[0]
+            every = re.search(r"([\d,]+) windows after a spike", ln).group(1)
+            committed[section] = {"every": every, "low": 0}
+        elif section and ln.startswith("| **not due**"):
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            committed[section]["not due"] = f"{cells[2]}, {cells[4]}"
+        elif section and re.match(r"\| \d", ln):
+            cells = [c.strip() for c in ln.strip("|").split("|")]
+            if int(cells[2].replace(",", "")) >= 100 and float(cells[4]) < 1:
+                committed[section]["low"] += 1
+    words = {0: "none", 1: "one", 2: "two", 3: "three", 4: "four"}
+    lines = (docs / "results.md").read_text().splitlines()
+    head = next(i for i, ln in enumerate(lines)
+                if ln.startswith("| data set | windows after a spike |"))
+    checked = 0
+    for ln in lines[head + 2:]:
+        if not ln.startswith("| "):
+            break
+        name, every, not_due, low = [c.strip() for c in ln.strip("|").split("|")]
+        sec = next(s for s in committed if s.startswith(name.split(" (")[0]))
+        assert every == committed[sec]["every"], name
+        assert not_due == committed[sec]["not due"], name
+        assert low.split(" (")[0] == words[committed[sec]["low"]], name
+        checked += 1
+    assert checked == 5
