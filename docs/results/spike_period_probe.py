@@ -38,7 +38,6 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from ai4dl.errors import Ai4dlError
-from ai4dl.io import load_traces
 from ai4dl.policy.peak_states import RATIO_EDGES
 
 import risk
@@ -90,10 +89,8 @@ def not_due(s: WindowState) -> bool:
 
 
 def tabulate(label: str) -> tuple[dict, int]:
-    src, opts, window, _ = risk.SETS[label]
-    if label == "synthetic":
-        risk._synthetic()
-    traces = load_traces(str(src), **opts)
+    window = risk.SETS[label][2]
+    traces = risk.load_set(label)
     rows: dict = defaultdict(list)
     n_exec = 0
     for ex in traces:
@@ -123,9 +120,9 @@ def table(label: str) -> str:
     cells = sorted(k for k in rows if isinstance(k, tuple))
     for since, gap in cells:
         out.append(f"| {since} | {gap} | {len(rows[since, gap]):,} | {_q(rows[since, gap])} |")
-    for name in ("not due", "due, or no gap seen", "every window after a spike"):
-        if rows[name]:
-            out.append(f"| **{name}** | | {len(rows[name]):,} | {_q(rows[name])} |")
+    for agg in ("not due", "due, or no gap seen", "every window after a spike"):
+        if rows[agg]:
+            out.append(f"| **{agg}** | | {len(rows[agg]):,} | {_q(rows[agg])} |")
     low = [k for k in cells if len(rows[k]) >= MIN_CELL and np.quantile(rows[k], 0.99) < 1.0]
     n_low = sum(len(rows[k]) for k in low)
     out += ["", f"States of at least {MIN_CELL} windows (enough to see one at risk at 1 %) whose "
