@@ -80,3 +80,5 @@ done
 # ... and whether the spacing of memory spikes says when the next cannot come (item 4's period)
 .venv/bin/python docs/results/spike_period_probe.py --sets synthetic,dlcorpus,alibaba,gcd-1h,gcd-15min \
   > $R/spike-period.md
+# ... and where the clairvoyant peak wins: before a job's peak, at it, or after it (the one cell)
+.venv/bin/python docs/results/peak_side_probe.py --sets synthetic,dlcorpus > $R/peak-side.md
