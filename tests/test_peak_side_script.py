@@ -9,7 +9,7 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
+from markdown_tables import rows_after
 
 RESULTS_SCRIPT = "peak_side_probe.py"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -72,13 +72,7 @@ def test_results_md_quotes_the_committed_table():
             cells = [c.strip() for c in ln.strip("|").split("|")]
             committed[section, cells[0]] = cells[1:]
     lines = (DOCS / "results.md").read_text().splitlines()
-    head = next(i for i, ln in enumerate(lines)
-                if ln.startswith("| data set | policy | before the peak"))
-    checked = 0
-    for ln in lines[head + 2:]:
-        if not ln.startswith("| "):
-            break
-        cells = [c.strip() for c in ln.strip("|").split("|")]
-        assert cells[2:] == committed[cells[0], cells[1]], ln
-        checked += 1
-    assert checked == len(committed) and checked >= 6
+    rows = rows_after(lines, "| data set | policy | before the peak")
+    for cells in rows:
+        assert cells[2:] == committed[cells[0], cells[1]], cells
+    assert len(rows) == len(committed) and len(rows) >= 6

@@ -122,3 +122,16 @@ def test_results_md_quotes_the_committed_risk_table():
             assert cell.split(" / ") == means[(sec, name)], (cells[0], name)
             checked += 1
     assert checked == 5 * 6
+
+
+def test_bad_arguments_are_usage_errors_not_tracebacks(rk, capsys):
+    """risk.py run: an unknown data set or a seed that is not an integer is argparse's usage
+    error (exit 2, the bad value named), as the probes that share these checks say it."""
+    for argv, named in ((["run", "--sets", "nope"], "'nope'"),
+                        (["run", "--seeds", "0,x"], "'0,x'")):
+        with pytest.raises(SystemExit) as stop:
+            rk.main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert named in err and "Traceback" not in err, err
+    assert rk.seed_list("0,3") == [0, 3] and rk.unknown_set(["synthetic", "gcd-1h"]) is None

@@ -4,6 +4,8 @@ since the last spike than the shortest gap seen, and the aggregate rows partitio
 
 from __future__ import annotations
 
+from markdown_tables import rows_after
+
 RESULTS_SCRIPT = "spike_period_probe.py"
 
 
@@ -98,16 +100,10 @@ def test_results_md_quotes_the_committed_spike_table():
                 committed[section]["low"] += 1
     words = {0: "none", 1: "one", 2: "two", 3: "three", 4: "four"}
     lines = (docs / "results.md").read_text().splitlines()
-    head = next(i for i, ln in enumerate(lines)
-                if ln.startswith("| data set | windows after a spike |"))
-    checked = 0
-    for ln in lines[head + 2:]:
-        if not ln.startswith("| "):
-            break
-        name, every, not_due, low = [c.strip() for c in ln.strip("|").split("|")]
+    rows = rows_after(lines, "| data set | windows after a spike |")
+    for name, every, not_due, low in rows:
         sec = next(s for s in committed if s.startswith(name.split(" (")[0]))
         assert every == committed[sec]["every"], name
         assert not_due == committed[sec]["not due"], name
         assert low.split(" (")[0] == words[committed[sec]["low"]], name
-        checked += 1
-    assert checked == 5
+    assert len(rows) == 5

@@ -35,7 +35,6 @@ import sys
 
 import numpy as np
 
-from ai4dl.errors import Ai4dlError
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from ai4dl.evaluation.report_verdict import mean_se
 from ai4dl.judge import _per_sample, _scored_mask, served_risk_match
@@ -144,30 +143,20 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sets", default="synthetic,dlcorpus")
     ap.add_argument("--seeds", default="0,1,2,3,4")
     args = ap.parse_args(argv)
-    sets = args.sets.split(",")
-    unknown = [s for s in sets if s not in risk.SETS]
-    if unknown:
-        print(f"peak_side_probe: unknown data set {unknown[0]!r} (known: "
-              f"{', '.join(risk.SETS)})", file=sys.stderr)
+    sets = risk.probe_sets("peak_side_probe", args.sets)
+    if sets is None:
         return 2
     try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        print(f"peak_side_probe: --seeds must be integers separated by commas, not "
-              f"{args.seeds!r}", file=sys.stderr)
+        seeds = risk.seed_list(args.seeds)
+    except ValueError as e:
+        print(f"peak_side_probe: {e}", file=sys.stderr)
         return 2
     print("Memory allocation ÷ oracle at the matched share of windows at risk, by where the "
           "window stands against its execution's lifetime peak (`docs/results/"
           "peak_side_probe.py`; held-out executions, the operator's default safety layer). "
           "Each cell: mean over split seeds, and in brackets the gap to the clairvoyant "
           "static peak ± its standard error; the parts add up to the total.\n")
-    for label in sets:
-        try:
-            print(table(label, seeds))
-        except Ai4dlError as e:          # a missing or unreadable data set: one line, its path
-            print(f"peak_side_probe: {label}: {e}", file=sys.stderr)
-            return 2
-    return 0
+    return risk.print_tables("peak_side_probe", sets, lambda label: table(label, seeds))
 
 
 if __name__ == "__main__":

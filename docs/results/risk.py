@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from ai4dl.errors import Ai4dlError
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from ai4dl.evaluation.report_verdict import mean_se, side_of_one_se
 from ai4dl.io import load_traces
@@ -70,6 +71,43 @@ def load_set(label: str):
     if label == "synthetic":
         _synthetic()
     return load_traces(str(src), **opts)
+
+
+def unknown_set(sets: list[str]) -> str | None:
+    """One line naming the first of ``sets`` that is not a label of :data:`SETS`, or None."""
+    bad = [s for s in sets if s not in SETS]
+    return f"unknown data set {bad[0]!r} (known: {', '.join(SETS)})" if bad else None
+
+
+def probe_sets(prog: str, text: str) -> list[str] | None:
+    """A probe's ``--sets`` (labels separated by commas); None, after one line on stderr
+    naming the first unknown one, when one is not a label of :data:`SETS`."""
+    sets = text.split(",")
+    if unknown_set(sets):
+        print(f"{prog}: {unknown_set(sets)}", file=sys.stderr)
+        return None
+    return sets
+
+
+def seed_list(text: str) -> list[int]:
+    """``--seeds``: split seeds separated by commas (ValueError, one line, otherwise)."""
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds must be integers separated by commas, not {text!r}") \
+            from None
+
+
+def print_tables(prog: str, sets: list[str], table) -> int:
+    """A probe's tables: ``table(label)`` printed for each of ``sets``; a missing or unreadable
+    data set is one line naming it (exit 2), not a traceback."""
+    for label in sets:
+        try:
+            print(table(label))
+        except Ai4dlError as e:
+            print(f"{prog}: {label}: {e}", file=sys.stderr)
+            return 2
+    return 0
 
 
 def run_one(label: str, seed: int) -> dict:
@@ -221,15 +259,14 @@ def main(argv: list[str]) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--sets", default=",".join(SETS))
-    r.add_argument("--seeds", default="0,1,2,3,4")
+    r.add_argument("--seeds", default="0,1,2,3,4", type=seed_list)
     sub.add_parser("table")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         sets = args.sets.split(",")
-        unknown = [s for s in sets if s not in SETS]
-        if unknown:
-            ap.error(f"unknown data set {unknown[0]!r} (known: {', '.join(SETS)})")
-        return cmd_run(sets, [int(s) for s in args.seeds.split(",")])
+        if unknown_set(sets):
+            ap.error(unknown_set(sets))
+        return cmd_run(sets, args.seeds)
     return cmd_table()
 
 

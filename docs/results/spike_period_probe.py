@@ -37,7 +37,6 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from ai4dl.errors import Ai4dlError
 from ai4dl.policy.peak_states import RATIO_EDGES
 
 import risk
@@ -134,22 +133,13 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default="synthetic,dlcorpus")
     args = ap.parse_args(argv)
-    sets = args.sets.split(",")
-    unknown = [s for s in sets if s not in risk.SETS]
-    if unknown:
-        print(f"spike_period_probe: unknown data set {unknown[0]!r} (known: "
-              f"{', '.join(risk.SETS)})", file=sys.stderr)
+    sets = risk.probe_sets("spike_period_probe", args.sets)
+    if sets is None:
         return 2
     print("The spacing of memory spikes, per state (`docs/results/spike_period_probe.py`; "
           "in-sample: every execution pooled). A state whose 99th percentile is at least 1 "
           "needs the running maximum M, or more, to leave at most 1 % of its windows at risk.\n")
-    for label in sets:
-        try:
-            print(table(label))
-        except Ai4dlError as e:          # a missing or unreadable data set: one line, its path
-            print(f"spike_period_probe: {label}: {e}", file=sys.stderr)
-            return 2
-    return 0
+    return risk.print_tables("spike_period_probe", sets, table)
 
 
 if __name__ == "__main__":
