@@ -63,25 +63,32 @@ def window_kinds(usage: np.ndarray, window: int) -> np.ndarray:
     return kinds
 
 
-def split_cost(data, rows: list[np.ndarray], window: int, j: int) -> np.ndarray:
-    """Per kind of window: the summed per-sample allocation of resource ``j`` (``rows`` one
-    (windows, R) array per execution) over the scored samples (the cold-start window left out,
-    as the scorer does)."""
-    out = np.zeros(len(KINDS))
-    for u, r in zip(data.usage, rows):
+def sample_kinds(data, window: int, j: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per execution, once per split: the mask of its scored samples (the cold-start window
+    left out, as the scorer does) and the kind of each sample's window (resource ``j``)."""
+    out = []
+    for u in data.usage:
         n = len(u)
-        mask = _scored_mask(n, window, False)
-        alloc = _per_sample(r, n, window)[:, j]
         kind = np.repeat(window_kinds(u[:, j], window), window)[:n]
+        out.append((_scored_mask(n, window, False), kind))
+    return out
+
+
+def split_cost(kinds, rows: list[np.ndarray], window: int, j: int) -> np.ndarray:
+    """Per kind of window: the summed per-sample allocation of resource ``j`` (``rows`` one
+    (windows, R) array per execution) over the scored samples (``kinds``: :func:`sample_kinds`)."""
+    out = np.zeros(len(KINDS))
+    for (mask, kind), r in zip(kinds, rows):
+        alloc = _per_sample(r, len(kind), window)[:, j]
         out += np.bincount(kind[mask], weights=alloc[mask], minlength=len(KINDS))
     return out
 
 
-def window_shares(data, window: int, j: int) -> np.ndarray:
-    """Each kind's share of the scored windows."""
+def window_shares(kinds, window: int) -> np.ndarray:
+    """Each kind's share of the scored windows (a window's kind is its first sample's)."""
     counts = np.zeros(len(KINDS))
-    for u in data.usage:
-        counts += np.bincount(window_kinds(u[:, j], window)[1:], minlength=len(KINDS))
+    for _, kind in kinds:
+        counts += np.bincount(kind[::window][1:], minlength=len(KINDS))
     return counts / counts.sum()
 
 
@@ -95,12 +102,13 @@ def run_seed(label: str, seed: int, traces=None) -> dict:
                            policies=(*SHOWN, "oracle"), targets=(0.97,), risks=(SHARE,),
                            safety=safety)
     r = run_evaluation(traces, cfg)
-    oracle = split_cost(r.data, r.replays["oracle"].allocations, window, 0).sum()
-    out = {"shares": window_shares(r.data, window, 0), "policies": {}}
+    kinds = sample_kinds(r.data, window, 0)
+    oracle = split_cost(kinds, r.replays["oracle"].allocations, window, 0).sum()
+    out = {"shares": window_shares(kinds, window), "policies": {}}
     for name in SHOWN:
         own = r.per_risk_own.get(name, {}).get(SHARE) or r.own[name]
         match = served_risk_match(r.data, own.allocations, window, 0, SHARE, safety)
-        parts = split_cost(r.data, match.allocations, window, 0) / oracle
+        parts = split_cost(kinds, match.allocations, window, 0) / oracle
         out["policies"][name] = {"parts": parts,
                                  "scored": r.scores[name][0].vs_oracle_risk_at[SHARE]}
     return out
