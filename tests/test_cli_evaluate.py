@@ -79,7 +79,8 @@ def test_table_has_a_row_per_policy_and_resource(full_run):
     assert rc == 0, stderr
     first = stdout.splitlines()[0]
     assert first.startswith("Data: ") and "window 20 samples = 5 min at 15 s" in first
-    assert "cold start" in first and "excluded" in first and "train executions" in first
+    assert "cold start" in first and "included" in first and "train executions" in first
+    assert "initial request: served, as the operator would" in first
     rows = _score_rows(stdout)
     assert [(r["policy"], r["resource"]) for r in rows] == \
         [(p, res) for p in POLICIES for res in ("cpu", "memory")]  # POLICIES order, oracle last
@@ -220,7 +221,8 @@ def test_calibration_on_gcd(shared_data):
         pytest.skip(f"{tar} not found")
     rc, stdout, stderr = _run(["-q", "evaluate", str(tar), "--policies",
                                "adaptive-max,adaptive-stat,static,oracle", "--window", "12",
-                               "--test-fraction", "0"])
+                               "--test-fraction", "0", "--initial", "peak",
+                               "--exclude-cold-start"])
     assert rc == 0, stderr
     rows = {(r["policy"], r["resource"]): r for r in _score_rows(stdout)}
     assert [p for p, _ in rows][::2] == ["static", "adaptive-max", "adaptive-stat", "oracle"]

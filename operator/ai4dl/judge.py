@@ -272,6 +272,10 @@ class ResourceScore:
     fulfilment_risk_at: dict = field(default_factory=dict)     # s -> sample fulfilment there
     worst_shortfall_risk_at: dict = field(default_factory=dict)      # max(usage - alloc), unit
     worst_shortfall_risk_rel_at: dict = field(default_factory=dict)  # ... ÷ usage
+    # where no multiplier reaches s (a start the multiplier cannot move, a zero allocation):
+    # the least share of windows at risk any multiplier leaves, and allocation ÷ oracle there
+    risk_floor_at: dict = field(default_factory=dict)          # s -> floor share
+    vs_oracle_floor_at: dict = field(default_factory=dict)     # s -> allocation ÷ oracle at it
 
 
 def _per_sample(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
@@ -389,6 +393,28 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
                              for r, i, m in zip(rows, idx, masks)]) if idx else np.empty(0))
         return f, a
 
+    def floor_at(rows_own: Replay | None, a_j: np.ndarray, wat: np.ndarray, j: int):
+        """Where no multiplier reaches a share: (the least share of windows at risk one
+        reaches, the per-sample allocation of resource j at the smallest that reaches it)."""
+        n = len(window_max)
+        if not n:
+            return np.nan, None
+        if safety is not None and rows_own is not None:
+            widest = served_risk_match(data, rows_own.allocations, window, j, 0.0, safety, idx,
+                                       include_cold_start)
+            al = np.concatenate([r[first: first + len(w), j]
+                                 for r, w in zip(widest.allocations, wmax)])
+            floor = float(np.mean(window_max[:, j] > al))
+            got = served_risk_match(data, rows_own.allocations, window, j, floor, safety, idx,
+                                    include_cold_start)
+            rows = got.allocations if got.met.all() else widest.allocations
+            return floor, np.concatenate([_per_sample(r, len(data.usage[i]), window)[m][:, j]
+                                          for r, i, m in zip(rows, idx, masks)])
+        # no layer: only windows allocated nothing stay at risk whatever the multiplier
+        floor = float(np.mean((wat <= 0) & (window_max[:, j] > 0)))
+        m = matched_risk_multiplier(window_max[:, j], wat, floor)
+        return floor, (a_j * m if np.isfinite(m) else None)
+
     oracle = per_sample(replays["oracle"]) if "oracle" in replays else None
     per_target = per_target or {}
     per_risk = per_risk or {}
@@ -442,6 +468,14 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
                 total = float(at.sum() * hours / scale)
                 s.vs_oracle_risk_at[share] = (total * scaled / oracle_t
                                               if oracle_t and np.isfinite(m) else np.inf)
+                if not np.isfinite(m) and len(u) and (matches or {}).get((name, share, j)) is None:
+                    floor, at_floor = floor_at(rows_own if safety is not None and
+                                               name != "oracle" else None,
+                                               risk_fits.get(share, (A, WA))[0][:, j], wat, j)
+                    s.risk_floor_at[share] = floor
+                    s.vs_oracle_floor_at[share] = (
+                        float(at_floor.sum() * hours / scale) / oracle_t
+                        if oracle_t and at_floor is not None else np.nan)
                 if not np.isfinite(m) or not len(u):
                     s.fulfilment_risk_at[share] = s.worst_shortfall_risk_at[share] = np.nan
                     s.worst_shortfall_risk_rel_at[share] = np.nan

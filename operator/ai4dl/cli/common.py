@@ -240,7 +240,8 @@ def evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
               statistic=args.statistic, k=args.k, margin=args.margin, reader=args.reader,
               proactive_mode=args.proactive_mode,
               proactive_threshold=args.proactive_threshold, vpa_prewarm=not args.no_vpa_prewarm,
-              include_cold_start=args.include_cold_start, initial=args.initial)
+              include_cold_start=args.include_cold_start, initial=args.initial,
+              workload_by=getattr(args, "workload_by", None) or "group")
     if getattr(args, "phase_scope", None) is not None:
         kw["phase_scope"] = args.phase_scope
     params: dict = {}

@@ -32,6 +32,17 @@ def _evaluation_resources(args: argparse.Namespace, traces) -> tuple[str, ...]:
     return chosen
 
 
+def check_workload_key(key: str, traces) -> None:
+    """--workload-by names an attribute at least one execution has (a typo would otherwise
+    make every execution its own workload without a word)."""
+    if key == "group":
+        return
+    have = sorted({k for e in traces for k in e.meta})
+    if not any(e.meta.get(key) not in (None, "") for e in traces):
+        raise Ai4dlError(f"--workload-by {key}: no execution has that attribute (they have: "
+                         f"{', '.join(have) or 'none'}; or 'group')")
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ai4dl.evaluation import report, report_json, report_sweep
     from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
@@ -65,6 +76,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     traces = load_from_args(args, model if phase_policies else None)
     kw["window"] = window_in_samples(args, traces.step)
     resources = _evaluation_resources(args, traces)
+    check_workload_key(kw["workload_by"], traces)
     other = [r for r in resources if r not in ("cpu", "memory")]
     if "vpa" in kw["policies"] and other:
         raise Ai4dlError(f"policy 'vpa' recommends cpu and memory only, not {other[0]!r}: "
@@ -136,18 +148,29 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
                    "whole: execution groups (default), or an attribute the format gives each "
                    "execution, e.g. 'family' for the DL corpus (unseen families)")
     g.add_argument("--seed", type=int, default=0, help="split and model seed (default 0)")
-    g.add_argument("--include-cold-start", action="store_true", help="score each execution's "
-                   "first window too (default: excluded)")
+    cold = g.add_mutually_exclusive_group()
+    cold.add_argument("--include-cold-start", dest="include_cold_start", action="store_true",
+                      default=True, help="score each execution's first window (the default: "
+                      "the start counts, ../shared/docs/evaluation.md)")
+    cold.add_argument("--exclude-cold-start", dest="include_cold_start", action="store_false",
+                      help="leave each execution's first window unscored (the older tables' "
+                           "view: it hides the start)")
     g.add_argument("--risks", default="0.01,0.02,0.05", metavar="SHARES",
                    help="shares of windows at risk the policies are also judged at (memory's "
                         "view: allocation ÷ oracle at the multiplier that leaves exactly that "
                         "share of windows with any sample above the allocation; default "
                         "0.01,0.02,0.05; 'none' to skip)")
-    g.add_argument("--initial", choices=("peak", "trace", "model"), default="peak",
-                   help="request before the first resize: the execution's peak (default), the "
-                        "trace's own request, or the learned first-window level of the train "
-                        "side at the highest target (what the admission webhook sets; score it "
-                        "with --include-cold-start)")
+    g.add_argument("--initial", choices=("served", "peak", "trace", "model"), default="served",
+                   help="request before the first resize: 'served' (default) as the operator "
+                        "serves a new pod: the workload's profile from its executions that "
+                        "ended before this one, else the learned first-window level of the train "
+                        "side at the highest target, else the trace's request; 'peak' the "
+                        "execution's own lifetime peak (clairvoyant); 'trace' the trace's own "
+                        "request; 'model' the learned level for every execution")
+    g.add_argument("--workload-by", default=None, metavar="KEY",
+                   help="what names a workload for --initial served: the execution group "
+                        "(default), or an attribute the format gives each execution, e.g. "
+                        "'family' for the DL corpus (runs of one architecture)")
     g.add_argument("--safety", choices=("none", "operator"), default=None, help="safety layer "
                    "on every policy but the oracle: none or the operator's defaults (default: "
                    "none for TRACES; operator with --prometheus, and the PhaseModel's own with "

@@ -248,8 +248,11 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
 
     if args.executions < 1:
         raise Ai4dlError("--executions must be at least 1")
+    if args.runs_per_workload < 1:
+        raise Ai4dlError("--runs-per-workload must be at least 1")
     cfg = synthetic.SyntheticConfig(n_features=4 if args.gpu else 2)
-    traces, _ = synthetic.generate(args.executions, seed=args.seed, config=cfg)
+    traces, _ = synthetic.generate(args.executions, seed=args.seed, config=cfg,
+                                   runs_per_workload=args.runs_per_workload)
     path = write_long_csv(traces, args.output)
     say(args, f"wrote {path}: {traces.summary()}")
     return 0
@@ -440,6 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=True,
                    help="gpu_util and gpu_memory beside cpu and memory, as in the demo "
                         "(default); --no-gpu: cpu and memory only")
+    p.add_argument("--runs-per-workload", type=int, default=1, metavar="N",
+                   help="re-run each job N times, one after another (one group: same phase "
+                        "plan and levels, another seed), as sweeps, retries and nightly "
+                        "retrains are (default 1: every job its own)")
     p.set_defaults(func=cmd_synthetic)
 
     p = sub.add_parser("evaluate", help="replay traces through provisioning policies and score "

@@ -28,46 +28,55 @@ from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.policies import Policy
 from ai4dl.policy.safety import SafetyConfig
 from ai4dl.method.traces import Execution
+from ai4dl.evaluation.starts import (StartCounts, initial_request, served_starts,  # noqa: F401
+                                     trace_request)
 
 
-def trace_request(ex: Execution, resources: Sequence[str]) -> np.ndarray:
-    """The request the trace records for the pod (AI4DL: cpu.num.cores, mem.limit), NaN where
-    it records none."""
-    meta = {"cpu": ex.meta.get("cpu_limit_cores"), "memory": ex.meta.get("memory_limit_bytes")}
-    return np.array([meta.get(r) or np.nan for r in resources], np.float64)
-
-
-def initial_request(ex: Execution, usage: np.ndarray, resources: Sequence[str]) -> np.ndarray:
-    """The pod's request before any resize: the trace's own request/limit where it has one,
-    else the execution's peak (a generous stand-in for a hand-set request)."""
-    req = trace_request(ex, resources)
-    return np.where(np.isfinite(req), req, usage.max(0))
-
-
-INITIALS = ("peak", "trace", "model")
+#: Where an execution starts (:mod:`ai4dl.evaluation.starts`): ``served`` as the operator
+#: serves a new pod; ``peak`` (clairvoyant), ``trace`` and ``model`` for every execution alike.
+INITIALS = ("served", "peak", "trace", "model")
 
 
 def prepare(executions: Sequence[Execution], resources: Sequence[str], model=None,
-            initial: str = "peak", level: np.ndarray | None = None) -> ReplayInput:
+            initial: str = "peak", level: np.ndarray | None = None,
+            starts: Sequence[np.ndarray] | None = None) -> ReplayInput:
     """Usage matrices, phases (one batched detection for all executions) and initial requests:
-    the execution's peak, the trace's own request (``trace``), or ``level`` for every
-    execution (``model``: the learned first-window level, as admission sets it)."""
+    ``starts`` where given (``served``: :func:`execution_starts`), else the execution's peak,
+    the trace's own request (``trace``), or ``level`` for every execution (``model``: the
+    learned first-window level, as admission sets it)."""
     if initial not in INITIALS:
         raise ValueError(f"initial must be one of {', '.join(INITIALS)}")
     if initial == "model" and level is None:
         raise ValueError("initial 'model' needs the learned first-window level")
+    if initial == "served" and starts is None:
+        raise ValueError("initial 'served' needs each execution's start (execution_starts)")
     usage = [e.select(resources).values.astype(np.float64) for e in executions]
     phases: list = [None] * len(executions)
     if model is not None:
         phases = model.predict(list(executions))
-    init = [u.max(0) if initial == "peak" else initial_request(e, u, resources)
-            if initial == "trace" else np.asarray(level, np.float64).copy()
-            for e, u in zip(executions, usage)]
+    if starts is not None:
+        init = [np.asarray(s, np.float64).copy() for s in starts]
+    else:
+        init = [u.max(0) if initial == "peak" else initial_request(e, u, resources)
+                if initial == "trace" else np.asarray(level, np.float64).copy()
+                for e, u in zip(executions, usage)]
     ex0 = executions[0]
     return ReplayInput([e.name for e in executions], usage, phases, init,
                        float(ex0.step or 0.0), tuple(resources),
                        tuple(ex0.select(resources).units), [e.group for e in executions],
                        [float(e.times[0]) if len(e) else 0.0 for e in executions])
+
+
+def execution_starts(cfg: "EvaluationConfig", executions: Sequence[Execution],
+                     history: Sequence[Execution], level: np.ndarray | None
+                     ) -> tuple[list[np.ndarray] | None, StartCounts | None]:
+    """With ``cfg.initial`` ``served``: each execution's served start and their sources
+    (:func:`ai4dl.evaluation.starts.served_starts`; ``history`` without duplicates). Else
+    (None, None): :func:`prepare` sets the start itself."""
+    if cfg.initial != "served":
+        return None, None
+    seen = list({id(h): h for h in history}.values())
+    return served_starts(executions, seen, cfg.resources, cfg.window, level, cfg.workload_by)
 
 
 # ----------------------------------------------------------------------------- the whole run
@@ -96,7 +105,10 @@ class EvaluationConfig:
     proactive_threshold: float = 0.2
     vpa_prewarm: bool = True               # VPA carries each workload's (group's) history
     include_cold_start: bool = False
+    #: where each execution starts (INITIALS); ``ai4dl evaluate``'s default is ``served``
     initial: str = "peak"
+    #: what names a workload for ``served`` starts: the execution group, or a meta key
+    workload_by: str = "group"
     safety: SafetyConfig | None = None
     targets: tuple[float, ...] = TARGETS
     #: shares of windows at risk reported (and the fitted policies fitted for): memory's view
@@ -130,6 +142,8 @@ class EvaluationResult:
     #: -> Replay): where a matched share of windows at risk puts its factor (the served order)
     own: dict = field(default_factory=dict)
     per_risk_own: dict = field(default_factory=dict)
+    #: with ``initial`` ``served``: how many held-out executions started from each source
+    starts: StartCounts | None = None
 
 
 @dataclass
@@ -146,12 +160,14 @@ class ColdStartScore:
 
 
 def cold_start_scores(data: ReplayInput, requests: Sequence[np.ndarray], window: int,
-                      levels: dict[float, np.ndarray]) -> list[ColdStartScore]:
+                      levels: dict[float, np.ndarray], served: bool = False
+                      ) -> list[ColdStartScore]:
     """The cold-start window (the first ``window`` samples of every held-out execution) sized
     three ways: the request the trace records (``requests``, NaN where none: AI4DL's
     cpu.num.cores / mem.limit; the row counts the executions that have one), the execution's
     static peak, and the learned first-window level of the train side at each target (what
-    the admission webhook sets at pod creation)."""
+    the admission webhook sets at pod creation); with ``served``, also the replay's own starts
+    (``data.initial``: the workload's profile where it has one, the pooled level otherwise)."""
     first = [u[:window] for u in data.usage if len(u)]
     if not first:
         return []
@@ -165,6 +181,10 @@ def cold_start_scores(data: ReplayInput, requests: Sequence[np.ndarray], window:
     # a level per resource (R,), or per execution (N, R) when folds learned different ones
     sources += [(f"model @ {100 * t:g} %", _per_execution(lv, data.usage))
                 for t, lv in sorted(levels.items())]
+    if served:
+        sources.append(("served (workload profile, else pooled)",
+                        np.stack([np.asarray(s, np.float64) for s, u in
+                                  zip(data.initial, data.usage) if len(u)])))
     out = []
     for j, res in enumerate(data.resources):
         for name, alloc in sources:
@@ -282,13 +302,17 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     # the learned first-window level at each target (the cold start; admission's level)
     levels = {t: first_window_level(train_usage, cfg.window, t) for t in cfg.targets}
     level = levels[max(cfg.targets)]
+    # the replay's past: the train side and the held-out side (a held-out execution's own
+    # workload may have run before it on either); the train side's fits see only their side
+    starts, counts = execution_starts(cfg, list(test), [*train, *test], level)
     data = prepare(list(test), cfg.resources, model if needs_model else None, cfg.initial,
-                   level)
+                   level, starts)
     fitted_names = [p for p in cfg.policies if p in FITTED]
     train_data = None
     if "vpa" in cfg.policies or "krr" in cfg.policies or fitted_names:
+        train_starts, _ = execution_starts(cfg, list(train), list(train), level)
         train_data = prepare(list(train), cfg.resources, model if needs_model else None,
-                             cfg.initial, level)
+                             cfg.initial, level, train_starts)
     plain = dataclasses.replace(cfg, policies=tuple(p for p in cfg.policies
                                                     if p not in FITTED))
     policies = build_policies(plain, model, train_data)
@@ -336,11 +360,11 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
                       matches=matches, **judged)
                 for i in range(len(data.usage))]
     cold = cold_start_scores(data, [trace_request(e, cfg.resources) for e in test], cfg.window,
-                             levels)
+                             levels, cfg.initial == "served")
     return EvaluationResult(cfg, data, replays, scores, per_exec, len(train), model,
                             train_data, per_target, autos, fitted, cold,
                             first_window_levels=levels, per_risk=per_risk, auto_risk=auto_risk,
-                            own=own, per_risk_own=per_risk_own)
+                            own=own, per_risk_own=per_risk_own, starts=counts)
 
 
 def risk_objectives(resources: Sequence[str], share: float) -> dict:
@@ -435,13 +459,22 @@ def merge_results(parts: Sequence[EvaluationResult], levels: dict | None = None,
     scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets,
                    per_target=per_target, risks=cfg.risks, per_risk=per_risk,
                    safety=cfg.safety, own=own, per_risk_own=per_risk_own)
-    cold = (cold_start_scores(data, requests, cfg.window, levels)
+    cold = (cold_start_scores(data, requests, cfg.window, levels, cfg.initial == "served")
             if levels is not None and requests is not None else [])
     return EvaluationResult(cfg, data, replays, scores,
                             [x for p in parts for x in p.per_execution],
                             int(round(np.mean([p.n_train for p in parts]))), parts[0].model,
                             None, per_target, {}, {}, cold, [p.auto for p in parts],
-                            per_risk=per_risk, own=own, per_risk_own=per_risk_own)
+                            per_risk=per_risk, own=own, per_risk_own=per_risk_own,
+                            starts=_summed_starts([p.starts for p in parts]))
+
+
+def _summed_starts(parts: Sequence[StartCounts | None]) -> StartCounts | None:
+    """The folds' start counts added up (None when no fold had served starts)."""
+    got = [p for p in parts if p is not None]
+    if not got:
+        return None
+    return StartCounts(tuple((s, sum(p.get(s) for p in got)) for s, _ in got[0].counts))
 
 
 def run_cross_fitted(traces, cfg: EvaluationConfig, folds: int = 2,
@@ -474,7 +507,9 @@ def run_served(traces, cfg: EvaluationConfig, policy: Policy, name: str, model=N
     plain = tuple(p for p in cfg.policies if p not in FITTED and p not in PHASE_POLICIES)
     cfg = dataclasses.replace(cfg, policies=(*plain, name), test_fraction=0.0)
     needs = bool(getattr(policy, "needs_phases", False))
-    data = prepare(list(traces), cfg.resources, model if needs else None, cfg.initial, level)
+    starts, counts = execution_starts(cfg, list(traces), list(traces), level)
+    data = prepare(list(traces), cfg.resources, model if needs else None, cfg.initial, level,
+                   starts)
     policies = build_policies(dataclasses.replace(cfg, policies=plain), None, data)
     if "oracle" not in plain:
         from ai4dl.policy.policies import Oracle
@@ -494,4 +529,5 @@ def run_served(traces, cfg: EvaluationConfig, policy: Policy, name: str, model=N
     per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i],
                       matches=matches, **judged)
                 for i in range(len(data.usage))]
-    return EvaluationResult(cfg, data, replays, scores, per_exec, 0, model, own=own)
+    return EvaluationResult(cfg, data, replays, scores, per_exec, 0, model, own=own,
+                            starts=counts)

@@ -168,11 +168,23 @@ def header_line(result: EvaluationResult, ctx: RunContext) -> str:
     parts = [f"Data: {ctx.source}", split,
              f"window {cfg.window} samples = " + (f"{minutes:g} min" if minutes >= 1 else
                                                  f"{minutes * 60:g} s") + f" at {step:g} s", cold,
-             f"initial request: {cfg.initial}",
+             f"initial request: {initial_label(result)}",
              "safety: " + ("none" if cfg.safety is None else "operator defaults")]
     if ctx.model_source:
         parts.append(f"phase model: {ctx.n_phases} phases, {ctx.model_source}")
     return "; ".join(parts) + "."
+
+
+def initial_label(result: EvaluationResult) -> str:
+    """Where the executions started, said so that a clairvoyant start cannot pass unnoticed."""
+    cfg = result.config
+    if cfg.initial == "peak":
+        return "peak (clairvoyant: each execution's own lifetime peak)"
+    if cfg.initial == "served" and result.starts is not None:
+        by = "group" if cfg.workload_by == "group" else f"'{cfg.workload_by}'"
+        return (f"served, as the operator would (workload by {by}: "
+                f"{result.starts.describe()})")
+    return cfg.initial
 
 
 def score_rows(result: EvaluationResult, scores: dict | None = None) -> list[list[str]]:
@@ -259,6 +271,17 @@ def risk_label(share: float) -> str:
     return f"{100 * share:g} %"
 
 
+def risk_cost(s: ResourceScore, share: float) -> str:
+    """Allocation ÷ oracle at ``share`` of windows at risk; where no multiplier reaches it, the
+    floor of risk that one reaches and the cost there (evaluation.md: a result, not a blank)."""
+    v = s.vs_oracle_risk_at.get(share, math.nan)
+    floor = s.risk_floor_at.get(share, math.nan)
+    if math.isinf(v) and _finite(floor):
+        return (f"{UNREACHABLE}: floor {fmt_pct(floor, digits=2)} at "
+                f"{fmt_ratio(s.vs_oracle_floor_at.get(share, math.nan))}")
+    return fmt_ratio(v)
+
+
 def risk_rows(result: EvaluationResult) -> list[list[str]]:
     data = result.data
     risks = result.config.risks
@@ -266,7 +289,7 @@ def risk_rows(result: EvaluationResult) -> list[list[str]]:
     for name in policy_order(list(result.scores)):
         for j, (res, unit) in enumerate(zip(data.resources, data.units)):
             s: ResourceScore = result.scores[name][j]
-            cost = [fmt_ratio(s.vs_oracle_risk_at.get(r, math.nan)) for r in risks]
+            cost = [risk_cost(s, r) for r in risks]
             r0 = risks[0]
             worst = (f"{fmt_amount(s.worst_shortfall_risk_at[r0])} {shortfall_unit(unit)} / "
                      f"{fmt_pct(s.worst_shortfall_risk_rel_at[r0])}"

@@ -43,6 +43,8 @@ class SyntheticConfig:
     level_jitter: float = 0.10                  # per-execution scale of every level
     noise: float = 0.06                         # per-sample relative noise
     n_features: int = 4
+    run_jitter: float = 0.03                    # re-runs of one job: per-run level and length
+    run_gap_s: float = 3600.0                   # ... and the pause between two of its runs
 
 
 def _segment(phase: int, n: int, scale: np.ndarray, rng: np.random.Generator,
@@ -58,10 +60,8 @@ def _segment(phase: int, n: int, scale: np.ndarray, rng: np.random.Generator,
     return np.maximum(x, 0.0)
 
 
-def generate_execution(rng: np.random.Generator, cfg: SyntheticConfig, name: str,
-                       start: float = 1.7e9) -> tuple[Execution, np.ndarray]:
-    """One execution and its per-sample ground-truth phase ids."""
-    scale = 1.0 + cfg.level_jitter * rng.uniform(-1, 1, size=4)
+def _draw_plan(rng: np.random.Generator, cfg: SyntheticConfig) -> list[tuple[int, int]]:
+    """(phase, samples) segments of one job: its architecture and data size."""
     r = lambda lo_hi: int(rng.integers(lo_hi[0], lo_hi[1] + 1))  # noqa: E731
     plan: list[tuple[int, int]] = [(0, r(cfg.download)), (1, r(cfg.preprocess))]
     every = r(cfg.checkpoint_every)
@@ -71,21 +71,64 @@ def generate_execution(rng: np.random.Generator, cfg: SyntheticConfig, name: str
         if e % every == 0 or e == n_epochs:
             plan.append((4, r(cfg.checkpoint)))
     plan.append((3, r(cfg.validation)))  # the evaluation tail behaves like validation
+    return plan
+
+
+def _render(plan: list[tuple[int, int]], scale: np.ndarray, rng: np.random.Generator,
+            cfg: SyntheticConfig, name: str, group: str, start: float,
+            meta: dict | None = None) -> tuple[Execution, np.ndarray]:
     values = np.concatenate([_segment(p, n, scale, rng, cfg.noise) for p, n in plan])
     labels = np.concatenate([np.full(n, p) for p, n in plan])
     times = start + cfg.step * np.arange(len(values))
     k = cfg.n_features
     ex = Execution(name, times, values[:, :k].astype(np.float32), FEATURES[:k], UNITS[:k],
-                   group=name, step=cfg.step)
+                   group=group, step=cfg.step, meta=dict(meta or {}))
     return ex, labels
 
 
-def generate(n_executions: int = 40, seed: int = 0,
-             config: SyntheticConfig | None = None) -> tuple[TraceSet, list[np.ndarray]]:
-    """``n_executions`` synthetic executions and their ground-truth phase labels."""
+def generate_execution(rng: np.random.Generator, cfg: SyntheticConfig, name: str,
+                       start: float = 1.7e9) -> tuple[Execution, np.ndarray]:
+    """One execution and its per-sample ground-truth phase ids."""
+    scale = 1.0 + cfg.level_jitter * rng.uniform(-1, 1, size=4)
+    return _render(_draw_plan(rng, cfg), scale, rng, cfg, name, name, start)
+
+
+def generate_workload(rng: np.random.Generator, cfg: SyntheticConfig, name: str, runs: int,
+                      start: float = 1.7e9) -> list[tuple[Execution, np.ndarray]]:
+    """One job re-run ``runs`` times, one after another (``run_gap_s`` apart), as a sweep's
+    seeds or a nightly retrain are: every run shares the job's architecture and data size (its
+    phase plan and levels) and differs by seed (the noise, and ``run_jitter`` of each level and
+    segment length). The runs are one group, named ``<name>/run<k>``."""
+    scale = 1.0 + cfg.level_jitter * rng.uniform(-1, 1, size=4)
+    plan = _draw_plan(rng, cfg)
+    out, t = [], start
+    for k in range(runs):
+        run_scale = scale * (1.0 + cfg.run_jitter * rng.uniform(-1, 1, size=4))
+        run_plan = [(p, max(1, int(round(n * (1.0 + cfg.run_jitter * rng.uniform(-1, 1))))))
+                    for p, n in plan]
+        ex, labels = _render(run_plan, run_scale, rng, cfg, f"{name}/run{k}", name, t,
+                             {"workload": name, "run": k})
+        out.append((ex, labels))
+        t = float(ex.times[-1]) + cfg.step + cfg.run_gap_s
+    return out
+
+
+def generate(n_executions: int = 40, seed: int = 0, config: SyntheticConfig | None = None,
+             runs_per_workload: int = 1) -> tuple[TraceSet, list[np.ndarray]]:
+    """``n_executions`` synthetic executions and their ground-truth phase labels: each its own
+    job (``runs_per_workload`` 1, the default), or jobs re-run ``runs_per_workload`` times
+    (:func:`generate_workload`; the last job's runs cut at ``n_executions``)."""
     cfg = config or SyntheticConfig()
+    if runs_per_workload < 1:
+        raise ValueError(f"runs per workload must be at least 1, got {runs_per_workload}")
     rng = np.random.default_rng(seed)
-    pairs = [generate_execution(rng, cfg, f"job-{i:04d}") for i in range(n_executions)]
+    if runs_per_workload == 1:
+        pairs = [generate_execution(rng, cfg, f"job-{i:04d}") for i in range(n_executions)]
+    else:
+        pairs = []
+        for i in range(-(-n_executions // runs_per_workload)):
+            pairs += generate_workload(rng, cfg, f"job-{i:04d}", runs_per_workload)
+        pairs = pairs[:n_executions]
     return TraceSet([p[0] for p in pairs], source="synthetic"), [p[1] for p in pairs]
 
 

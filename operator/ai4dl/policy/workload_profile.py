@@ -1,0 +1,223 @@
+"""What a workload's earlier executions say about its next one (issue 42: every job started
+blind). A *workload* is one job re-run: a sweep's trials, a retry, a nightly retrain, the ranks
+of one job. Its profile is learned from the executions that ended before the next one starts,
+and gives that one its first request instead of the pooled first-window level that a workload
+never seen gets.
+
+Per execution the profile keeps one small summary (:class:`RunSummary`): the first window's
+peak, the lifetime peak, when that peak came, how long the run lasted, whether it was
+OOM-killed. It keeps the ``MAX_RUNS`` most recent, and weighs them by age with VPA's half-life
+(24 h): the first request is the weighted ``UPPER_PERCENTILE`` quantile of the remembered
+first-window peaks, VPA's upper-bound percentile, so a run a week old counts for less than
+yesterday's, and with a few recent runs it is the largest of them; plus VPA's 15 % safety
+margin, since a re-run's first window varies with its seed. An OOM-killed run's memory
+is bumped as VPA bumps it (×1.2, at least +100 MiB), since its usage stopped at the limit.
+Every constant is VPA's, none was chosen by looking at results.
+
+Bounded: a profile of ``MAX_RUNS`` runs of R resources is a fixed number of floats (its JSON
+:meth:`WorkloadProfile.size_bytes`). Pure: numpy only, imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+#: VPA's decay half-life of its usage histograms (recommender ``--memory-histogram-decay-half-life``
+#: and ``--cpu-histogram-decay-half-life``, both 24 h).
+HALF_LIFE_S = 24 * 3600.0
+#: Executions remembered per workload (VPA keeps 8 days of history; 8 recent runs here).
+MAX_RUNS = 8
+#: VPA's upper-bound percentile (``--upper-bound-*-percentile`` 0.95).
+UPPER_PERCENTILE = 0.95
+#: VPA's safety margin on a recommendation (recommender ``--recommendation-margin-fraction``
+#: 0.15; KRR's memory buffer is 15 % too): a re-run's first window varies with its seed.
+RECOMMENDATION_MARGIN = 0.15
+#: VPA's OOM bump: ``OOMBumpUpRatio`` 1.2 and ``OOMMinBumpUp`` 100 MiB.
+OOM_BUMP_RATIO = 1.2
+OOM_MIN_BUMP_BYTES = 100 * 1024.0 ** 2
+
+
+class ProfileError(ValueError):
+    """A stored profile that cannot be read back (one line, naming the field)."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One execution of a workload, as its profile remembers it (per resource)."""
+    end: float                    # when it ended (unix seconds)
+    duration: float               # seconds it ran
+    first: tuple[float, ...]      # the first window's peak
+    peak: tuple[float, ...]       # the lifetime peak
+    peak_at: tuple[float, ...]    # seconds from its start to the first sample at that peak
+    oom_killed: bool = False
+
+
+def bump_for_oom(values: np.ndarray, memory_index: int | None, bytes_unit: bool) -> np.ndarray:
+    """VPA's OOM bump on the memory column: ×1.2, and at least +100 MiB where memory is in
+    bytes (the usage an OOM kill recorded stopped at the limit, below what the run needed)."""
+    out = np.array(values, np.float64)
+    if memory_index is not None and 0 <= memory_index < len(out):
+        v = out[memory_index]
+        bumped = v * OOM_BUMP_RATIO
+        if bytes_unit:
+            bumped = max(bumped, v + OOM_MIN_BUMP_BYTES)
+        out[memory_index] = bumped
+    return out
+
+
+def summarise(usage: np.ndarray, step: float, window: int, start: float,
+              oom_killed: bool = False, memory_index: int | None = None,
+              bytes_unit: bool = True) -> RunSummary:
+    """One execution's summary from its usage (samples × resources, ``step`` seconds apart,
+    the first at ``start``); ``oom_killed`` bumps its memory (:func:`bump_for_oom`)."""
+    u = np.asarray(usage, np.float64)
+    if u.ndim != 2 or len(u) == 0:
+        raise ValueError("a run summary needs at least one sample of every resource")
+    if window < 1:
+        raise ValueError(f"window must be at least 1 sample, got {window}")
+    u = np.where(np.isfinite(u), u, 0.0)
+    first, peak = u[:window].max(0), u.max(0)
+    peak_at = np.argmax(u >= peak[None, :], axis=0).astype(np.float64) * float(step)
+    if oom_killed:
+        first = bump_for_oom(first, memory_index, bytes_unit)
+        peak = bump_for_oom(peak, memory_index, bytes_unit)
+    duration = float(len(u)) * float(step)
+    return RunSummary(float(start) + duration, duration, tuple(map(float, first)),
+                      tuple(map(float, peak)), tuple(map(float, peak_at)), bool(oom_killed))
+
+
+def weighted_upper(values: np.ndarray, weights: np.ndarray,
+                   q: float = UPPER_PERCENTILE) -> np.ndarray:
+    """Per column of ``values`` (runs × R): the smallest value whose cumulative weight (runs
+    sorted by value) reaches ``q`` of the total, VPA's histogram percentile over a handful of
+    runs. Equal weights and fewer than 20 runs: the largest value."""
+    v = np.asarray(values, np.float64)
+    w = np.asarray(weights, np.float64)
+    out = np.empty(v.shape[1])
+    for j in range(v.shape[1]):
+        order = np.argsort(v[:, j], kind="stable")
+        cum = np.cumsum(w[order])
+        k = int(np.searchsorted(cum, q * cum[-1] - 1e-12 * cum[-1]))
+        out[j] = v[order[min(k, len(order) - 1)], j]
+    return out
+
+
+@dataclass(frozen=True)
+class WorkloadProfile:
+    """A workload's remembered executions (the ``MAX_RUNS`` most recent, oldest first) and its
+    counts. Immutable: :meth:`observe` returns the next profile."""
+    resources: tuple[str, ...]
+    runs: tuple[RunSummary, ...] = ()
+    executions: int = 0            # executions ever observed (not only those remembered)
+    oom_kills: int = 0
+    max_runs: int = MAX_RUNS
+    half_life_s: float = HALF_LIFE_S
+
+    def observe(self, run: RunSummary) -> "WorkloadProfile":
+        """This profile with ``run`` added (kept in order of end; the oldest forgotten past
+        ``max_runs``)."""
+        if len(run.first) != len(self.resources):
+            raise ValueError(f"a run of {len(run.first)} resources for a profile of "
+                             f"{len(self.resources)} ({', '.join(self.resources)})")
+        runs = sorted((*self.runs, run), key=lambda r: r.end)[-self.max_runs:]
+        return WorkloadProfile(self.resources, tuple(runs), self.executions + 1,
+                               self.oom_kills + int(run.oom_killed), self.max_runs,
+                               self.half_life_s)
+
+    def weights(self, now: float) -> np.ndarray:
+        """Each remembered run's weight at ``now``: halved every ``half_life_s`` since it
+        ended (a run that ends after ``now`` weighs as one that just ended)."""
+        age = np.array([max(now - r.end, 0.0) for r in self.runs], np.float64)
+        return np.power(0.5, age / self.half_life_s)
+
+    def first_request(self, now: float) -> np.ndarray | None:
+        """The first request for the workload's next execution, per resource: the weighted
+        upper percentile of its remembered runs' first-window peaks, with VPA's safety margin
+        (``RECOMMENDATION_MARGIN``). None when it has none."""
+        if not self.runs:
+            return None
+        upper = weighted_upper(np.array([r.first for r in self.runs]), self.weights(now))
+        return upper * (1.0 + RECOMMENDATION_MARGIN)
+
+    def peak(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """The peak its runs reached (weighted upper percentile, per resource) and the latest
+        point in a run at which a run reached its own peak (seconds from its start): what the
+        in-place policy would hold until that point has passed. None when it has no run."""
+        if not self.runs:
+            return None
+        level = weighted_upper(np.array([r.peak for r in self.runs]), self.weights(now))
+        return level, np.array([r.peak_at for r in self.runs]).max(0)
+
+    # ------------------------------------------------------------------ storage
+    def to_dict(self) -> dict:
+        return {"resources": list(self.resources), "executions": self.executions,
+                "oomKills": self.oom_kills,
+                "runs": [{"end": r.end, "duration": r.duration, "first": list(r.first),
+                          "peak": list(r.peak), "peakAt": list(r.peak_at),
+                          "oomKilled": r.oom_killed} for r in self.runs]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+    def size_bytes(self) -> int:
+        """Bytes of its compact JSON form (what a stored profile takes)."""
+        return len(self.to_json().encode())
+
+    @classmethod
+    def from_dict(cls, doc: dict, max_runs: int = MAX_RUNS) -> "WorkloadProfile":
+        """The profile a :meth:`to_dict` wrote; :class:`ProfileError` naming the field for
+        anything else (a stored profile is read back, never trusted blindly)."""
+        if not isinstance(doc, dict):
+            raise ProfileError("a workload profile must be a mapping")
+        res = doc.get("resources")
+        if not (isinstance(res, list) and res and all(isinstance(r, str) for r in res)):
+            raise ProfileError("profile.resources: a non-empty list of names expected")
+        R = len(res)
+        runs = []
+        raw_runs = doc.get("runs", [])
+        if not isinstance(raw_runs, list):
+            raise ProfileError("profile.runs: a list expected")
+        for i, r in enumerate(raw_runs[-max_runs:]):
+            where = f"profile.runs[{i}]"
+            if not isinstance(r, dict):
+                raise ProfileError(f"{where}: a mapping expected")
+            vec = {}
+            for key in ("first", "peak", "peakAt"):
+                v = r.get(key)
+                if not (isinstance(v, list) and len(v) == R
+                        and all(_finite_non_negative(x) for x in v)):
+                    raise ProfileError(f"{where}.{key}: {R} finite non-negative numbers "
+                                       f"expected")
+                vec[key] = tuple(float(x) for x in v)
+            for key in ("end", "duration"):
+                if not _finite_non_negative(r.get(key)):
+                    raise ProfileError(f"{where}.{key}: a finite non-negative number expected")
+            runs.append(RunSummary(float(r["end"]), float(r["duration"]), vec["first"],
+                                   vec["peak"], vec["peakAt"], bool(r.get("oomKilled", False))))
+        counts = {}
+        for key in ("executions", "oomKills"):
+            v = doc.get(key, 0)
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+                raise ProfileError(f"profile.{key}: a non-negative integer expected")
+            counts[key] = v
+        return cls(tuple(res), tuple(sorted(runs, key=lambda x: x.end)),
+                   max(counts["executions"], len(runs)), counts["oomKills"], max_runs)
+
+
+def _finite_non_negative(x) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            and x >= 0)
+
+
+def profile_from_runs(resources: Sequence[str], runs: Sequence[RunSummary],
+                      max_runs: int = MAX_RUNS) -> WorkloadProfile:
+    """A profile that has observed ``runs`` (any order)."""
+    p = WorkloadProfile(tuple(resources), max_runs=max_runs)
+    for r in sorted(runs, key=lambda x: x.end):
+        p = p.observe(r)
+    return p
