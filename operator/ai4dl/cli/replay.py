@@ -180,6 +180,11 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
         requested = owners_src.requests(src, refs, start, now)
     for e in result.executions:
         ref = PodRef(e.meta["namespace"], e.meta["pod"], e.meta["container"])
+        owner = owner_of.get((ref.namespace, ref.pod))
+        # the workload a served start learns from: the pod's top controller and the container
+        # (a Job re-created, a CronJob's Jobs, a Deployment's pods are one workload each)
+        e.meta["workload"] = f"{owner.key if owner else ref.namespace + '/Pod/' + ref.pod}" \
+                             f"/{ref.container}"
         req = requested.get(ref, {})
         if "cpu" in req:
             e.meta["cpu_limit_cores"] = req["cpu"]
@@ -189,6 +194,8 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
          f"their names; requests known for {len(requested)} of {len(refs)} containers")
     traces = TraceSet(result.executions,
                       source=f"prometheus {args.prometheus} {{{selector}}} last {args.since}")
+    if not getattr(args, "workload_by", None):
+        kw["workload_by"] = "workload"
     cfg = EvaluationConfig(resources=tuple(resources), safety=safety,
                            **{**kw, "test_fraction": 0.0})
     on_stage = (lambda msg: say(args, msg))
