@@ -46,6 +46,13 @@ class TestSummarise:
         assert s.peak_at == (10.0, 20.0)        # the first sample at the peak, in seconds
         assert s.duration == 50.0 and s.end == 150.0 and not s.oom_killed
 
+    def test_early_window_peaks(self):
+        usage = np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 4.0], [1.0, 3.0], [1.0, 6.0]])
+        s = wp.summarise(usage, 15.0, 2, 0.0)
+        assert s.early == ((1.0, 2.0), (1.0, 4.0), (1.0, 6.0))      # windows of 2 samples
+        long = wp.summarise(np.ones((100, 2)), 15.0, 2, 0.0)
+        assert len(long.early) == wp.EARLY_WINDOWS
+
     def test_oom_bump_is_vpas(self):
         usage = np.array([[1.0, 1.0 * GiB], [1.0, 2.0 * GiB]])
         s = wp.summarise(usage, 15.0, 1, 0.0, oom_killed=True, memory_index=1)
@@ -88,6 +95,16 @@ class TestProfile:
         assert list(level) == [1.0, 8.0] and list(until) == [0.0, 30.0]
         assert p.executions == 2 and p.oom_kills == 0
 
+    def test_the_first_request_leaves_room_for_the_climb(self):
+        """A run climbing 1, 4, 6 GiB in its first windows: a layer that at most doubles a
+        window can follow it from 2 GiB (4 / 2, and 6 / 4 = 1.5 < 2), not from 1 GiB."""
+        run = wp.RunSummary(100.0, 60.0, (1.0,), (6.0,), (40.0,), False,
+                            ((1.0,), (4.0,), (6.0,)))
+        p = wp.profile_from_runs(("memory",), [run])
+        assert p.first_request(200.0)[0] == pytest.approx(1.15)          # nothing limits
+        assert p.first_request(200.0, max_increase=1.0)[0] == pytest.approx(2.3)
+        assert p.first_request(200.0, max_increase=3.0)[0] == pytest.approx(1.15)  # 4/4, 6/16
+
     def test_no_run_no_request(self):
         p = wp.WorkloadProfile(("cpu", "memory"))
         assert p.first_request(0.0) is None and p.peak(0.0) is None
@@ -109,10 +126,12 @@ class TestProfile:
         assert max(sizes) < 2048
 
     def test_round_trip(self):
+        measured = wp.summarise(np.array([[1.0, 2.0], [2.0, 5.0], [1.0, 3.0]]), 15.0, 1, 0.0,
+                                oom_killed=True, memory_index=1, bytes_unit=False)
         p = wp.profile_from_runs(("cpu", "memory"), [run(100.0, 2.0, 8.0, oom=True),
-                                                     run(50.0, 1.0, 4.0)])
+                                                     run(50.0, 1.0, 4.0), measured])
         back = wp.WorkloadProfile.from_dict(json.loads(p.to_json()))
-        assert back == p
+        assert back == p and back.runs[0].early == measured.early
 
     @pytest.mark.parametrize("doc,field", [
         ([], "mapping"),
@@ -127,6 +146,9 @@ class TestProfile:
         ({"resources": ["memory"], "runs": [{"end": 1, "duration": 1, "first": [float("nan")],
                                              "peak": [1], "peakAt": [0]}]},
          r"profile.runs\[0\].first"),
+        ({"resources": ["memory"], "runs": [{"end": 1, "duration": 1, "first": [1],
+                                             "peak": [1], "peakAt": [0], "early": [[1, 2]]}]},
+         r"profile.runs\[0\].early"),
         ({"resources": ["memory"], "executions": -2}, "profile.executions"),
         ({"resources": ["memory"], "oomKills": True}, "profile.oomKills"),
     ])

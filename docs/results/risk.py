@@ -137,16 +137,19 @@ def run_one(label: str, seed: int) -> dict:
     return out
 
 
+def store(doc: dict, path: Path, what: str) -> None:
+    """One run's JSON, written whole (a temporary file renamed onto it), and its time said."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, default=float))
+    tmp.replace(path)
+    print(f"{what}: {doc['seconds']:.0f} s", file=sys.stderr)
+
+
 def cmd_run(sets: list[str], seeds: list[int]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     for label in sets:
         for seed in seeds:
-            doc = run_one(label, seed)
-            path = OUT / f"{label}-s{seed}.json"
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(doc, default=float))
-            tmp.replace(path)
-            print(f"{label} seed {seed}: {doc['seconds']:.0f} s", file=sys.stderr)
+            store(run_one(label, seed), OUT / f"{label}-s{seed}.json", f"{label} seed {seed}")
     return 0
 
 
@@ -254,20 +257,28 @@ def _word(g: float, se: float) -> str:
     return "dearer within one s.e. (not resolved)"
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_or_table(argv: list[str], description: str, sets, cmd_run, cmd_table) -> int:
+    """The ``run [--sets A,B] [--seeds 0,1,...]`` / ``table`` command line of a script that
+    stores one JSON per run and tabulates them (this one, starts.py); an unknown set or a bad
+    seed is argparse's usage error."""
+    ap = argparse.ArgumentParser(description=description)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--sets", default=",".join(SETS))
+    r.add_argument("--sets", default=",".join(sets))
     r.add_argument("--seeds", default="0,1,2,3,4", type=seed_list)
     sub.add_parser("table")
     args = ap.parse_args(argv)
     if args.cmd == "run":
-        sets = args.sets.split(",")
-        if unknown_set(sets):
-            ap.error(unknown_set(sets))
-        return cmd_run(sets, args.seeds)
+        chosen = args.sets.split(",")
+        bad = [s for s in chosen if s not in sets]
+        if bad:
+            ap.error(f"unknown data set {bad[0]!r} (known: {', '.join(sets)})")
+        return cmd_run(chosen, args.seeds)
     return cmd_table()
+
+
+def main(argv: list[str]) -> int:
+    return run_or_table(argv, __doc__.split("\n\n")[0], SETS, cmd_run, cmd_table)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 # From the repository root, after `make env`:  bash docs/results/run.sh
 # Data: ../shared/data (override with AI4DL_DATA). Takes about 50 minutes on 2 shared cores
 # (measured 2026-11-28: 49 min 20 s, beside other work; risk.py about 16 minutes of it;
+# starts.py, added 2026-12-04, about 15 minutes more;
 # the workload-prior probe about a minute).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -87,3 +88,9 @@ done
   > $R/spike-period.md
 # ... and where the clairvoyant peak wins: before a job's peak, at it, or after it (the one cell)
 .venv/bin/python docs/results/peak_side_probe.py --sets synthetic,dlcorpus > $R/peak-side.md
+# The start counted (issue 42): the first window scored and each execution started as the
+# operator serves it, the workload's profile (its runs that ended before) against the pooled
+# level; run.sh's synthetic jobs each re-run four times, and the data sets with re-runs
+$A -q synthetic -o out/synthetic-reruns.csv --executions 200 --seed 5 --no-gpu --runs-per-workload 4
+.venv/bin/python docs/results/starts.py run
+.venv/bin/python docs/results/starts.py table > $R/starts.md

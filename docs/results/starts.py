@@ -22,14 +22,13 @@ Data: as risk.py's, plus run.sh's synthetic jobs re-run four times each (``synth
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import time
 from pathlib import Path
 
-from risk import load_set, seed_list
+from risk import load_set, run_or_table, store
 
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from ai4dl.evaluation.report_verdict import mean_se, side_of_one_se
@@ -105,12 +104,8 @@ def cmd_run(sets: list[str], seeds: list[int]) -> int:
         traces = load(label)
         for seed in seeds:
             for start in STARTS:
-                doc = run_one(label, start, seed, traces)
-                path = OUT / f"{label}-{start}-s{seed}.json"
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(doc, default=float))
-                tmp.replace(path)
-                print(f"{label} {start} seed {seed}: {doc['seconds']:.0f} s", file=sys.stderr)
+                store(run_one(label, start, seed, traces),
+                      OUT / f"{label}-{start}-s{seed}.json", f"{label} {start} seed {seed}")
     return 0
 
 
@@ -198,20 +193,7 @@ def cmd_table() -> int:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--sets", default=",".join(SETS))
-    r.add_argument("--seeds", default="0,1,2,3,4", type=seed_list)
-    sub.add_parser("table")
-    args = ap.parse_args(argv)
-    if args.cmd == "run":
-        sets = args.sets.split(",")
-        bad = [s for s in sets if s not in SETS]
-        if bad:
-            ap.error(f"unknown data set {bad[0]!r} (known: {', '.join(SETS)})")
-        return cmd_run(sets, args.seeds)
-    return cmd_table()
+    return run_or_table(argv, __doc__.split("\n\n")[0], SETS, cmd_run, cmd_table)
 
 
 if __name__ == "__main__":

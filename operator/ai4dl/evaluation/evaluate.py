@@ -76,7 +76,8 @@ def execution_starts(cfg: "EvaluationConfig", executions: Sequence[Execution],
     if cfg.initial != "served":
         return None, None
     seen = list({id(h): h for h in history}.values())
-    return served_starts(executions, seen, cfg.resources, cfg.window, level, cfg.workload_by)
+    return served_starts(executions, seen, cfg.resources, cfg.window, level, cfg.workload_by,
+                         cfg.safety.max_increase if cfg.safety is not None else None)
 
 
 # ----------------------------------------------------------------------------- the whole run

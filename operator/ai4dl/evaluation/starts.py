@@ -80,11 +80,13 @@ def run_summaries(executions: Sequence[Execution], resources: Sequence[str], win
 
 def served_starts(executions: Sequence[Execution], history: Sequence[Execution],
                   resources: Sequence[str], window: int, level: np.ndarray | None,
-                  by: str = "group") -> tuple[list[np.ndarray], StartCounts]:
+                  by: str = "group", max_increase: float | None = None
+                  ) -> tuple[list[np.ndarray], StartCounts]:
     """Each execution's served start (see the module docstring) and how many came from each
     source. ``history``: every execution the replay has in its past (the train side and the
     held-out side; only those of the same workload that ended before an execution started
-    count for it)."""
+    count for it). ``max_increase``: the safety layer's growth limit per window, which the
+    profile's first request leaves room for (:meth:`WorkloadProfile.first_request`)."""
     summaries = run_summaries(history, resources, window)
     by_workload: dict[str, list[RunSummary]] = {}
     for h, s in zip(history, summaries):
@@ -94,7 +96,8 @@ def served_starts(executions: Sequence[Execution], history: Sequence[Execution],
     for e in executions:
         begin = float(e.times[0]) if len(e) else 0.0
         past = [s for s in by_workload.get(workload_of(e, by), []) if s.end <= begin]
-        request = profile_from_runs(resources, past).first_request(begin) if past else None
+        request = (profile_from_runs(resources, past).first_request(begin, max_increase)
+                   if past else None)
         source = "profile"
         if request is None and level is not None:
             request, source = np.asarray(level, np.float64).copy(), "pooled"

@@ -4,11 +4,12 @@ of one job. Its profile is learned from the executions that ended before the nex
 and gives that one its first request instead of the pooled first-window level that a workload
 never seen gets.
 
-Per execution the profile keeps one small summary (:class:`RunSummary`): the first window's
-peak, the lifetime peak, when that peak came, how long the run lasted, whether it was
+Per execution the profile keeps one small summary (:class:`RunSummary`): the peaks of its first
+few windows, the lifetime peak, when that peak came, how long the run lasted, whether it was
 OOM-killed. It keeps the ``MAX_RUNS`` most recent, and weighs them by age with VPA's half-life
-(24 h): the first request is the weighted ``UPPER_PERCENTILE`` quantile of the remembered
-first-window peaks, VPA's upper-bound percentile, so a run a week old counts for less than
+(24 h): the first request is the weighted ``UPPER_PERCENTILE`` quantile, over the remembered
+runs, of the least start from which the safety layer could follow the run's early climb (its
+first-window peak when nothing limits the growth), VPA's upper-bound percentile, so a run a week old counts for less than
 yesterday's, and with a few recent runs it is the largest of them; plus VPA's 15 % safety
 margin, since a re-run's first window varies with its seed. An OOM-killed run's memory
 is bumped as VPA bumps it (×1.2, at least +100 MiB), since its usage stopped at the limit.
@@ -46,6 +47,12 @@ class ProfileError(ValueError):
     """A stored profile that cannot be read back (one line, naming the field)."""
 
 
+#: Windows whose peaks a run summary keeps from its start: enough for the first request to
+#: leave room for the climb that follows it (:meth:`WorkloadProfile.first_request`); past them
+#: the safety layer's growth (at its default, ×2 a window: ×256 after 8) covers any climb.
+EARLY_WINDOWS = 8
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """One execution of a workload, as its profile remembers it (per resource)."""
@@ -55,6 +62,12 @@ class RunSummary:
     peak: tuple[float, ...]       # the lifetime peak
     peak_at: tuple[float, ...]    # seconds from its start to the first sample at that peak
     oom_killed: bool = False
+    #: the peaks of its first ``EARLY_WINDOWS`` windows (the first is ``first``), oldest first
+    early: tuple[tuple[float, ...], ...] = ()
+
+    def windows(self) -> np.ndarray:
+        """(windows, R): its early window peaks, at least the first."""
+        return np.array(self.early if self.early else (self.first,), np.float64)
 
 
 def bump_for_oom(values: np.ndarray, memory_index: int | None, bytes_unit: bool) -> np.ndarray:
@@ -81,14 +94,17 @@ def summarise(usage: np.ndarray, step: float, window: int, start: float,
     if window < 1:
         raise ValueError(f"window must be at least 1 sample, got {window}")
     u = np.where(np.isfinite(u), u, 0.0)
-    first, peak = u[:window].max(0), u.max(0)
+    early = np.maximum.reduceat(u[: window * EARLY_WINDOWS],
+                                np.arange(0, min(len(u), window * EARLY_WINDOWS), window), axis=0)
+    peak = u.max(0)
     peak_at = np.argmax(u >= peak[None, :], axis=0).astype(np.float64) * float(step)
     if oom_killed:
-        first = bump_for_oom(first, memory_index, bytes_unit)
+        early = np.array([bump_for_oom(w, memory_index, bytes_unit) for w in early])
         peak = bump_for_oom(peak, memory_index, bytes_unit)
     duration = float(len(u)) * float(step)
-    return RunSummary(float(start) + duration, duration, tuple(map(float, first)),
-                      tuple(map(float, peak)), tuple(map(float, peak_at)), bool(oom_killed))
+    return RunSummary(float(start) + duration, duration, tuple(map(float, early[0])),
+                      tuple(map(float, peak)), tuple(map(float, peak_at)), bool(oom_killed),
+                      tuple(tuple(map(float, w)) for w in early))
 
 
 def weighted_upper(values: np.ndarray, weights: np.ndarray,
@@ -135,13 +151,28 @@ class WorkloadProfile:
         age = np.array([max(now - r.end, 0.0) for r in self.runs], np.float64)
         return np.power(0.5, age / self.half_life_s)
 
-    def first_request(self, now: float) -> np.ndarray | None:
-        """The first request for the workload's next execution, per resource: the weighted
-        upper percentile of its remembered runs' first-window peaks, with VPA's safety margin
-        (``RECOMMENDATION_MARGIN``). None when it has none."""
+    def first_request(self, now: float, max_increase: float | None = None
+                      ) -> np.ndarray | None:
+        """The first request for the workload's next execution, per resource, with VPA's
+        safety margin (``RECOMMENDATION_MARGIN``); None when it has no run.
+
+        Per run, the least start from which the safety layer, growing the request by at most
+        ``max_increase`` a window, can still follow that run's climb: the largest of its early
+        window peaks ``p_w`` over ``(1 + max_increase)^w`` (its first-window peak when nothing
+        limits the growth, ``max_increase`` None). A start cut to the first window alone
+        would leave the next windows short whatever a policy proposed, since the layer could
+        not raise it fast enough. Then the weighted upper percentile over the runs."""
         if not self.runs:
             return None
-        upper = weighted_upper(np.array([r.first for r in self.runs]), self.weights(now))
+        need = []
+        for r in self.runs:
+            w = r.windows()
+            if max_increase is None:
+                need.append(w[0])
+            else:
+                growth = np.power(1.0 + float(max_increase), np.arange(len(w)))[:, None]
+                need.append((w / growth).max(0))
+        upper = weighted_upper(np.array(need), self.weights(now))
         return upper * (1.0 + RECOMMENDATION_MARGIN)
 
     def peak(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -159,7 +190,8 @@ class WorkloadProfile:
                 "oomKills": self.oom_kills,
                 "runs": [{"end": r.end, "duration": r.duration, "first": list(r.first),
                           "peak": list(r.peak), "peakAt": list(r.peak_at),
-                          "oomKilled": r.oom_killed} for r in self.runs]}
+                          "oomKilled": r.oom_killed, "early": [list(w) for w in r.early]}
+                         for r in self.runs]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
@@ -197,8 +229,15 @@ class WorkloadProfile:
             for key in ("end", "duration"):
                 if not _finite_non_negative(r.get(key)):
                     raise ProfileError(f"{where}.{key}: a finite non-negative number expected")
+            early = r.get("early", [])
+            if not (isinstance(early, list) and len(early) <= EARLY_WINDOWS and all(
+                    isinstance(w, list) and len(w) == R and all(_finite_non_negative(x)
+                                                                for x in w) for w in early)):
+                raise ProfileError(f"{where}.early: at most {EARLY_WINDOWS} lists of {R} finite "
+                                   f"non-negative numbers expected")
             runs.append(RunSummary(float(r["end"]), float(r["duration"]), vec["first"],
-                                   vec["peak"], vec["peakAt"], bool(r.get("oomKilled", False))))
+                                   vec["peak"], vec["peakAt"], bool(r.get("oomKilled", False)),
+                                   tuple(tuple(float(x) for x in w) for w in early)))
         counts = {}
         for key in ("executions", "oomKills"):
             v = doc.get(key, 0)
