@@ -105,6 +105,17 @@ def test_defaults_count_the_start_as_served(rerun_csv):
     assert "served (workload profile, else pooled)" in out     # its cold-start row
 
 
+def test_the_json_counts_the_starts(rerun_csv, tmp_path):
+    import json
+
+    rc, _, err = _run(["-q", "evaluate", str(rerun_csv), *BASE, "--json", str(tmp_path / "r.json")])
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["config"]["initial"] == "served" and doc["config"]["include_cold_start"] is True
+    n = doc["counts"]["test_executions"]
+    assert doc["starts"] == {"profile": 2 * n // 3, "pooled": n // 3, "request": 0, "peak": 0}
+
+
 def test_the_clairvoyant_start_says_so(rerun_csv):
     rc, out, _ = _run(["-q", "evaluate", str(rerun_csv), *BASE, "--initial", "peak",
                        "--exclude-cold-start"])

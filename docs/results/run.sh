@@ -3,7 +3,7 @@
 # From the repository root, after `make env`:  bash docs/results/run.sh
 # Data: ../shared/data (override with AI4DL_DATA). Takes about 50 minutes on 2 shared cores
 # (measured 2026-11-28: 49 min 20 s, beside other work; risk.py about 16 minutes of it;
-# starts.py, added 2026-12-04, about 15 minutes more;
+# starts.py, added 2026-12-04, 14 min 38 s more;
 # the workload-prior probe about a minute).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

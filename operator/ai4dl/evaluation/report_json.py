@@ -120,6 +120,8 @@ def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None 
         "per_execution": [{"name": name, "scores": _scores_dict(sc, data.resources)}
                           for name, sc in zip(data.names, result.per_execution)],
         "cold_start": [_plain(c) for c in result.cold_start],
+        # where the held-out executions started (initial "served"): how many from each source
+        "starts": dict(result.starts.counts) if result.starts is not None else None,
     }
     if sweep is not None:
         doc["sweep"] = [{"policy": p["policy"], "k": p["k"], "margin": p["margin"],
