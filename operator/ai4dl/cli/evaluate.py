@@ -35,12 +35,11 @@ def _evaluation_resources(args: argparse.Namespace, traces) -> tuple[str, ...]:
 def check_workload_key(key: str, traces) -> None:
     """--workload-by names an attribute at least one execution has (a typo would otherwise
     make every execution its own workload without a word)."""
-    if key == "group":
+    if key == "group" or any(e.meta.get(key) not in (None, "") for e in traces):
         return
     have = sorted({k for e in traces for k in e.meta})
-    if not any(e.meta.get(key) not in (None, "") for e in traces):
-        raise Ai4dlError(f"--workload-by {key}: no execution has that attribute (they have: "
-                         f"{', '.join(have) or 'none'}; or 'group')")
+    raise Ai4dlError(f"--workload-by {key}: no execution has that attribute (they have: "
+                     f"{', '.join(have) or 'none'}; or 'group')")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:

@@ -180,11 +180,10 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
         requested = owners_src.requests(src, refs, start, now)
     for e in result.executions:
         ref = PodRef(e.meta["namespace"], e.meta["pod"], e.meta["container"])
-        owner = owner_of.get((ref.namespace, ref.pod))
         # the workload a served start learns from: the pod's top controller and the container
-        # (a Job re-created, a CronJob's Jobs, a Deployment's pods are one workload each)
-        e.meta["workload"] = f"{owner.key if owner else ref.namespace + '/Pod/' + ref.pod}" \
-                             f"/{ref.container}"
+        # (a Job re-created, a CronJob's Jobs, a Deployment's pods are one workload each;
+        # owners() has every pod, from kube-state-metrics or its name)
+        e.meta["workload"] = f"{owner_of[(ref.namespace, ref.pod)].key}/{ref.container}"
         req = requested.get(ref, {})
         if "cpu" in req:
             e.meta["cpu_limit_cores"] = req["cpu"]

@@ -65,13 +65,13 @@ def _step(ex: Execution) -> float:
 def run_summaries(executions: Sequence[Execution], resources: Sequence[str], window: int
                   ) -> list[RunSummary | None]:
     """Each execution's :class:`RunSummary` (None for an execution without samples)."""
+    mem = list(resources).index("memory") if "memory" in resources else None
     out: list[RunSummary | None] = []
     for e in executions:
         if not len(e):
             out.append(None)
             continue
         sel = e.select(resources)
-        mem = list(resources).index("memory") if "memory" in resources else None
         bytes_unit = mem is not None and tuple(sel.units)[mem] == "bytes"
         out.append(summarise(sel.values, _step(e), window, float(e.times[0]),
                              memory_index=mem, bytes_unit=bytes_unit))
