@@ -55,6 +55,9 @@ generate: $(STAMP)
 	$(BIN)/python -m ai4dl.crd > crds/phasemodels.ai4dl.io.yaml.tmp
 	mv -f crds/phasemodels.ai4dl.io.yaml.tmp crds/phasemodels.ai4dl.io.yaml
 	cp crds/phasemodels.ai4dl.io.yaml charts/ai4dl-operator/crds/phasemodels.ai4dl.io.yaml
+	$(BIN)/python -m ai4dl.crd_profile > crds/workloadprofiles.ai4dl.io.yaml.tmp
+	mv -f crds/workloadprofiles.ai4dl.io.yaml.tmp crds/workloadprofiles.ai4dl.io.yaml
+	cp crds/workloadprofiles.ai4dl.io.yaml charts/ai4dl-operator/crds/workloadprofiles.ai4dl.io.yaml
 	$(BIN)/python charts/ai4dl-operator/dashboards/generate.py
 	bash e2e/helm/build.sh
 	bash deploy/render.sh

@@ -60,14 +60,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def crd(kube_cluster):
-    """The PhaseModel CRD, created (or already there) and Established."""
+def install_crd(api_client, body: dict) -> dict:
+    """Create a CRD (or bring an older one up to date) and wait until it is Established."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    ext = client.ApiextensionsV1Api(kube_cluster.api_client)
-    body = crd_manifest()
+    ext = client.ApiextensionsV1Api(api_client)
     try:
         ext.create_custom_resource_definition(body)
     except ApiException as err:
@@ -81,6 +79,16 @@ def crd(kube_cluster):
                          (ext.read_custom_resource_definition(body["metadata"]["name"])
                           .status.conditions or [])), 30, what="CRD Established")
     return body
+
+
+@pytest.fixture(scope="module")
+def crd(kube_cluster):
+    """The operator's CRDs (PhaseModel, WorkloadProfile), created (or already there) and
+    Established; the PhaseModel's is returned."""
+    from ai4dl.crd_profile import crd_manifest as profile_crd_manifest
+
+    install_crd(kube_cluster.api_client, profile_crd_manifest())
+    return install_crd(kube_cluster.api_client, crd_manifest())
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +156,10 @@ def install_for_operator(control_plane, api, folder: Path, namespaces,
     operator's kubeconfig (its own ServiceAccount) and the webhook configuration created."""
     from kubernetes import client, utils
 
+    from ai4dl.crd_profile import crd_manifest as profile_crd_manifest
+
     client.ApiextensionsV1Api(api).create_custom_resource_definition(crd_manifest())
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(profile_crd_manifest())
     core = client.CoreV1Api(api)
     for ns in ("ai4dl-system", *namespaces):
         core.create_namespace({"metadata": {"name": ns}})

@@ -650,6 +650,107 @@ def test_a_limit_only_container_is_given_no_request(kube_cluster, k8s_namespace,
                    "0 requests added or changed on it", "ai4dl.io/admission names the rule"))
 
 
+# ----------------------------------------------------------------------------- workload profiles
+def test_a_known_workload_starts_from_its_profile(kube_cluster, k8s_namespace, webhook, doc,
+                                                  operator_kubeconfig):
+    """Issue 42 on the real API server: the operator's ServiceAccount writes a WorkloadProfile
+    (as the window loop does when an execution ends: ai4dl.controller.profiles.ProfileStore),
+    the running operator's index reads it, and the workload's next pod is admitted with the
+    profile's first request; another workload's pod gets the pooled level. A profile a cluster
+    admin forged (sealed with another key) is not used. A namespace admin has no verb on it."""
+    from kubernetes import client, config
+
+    from ai4dl.controller.podstate import StateKey
+    from ai4dl.controller.pods import A_WORKLOAD
+    from ai4dl.controller.profiles import ProfileStore, profile_object
+    from ai4dl.crd_profile import PROFILE_PLURAL
+    from ai4dl.policy.workload_profile import RunSummary, profile_from_runs
+    from ai4dl.quantity import parse_quantity
+    from e2e_fixtures_operator import state_key_file
+
+    op, _, _ = webhook
+    pm = make_pm(kube_cluster, k8s_namespace, "pm", spec_of(names(doc), {}, doc))
+    wait_admitted(kube_cluster, k8s_namespace)
+    resources = ("cpu", "memory")
+    run = RunSummary(time.time() - 60, 600.0, (0.5, 3 * 2 ** 30), (1.0, 4 * 2 ** 30),
+                     (30.0, 300.0), early=((0.5, 3 * 2 ** 30),), run_id="r1")
+    api = config.new_client_from_config(config_file=str(operator_kubeconfig))
+    try:
+        key = StateKey.from_file(state_key_file(op.log.parent))
+        store = ProfileStore(client.CustomObjectsApi(api), k8s_namespace, "pm", key)
+        assert store.record_runs("Label/train", [("main", run)], resources,
+                                 pm["metadata"]["uid"], time.time(), 1.0)
+        assert not store.record_runs("Label/train", [("main", run)], resources,
+                                     pm["metadata"]["uid"], time.time(), 1.0)   # seen: no write
+        assert store.writes == 1
+    finally:
+        api.close()
+    want = profile_from_runs(resources, [run]).first_request(time.time(), 1.0)
+
+    def admitted_from_profile():
+        obj, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "train-1",
+                                                      labels={"ai4dl.io/workload": "train"}),
+                           dry_run=True)
+        return "profile" in annotations_of(obj).get(A_ADMISSION, "") and obj
+    obj = wait_for(admitted_from_profile, 30, interval=0.5, what="the profile in the index")
+    got = requests_of(obj)
+    assert parse_quantity(got["memory"]) == pytest.approx(want[1], rel=1e-3)
+    assert parse_quantity(got["cpu"]) == pytest.approx(want[0], rel=2e-3)
+    assert annotations_of(obj)[A_WORKLOAD] == "Label/train"
+    other, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "eval-1",
+                                                    labels={"ai4dl.io/workload": "eval"}),
+                         dry_run=True)
+    pooled = {r["resource"]: r["coldStart"] for r in doc["policyTables"][0]["resources"]}
+    assert parse_quantity(requests_of(other)["memory"]) == pytest.approx(pooled["memory"],
+                                                                         rel=1e-3)
+    assert "profile" not in annotations_of(other)[A_ADMISSION]
+
+    # a cluster admin writes a profile for "eval" sealed with another key: not used
+    custom = client.CustomObjectsApi(kube_cluster.api_client)
+    forged = profile_object(k8s_namespace, "pm", pm["metadata"]["uid"], "Label/eval",
+                            {"main": profile_from_runs(resources, [run])},
+                            StateKey(b"f" * 32), time.time(), 1.0)
+    custom.create_namespaced_custom_object(GROUP, VERSION, k8s_namespace, PROFILE_PLURAL, forged)
+    time.sleep(2)           # the index has had time to see it
+    again, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "eval-2",
+                                                    labels={"ai4dl.io/workload": "eval"}),
+                         dry_run=True)
+    assert requests_of(again) == requests_of(other), annotations_of(again)
+
+    # what the chart's roles allow: the operator all it needs, a namespace admin nothing
+    authz = client.AuthorizationV1Api(kube_cluster.api_client)
+
+    def can(user, groups, verb):
+        review = {"spec": {"user": user, "groups": groups, "resourceAttributes": {
+            "verb": verb, "resource": PROFILE_PLURAL, "group": GROUP,
+            "namespace": k8s_namespace}}}
+        return authz.create_subject_access_review(review).status.allowed
+    operator = ("system:serviceaccount:ai4dl-system:ai4dl-operator",
+                ["system:serviceaccounts", "system:serviceaccounts:ai4dl-system"])
+    assert all(can(*operator, v) for v in ("get", "list", "watch", "create", "update",
+                                           "delete"))
+    assert not can(*operator, "patch")
+    from kubernetes.client.exceptions import ApiException
+
+    rbac = client.RbacAuthorizationV1Api(kube_cluster.api_client)
+    try:
+        rbac.create_namespaced_role_binding(k8s_namespace, {
+            "metadata": {"name": "tenant-admin"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "admin"},
+            "subjects": [{"kind": "User", "name": "tenant", "apiGroup":
+                          "rbac.authorization.k8s.io"}]})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    assert can("tenant", [], "create") is False and can("tenant", [], "update") is False
+    assert can("tenant", [], "get") is False
+    ROWS.append(("a workload with a WorkloadProfile (1 run, memory first window 3Gi)",
+                 f"created with {got['cpu']} / {got['memory']} (its profile); another "
+                 f"workload {requests_of(other)['cpu']} / {requests_of(other)['memory']}",
+                 "a forged profile is not used; a namespace admin has no verb on profiles"))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def fault_table(request):
     yield

@@ -211,3 +211,11 @@ def test_training_status_refuses_objectives_that_cannot_be(bad):
     with pytest.raises(ValidationError):
         ObjectiveStatus.model_validate({"resource": "memory", "kind": "risk", "value": 0.01,
                                         **bad})
+
+
+def test_committed_workload_profile_crd_matches_the_pydantic_models():
+    from ai4dl.crd_profile import crd_yaml as profile_crd_yaml
+
+    path = CRD_FILE.parent / "workloadprofiles.ai4dl.io.yaml"
+    assert path.read_text() == profile_crd_yaml(), (
+        "crds/workloadprofiles.ai4dl.io.yaml is out of date: run `make generate`")

@@ -84,9 +84,12 @@ def by_kind(docs, kind):
 
 # ----------------------------------------------------------------------------- offline
 def test_chart_crd_is_the_generated_crd():
-    chart_crd = CHART / "crds" / "phasemodels.ai4dl.io.yaml"
-    assert chart_crd.read_bytes() == (REPO / "crds" / "phasemodels.ai4dl.io.yaml").read_bytes(), (
-        "charts/ai4dl-operator/crds/ differs from crds/: run `make generate`")
+    for name in ("phasemodels.ai4dl.io.yaml", "workloadprofiles.ai4dl.io.yaml"):
+        chart_crd = CHART / "crds" / name
+        assert chart_crd.read_bytes() == (REPO / "crds" / name).read_bytes(), (
+            f"charts/ai4dl-operator/crds/{name} differs from crds/: run `make generate`")
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(
+        p.name for p in (REPO / "crds").iterdir())
 
 
 @pytest.mark.parametrize("values", [["--set", f"prometheus.url={URL}"],
@@ -187,7 +190,10 @@ def test_default_render(helm, helm_env):
     assert rules == {("", "pods"): {"get", "list", "patch"}, ("", "pods/resize"): {"patch"},
                      ("", "events"): {"create"}, ("", "limitranges"): {"list", "watch"},
                      (GROUP, PLURAL): {"get", "list", "watch", "patch"},
-                     (GROUP, f"{PLURAL}/status"): {"get", "patch"}}
+                     (GROUP, f"{PLURAL}/status"): {"get", "patch"},
+                     # its own checkpoint objects (issue 42): no patch, tenants get no role
+                     (GROUP, "workloadprofiles"): {"get", "list", "watch", "create", "update",
+                                                   "delete"}}
     bindings = by_kind(docs, "ClusterRoleBinding")       # cluster-wide: no watchNamespaces
     assert sorted(b["roleRef"]["name"] for b in bindings) == \
         [role["metadata"]["name"], hook_role["metadata"]["name"]]
@@ -208,8 +214,10 @@ def test_default_render(helm, helm_env):
                for v in vap["spec"]["validations"])
     # least privilege: no Secrets, no wildcards, no writes beyond these, no peering when standalone
     assert not any(r in ("secrets", "configmaps", "*") or g == "*" for g, r in rules)
+    # create/delete only of its own checkpoint objects (a WorkloadProfile per workload)
     assert not any(v in ("*", "delete", "deletecollection", "create") for (g, r), vs in rules.items()
-                   if r != "events" for v in vs)
+                   if r not in ("events", "workloadprofiles") for v in vs)
+    assert "deletecollection" not in rules[(GROUP, "workloadprofiles")]
     assert not any(g in ("kopf.dev", "coordination.k8s.io") for g, _ in rules)
 
 
@@ -313,7 +321,13 @@ def test_all_features_render(helm, helm_env):
     assert c["command"] + c["args"] == [
         "ai4dl", "train", f"--prometheus={URL.replace('prometheus.example', 'prometheus-server.monitoring.svc')}",
         '--selector=namespace="nlp",pod=~"bert-(train|finetune)-.*"', "--since=30d",
-        "--phasemodel=nlp/bert", "--if-due"]
+        "--phasemodel=nlp/bert", "--if-due", "--state-key-file=/etc/ai4dl/state-key/key"]
+    # the operator's key, mounted by the kubelet: the batch fill seals workload profiles
+    tpod = bert["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert {"name": "state-key", "mountPath": "/etc/ai4dl/state-key", "readOnly": True} \
+        in c["volumeMounts"]
+    assert next(v for v in tpod["volumes"] if v["name"] == "state-key")["secret"][
+        "secretName"] == "r-ai4dl-operator-state-key"
     assert c["image"].startswith("ghcr.io/ai4dl/ai4dl-trainer:")
     # peering: a KopfPeering per watched namespace, the pod name as kopf's identity
     assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["ml", "vision"]
@@ -325,6 +339,7 @@ def test_all_features_render(helm, helm_env):
 
     parsed = cli_parser().parse_args(c["command"][1:] + c["args"])
     assert (parsed.phasemodel, parsed.since, parsed.if_due) == ("nlp/bert", "30d", True)
+    assert parsed.state_key_file == "/etc/ai4dl/state-key/key"
     parsed = operator_parser().parse_args(args)
     assert parsed.peering == "ai4dl" and parsed.namespace == ["ml", "vision"]
     assert c["securityContext"] == RESTRICTED
@@ -342,7 +357,10 @@ def test_all_features_render(helm, helm_env):
              "verbs": ["get", "patch"]},
             {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "resourceNames": [name],
              "verbs": ["get", "patch"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            # the batch fill: profile names are hashes of workloads (no resourceNames)
+            {"apiGroups": [GROUP], "resources": ["workloadprofiles"],
+             "verbs": ["get", "create", "update"]}]
 
 
 def test_state_key_is_mounted_never_read_through_the_api(helm, helm_env):

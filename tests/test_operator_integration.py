@@ -295,6 +295,67 @@ def test_restart_mid_run_loses_and_duplicates_no_resize(kube_cluster, k8s_namesp
             f"{first})"
 
 
+def test_an_ended_execution_feeds_its_workload_profile_once(kube_cluster, k8s_namespace,
+                                                           fake_kubelet, stack, jobs,
+                                                           model_doc, operator):
+    """Issue 42, online: a pod watched from its start ends (Succeeded); within a window its
+    workload's WorkloadProfile holds the run (one write), the PhaseModel's status counts it,
+    and a SIGKILLed operator, restarted, keeps it and counts nothing twice."""
+    from kubernetes import client
+
+    from ai4dl.controller.profiles import profile_name
+    from ai4dl.crd_profile import PROFILE_PLURAL
+
+    exporter, _ = stack
+    ns = k8s_namespace
+    make_phasemodel(kube_cluster, ns, "pm", model_doc)
+    operator.wait_windows(1, ns, logged_after=operator.started_at)
+    traces, truth = jobs
+    fake_kubelet.create_pod("w1", namespace=ns, requests={"cpu": "8", "memory": "32Gi"},
+                            labels={OPT_IN_LABEL: "true", "app": "train",
+                                    "ai4dl.io/workload": "train"},
+                            annotations={MODEL_ANNOTATION: "pm"})
+    exporter.add_pod((ns, "w1", "main"), traces[0], offset=0.0)
+    created = time.time()
+    operator.wait_windows(2, ns, after=created, logged_after=operator.started_at)
+    fake_kubelet.set_phase("w1", "Succeeded", namespace=ns)
+    custom = client.CustomObjectsApi(kube_cluster.api_client)
+    name = profile_name("pm", "Label/train")
+
+    def profile():
+        try:
+            return custom.get_namespaced_custom_object(GROUP, VERSION, ns, PROFILE_PLURAL, name)
+        except client.exceptions.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+    body = operator.wait_for(profile, 3 * WINDOW, what="the WorkloadProfile", namespace=ns)
+    status = body["status"]
+    assert status["executions"] == 1 and status["oomKills"] == 0
+    (c,) = status["containers"]
+    assert c["name"] == "main" and c["runs"] == 1
+    assert parse_quantity(c["firstRequest"]["memory"]) > 0
+    assert parse_quantity(c["peak"]["memory"]) >= parse_quantity(c["firstRequest"]["memory"]) \
+        / 1.15 * 0.99
+    assert body["metadata"]["ownerReferences"][0]["name"] == "pm"
+    pm_status = operator.wait_for(
+        lambda: ((read_pm(kube_cluster, ns, "pm").get("status") or {}).get("workloads") or {})
+        .get("profileWrites") == 1 and read_pm(kube_cluster, ns, "pm")["status"],
+        2 * WINDOW, what="the status counting the profile", namespace=ns)
+    assert pm_status["workloads"]["stored"] == 1
+    assert 'ai4dl_profile_writes_total{namespace="%s",phasemodel="pm"} 1.0' % ns \
+        in operator.metrics()
+
+    operator.stop(signal.SIGKILL)
+    operator.start()
+    operator.wait_windows(2, ns, logged_after=operator.started_at)
+    kept = profile()
+    assert kept["status"]["executions"] == 1, "the run was counted again after the restart"
+    assert kept["status"]["record"] == body["status"]["record"]
+    status = read_pm(kube_cluster, ns, "pm")["status"]["workloads"]
+    assert status["stored"] == 1 and status["profileWrites"] == 0
+
+
 def test_deleted_pod_mid_window_is_no_error(kube_cluster, k8s_namespace, fake_kubelet, stack,
                                             jobs, model_doc, operator):
     exporter, _ = stack

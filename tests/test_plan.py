@@ -633,3 +633,26 @@ def test_memory_is_not_lowered_while_the_working_set_rises(fitted_model, window)
     t = {p.pod.name: p.containers[0].target for p in out.pods}
     assert t["flat"]["memory"] < 64 * GiB and t["flat"]["cpu"] < 8
     assert t["climbing"]["memory"] == 64 * GiB and t["climbing"]["cpu"] < 8
+
+
+def test_an_oom_killed_container_gets_its_floor_at_once(fitted_model, window):
+    """Issue 42: a container restarted after an OOM kill has its memory raised to its run's
+    bumped peak in the same window, past the growth limit, within the ceiling."""
+    spec = spec_for(fitted_model, maxIncrease=0.1, resources={"memory": {"ceiling": "40Gi"}})
+    p = pod("o", {"cpu": "1", "memory": "2Gi"})
+    base = plan_window(spec, fitted_model, [p], {("ns", "o", "main"): window}, 3, WINDOW_START,
+                       "2027-01-01T00:00:00Z")
+    # without it: the working-set rule (x1.1), not more
+    assert base.pods[0].containers[0].target["memory"] < 9 * GiB
+    floors = {("o-uid", "main"): {"memory": 12 * GiB}}
+    plan = plan_window(spec, fitted_model, [p], {("ns", "o", "main"): window}, 3, WINDOW_START,
+                       "2027-01-01T00:00:00Z", floors=floors).pods[0]
+    assert plan.containers[0].target["memory"] == 12 * GiB
+    req = plan.resize["spec"]["containers"][0]["resources"]["requests"]
+    assert parse_quantity(req["memory"]) == 12 * GiB
+    assert any(n[0] == "OOMKilled" and "12288Mi" in n[1] for n in plan.notices)
+    # never past the ceiling
+    floors = {("o-uid", "main"): {"memory": 100 * GiB}}
+    plan = plan_window(spec, fitted_model, [p], {("ns", "o", "main"): window}, 3, WINDOW_START,
+                       "2027-01-01T00:00:00Z", floors=floors).pods[0]
+    assert plan.containers[0].target["memory"] == 40 * GiB

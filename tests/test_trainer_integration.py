@@ -255,6 +255,49 @@ def test_rejected_forced_and_rolled_back(kube_cluster, k8s_namespace, history, c
     assert pm["status"]["training"]["decision"] == "rolled-back"
 
 
+# ----------------------------------------------------------------------------- workload profiles
+def test_the_batch_fill_writes_each_workloads_profile_once(kube_cluster, history, crd,  # noqa: F811
+                                                           capsys, tmp_path):
+    """Issue 42, the trainer's half: the ended executions it read, by workload (no
+    kube-state-metrics owner here: the pods' names), go into the PhaseModel's WorkloadProfiles,
+    sealed with the operator's key; a second run writes nothing (every run already counted)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from ai4dl.controller.podstate import StateKey
+    from ai4dl.controller.profiles import open_record
+    from ai4dl.crd_profile import PROFILE_PLURAL
+    from e2e_fixtures_k8s import create_namespace
+
+    url, _ = history
+    try:
+        create_namespace(kube_cluster, "hist")
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    key_file = tmp_path / "state-key"
+    key_file.write_bytes(b"s" * 32)
+    make_pm(kube_cluster, "hist", "pm-fill", kind="phase")
+    args = ("--phasemodel", "hist/pm-fill", "--phases", "3", "--state-key-file", str(key_file))
+    assert train(kube_cluster, url, *args) == 0
+    objects = _client(kube_cluster).list_namespaced_custom_object(
+        GROUP, VERSION, "hist", PROFILE_PLURAL, label_selector="ai4dl.io/phasemodel=pm-fill")
+    got = {o["spec"]["workload"]: open_record(o, StateKey(b"s" * 32)) for o in objects["items"]}
+    assert all(g.problem is None for g in got.values()), got
+    # train-0..3: one StatefulSet-like name (train-<n>), four executions; train-r: a restart,
+    # two runs of one container; train-g: one pod, a gap of an hour: two executions
+    runs = {w: g.containers["main"].executions for w, g in got.items()}
+    assert runs == {"StatefulSet/train": 4, "Pod/train-r": 2, "Pod/train-g": 2}, runs
+    profile = got["StatefulSet/train"].containers["main"]
+    assert profile.resources == ("cpu", "memory") and profile.first_request(time.time(), 1.0)[1] > 0
+    written = [json.loads(x) for x in capsys.readouterr().err.splitlines()
+               if x.startswith("{") and '"profiles"' in x]
+    assert written and written[-1]["written"] == 3
+    assert train(kube_cluster, url, *args) == 0
+    again = [json.loads(x) for x in capsys.readouterr().err.splitlines()
+             if x.startswith("{") and '"profiles"' in x]
+    assert again[-1]["written"] == 0 and again[-1]["workloads"] == 3
+
+
 # ----------------------------------------------------------------------------- bad input
 def test_bad_input_exit_codes_and_one_line_errors(kube_cluster, k8s_namespace, history,
                                                   crd, capsys):  # noqa: F811

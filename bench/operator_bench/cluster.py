@@ -73,20 +73,21 @@ def setup_cluster(cp, kubeconfig_dir: Path):
     from kubernetes.client.exceptions import ApiException
 
     from ai4dl.crd import crd_manifest
+    from ai4dl.crd_profile import crd_manifest as profile_crd_manifest
 
     api = config.new_client_from_config(config_file=str(cp.kubeconfig))
     api.configuration.connection_pool_maxsize = 16
     api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 16
     ext = client.ApiextensionsV1Api(api)
-    body = crd_manifest()
-    ext.create_custom_resource_definition(body)
-    deadline = time.time() + 60
-    while not any(c.type == "Established" and c.status == "True"
-                  for c in (ext.read_custom_resource_definition(body["metadata"]["name"])
-                            .status.conditions or [])):
-        if time.time() > deadline:
-            raise RuntimeError("CRD not Established after 60 s")
-        time.sleep(0.3)
+    for body in (profile_crd_manifest(), crd_manifest()):
+        ext.create_custom_resource_definition(body)
+        deadline = time.time() + 60
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in (ext.read_custom_resource_definition(body["metadata"]["name"])
+                                .status.conditions or [])):
+            if time.time() > deadline:
+                raise RuntimeError(f"CRD {body['metadata']['name']} not Established after 60 s")
+            time.sleep(0.3)
     core = client.CoreV1Api(api)
     for ns in ("ai4dl-system", NAMESPACE):
         core.create_namespace({"metadata": {"name": ns}})

@@ -119,6 +119,16 @@ class SavingsStatus(_Base):
                          "'cpu 42%, memory 17%'")
 
 
+class WorkloadsStatus(_Base):
+    """The workloads of the PhaseModel's pods (ai4dl.kube.workload) and their profiles."""
+    running: int = Field(0, ge=0, description="distinct workloads among the running pods")
+    profiled: int = Field(0, ge=0, description="... of which have a WorkloadProfile (a known "
+                                               "workload: admission starts it from it)")
+    stored: int = Field(0, ge=0, description="WorkloadProfiles kept for this PhaseModel")
+    profile_writes: int = Field(0, ge=0, alias="profileWrites",
+                                description="WorkloadProfile writes by this operator process")
+
+
 class PhaseModelStatus(_Base):
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(None, alias="observedGeneration")
@@ -135,4 +145,5 @@ class PhaseModelStatus(_Base):
     policy: str | None = Field(None, description="the policy served, per resource where they "
                                "differ (e.g. 'cpu phase-headroom, memory adaptive-max')")
     savings: SavingsStatus | None = None
+    workloads: WorkloadsStatus | None = None
 

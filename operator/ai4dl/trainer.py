@@ -33,7 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -432,3 +432,31 @@ def objectives_status(choice, spec: PhaseModelSpec) -> list[dict]:
 
 def status_apply(namespace: str, name: str, record: TrainingRecord) -> dict:
     return {**_meta(namespace, name), "status": {"training": record.to_status()}}
+
+
+# ----------------------------------------------------------------------------- workload profiles
+def batch_runs(executions: Sequence[Execution], resources: Sequence[str], window: int,
+               workload_of: Any, ended_before: float
+               ) -> dict[str, list[tuple[str, Any]]]:
+    """The trainer's batch fill of workload profiles (issue 42): per workload key, each
+    execution's (container, :class:`~ai4dl.policy.workload_profile.RunSummary`), with the run id
+    the window loop gives the same container (so that a run both report counts once).
+    ``workload_of(execution)`` names its workload (the operator's key); only executions whose
+    last sample came before ``ended_before`` are taken (a container still running has not
+    reached its peak: the window loop reports it when it ends)."""
+    from ai4dl.policy.workload_profile import container_run_id, summarise
+
+    mem = list(resources).index("memory") if "memory" in resources else None
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for e in executions:
+        meta = e.meta or {}
+        if not len(e) or float(e.times[-1]) >= ended_before or not meta.get("container"):
+            continue
+        sel = e.select(resources)
+        step = float(e.step or (np.median(np.diff(e.times)) if len(e) > 1 else 1.0))
+        run = summarise(sel.values, step, window, float(e.times[0]), memory_index=mem,
+                        bytes_unit=mem is not None and tuple(sel.units)[mem] == "bytes")
+        run = replace(run, run_id=container_run_id(meta.get("namespace", ""),
+                                                   meta.get("pod", ""), meta["container"]))
+        out.setdefault(workload_of(e), []).append((meta["container"], run))
+    return out

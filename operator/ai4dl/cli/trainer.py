@@ -55,6 +55,10 @@ def add_trainer_args(p: argparse.ArgumentParser) -> None:
                    "than spec.refit.maxAge; else exit 0")
     g.add_argument("--fail-on-reject", action="store_true", help="exit 4 when the candidate "
                    "is rejected (default: exit 0, the current model stays)")
+    g.add_argument("--state-key-file", metavar="PATH", help="the operator's state key (the "
+                   "chart mounts its Secret): with --prometheus, the workloads of the executions "
+                   "read are written to their WorkloadProfiles, sealed with it (the batch fill; "
+                   "without it, profiles come from the operator alone)")
     g.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster when "
                    "KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG or ~/.kube/config)")
     add_prometheus_client_args(g)
@@ -439,11 +443,65 @@ def train_phasemodel(args: argparse.Namespace) -> int:
             log.warning("previous-not-kept", plan.warning)
         kube.apply_spec(plan.body)          # model + previousModel in one apply
     kube.apply_status(T.status_apply(ns, name, record))
+    if args.prometheus and args.state_key_file:
+        fill_profiles(args, spec, executions, tuple(choice.resources), kube, ns, name, now, log)
     log.info(decision.decision, f"PhaseModel {ns}/{name}: {decision.decision}: "
              f"{decision.reason}", decision=decision.decision)
     if decision.decision == "rejected" and args.fail_on_reject:
         return EXIT_REJECTED
     return 0
+
+
+def fill_profiles(args, spec, executions, resources: tuple[str, ...], kube, ns: str, name: str,
+                  now: float, log: RunLog) -> None:
+    """The batch fill (issue 42): the executions read from Prometheus that have ended, by
+    workload (the pod's top owner from kube-state-metrics, else its name), into the
+    PhaseModel's WorkloadProfiles: one GET and at most one write per workload, the runs the
+    operator already reported counted once. A failure is a warning: the model is written."""
+    from kubernetes.client.exceptions import ApiException
+
+    from ai4dl import trainer as T
+    from ai4dl.controller.podstate import StateKey
+    from ai4dl.controller.profiles import ProfileStore
+    from ai4dl.kube.workload import owner_workload
+    from ai4dl.policy.serving import safety_config, window_samples
+    from ai4dl.sources import workloads as owners_src
+    from ai4dl.sources.prometheus import PrometheusSource
+
+    try:
+        key = StateKey.from_file(args.state_key_file)
+    except ValueError as err:
+        raise Ai4dlError(f"--state-key-file: {err}") from None
+    window = window_samples(spec)
+    # the PhaseModel serves its own namespace's pods: a selector reaching further is not its
+    executions = [e for e in executions if (e.meta or {}).get("namespace") == ns]
+    refs = owners_src.containers_of(executions)
+    src = PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
+                           retries=max(0, args.prometheus_retries))
+    with src:
+        owner_of, from_ksm = owners_src.owners(src, refs, now - 14 * 86400.0, now)
+
+    def workload(e) -> str:
+        owner = owner_of[(e.meta["namespace"], e.meta["pod"])]
+        return owner_workload(owner.kind, owner.name).key
+    ended_before = now - 2 * spec.window_seconds
+    runs = T.batch_runs(executions, resources, window, workload, ended_before)
+    resource = kube.get(ns, name) or {}
+    uid = (resource.get("metadata") or {}).get("uid", "")
+    store = ProfileStore(kube.api, ns, name, key)
+    max_increase = safety_config(spec, resources).max_increase
+    failed = 0
+    for w, got in runs.items():
+        try:
+            store.record_runs(w, got, resources, uid, now, max_increase)
+        except ApiException as err:
+            failed += 1
+            log.warning("profiles", f"WorkloadProfile of {w}: HTTP {err.status}")
+    log.info("profiles", f"{sum(map(len, runs.values()))} ended executions of {len(runs)} "
+             f"workloads ({from_ksm} of {len(owner_of)} pods named by kube_pod_owner, the rest "
+             f"by their names): {store.writes} WorkloadProfiles written"
+             + (f", {failed} failed" if failed else ""),
+             workloads=len(runs), written=store.writes, failed=failed)
 
 
 # ----------------------------------------------------------------------------- rollback

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from ai4dl.controller.runtime import DEFAULT_MAX_VALUE
+from ai4dl.controller.runtime import DEFAULT_MAX_VALUE, DEFAULT_MAX_WORKLOADS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "96000m (default %(default)s cores)")
     g.add_argument("--max-container-memory", default="64Ti", metavar="QUANTITY",
                    help="largest memory a container can use, e.g. 1Ti (default %(default)s)")
+    g = p.add_argument_group("workload profiles (a re-run job starts from its earlier runs)")
+    g.add_argument("--max-workloads-per-phasemodel", type=int, default=DEFAULT_MAX_WORKLOADS,
+                   metavar="N", help="WorkloadProfiles kept per PhaseModel: past N, the least "
+                   "recently ended are deleted (checked hourly; default %(default)s)")
     g = p.add_argument_group("endpoints")
     g.add_argument("--metrics-bind-address", default="127.0.0.1", metavar="ADDRESS",
                    help="address of /metrics (default 127.0.0.1: local only; the Helm chart "
@@ -203,6 +207,9 @@ def main(argv=None) -> int:
                         ("--window-late-seconds", args.window_late_seconds)):
         if not value >= 0 or value == float("inf"):
             return fail(f"{flag} {value:g}: must be a number of seconds, 0 or more")
+    if args.max_workloads_per_phasemodel < 1:
+        return fail(f"--max-workloads-per-phasemodel {args.max_workloads_per_phasemodel}: must "
+                    f"be 1 or more")
     if args.window_workers < 1:
         return fail(f"--window-workers {args.window_workers}: must be 1 or more")
     webhook = None
@@ -260,7 +267,8 @@ def main(argv=None) -> int:
                            max_series_per_query=args.max_series_per_query,
                            min_window_seconds=args.min_window_seconds,
                            window_workers=args.window_workers,
-                           window_late_seconds=args.window_late_seconds)
+                           window_late_seconds=args.window_late_seconds,
+                           max_workloads=args.max_workloads_per_phasemodel)
     if webhook is not None:
         handlers.register_admission()
     if args.metrics_port:

@@ -47,11 +47,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from ai4dl.controller.podstate import StateKey, admitted_scope
-from ai4dl.controller.pods import A_ADMISSION, A_ADMITTED, Container, pod_info, qos_class
+from ai4dl.controller.pods import (A_ADMISSION, A_ADMITTED, A_WORKLOAD, Container, pod_info,
+                                  qos_class)
 from ai4dl.crd import (MODEL_ANNOTATION, OPT_IN_LABEL, PROMQL_UNCHECKED, LabelSelector,
                        PhaseModelSpec)
 from ai4dl.quantity import format_resource, parse_quantity
@@ -71,6 +73,7 @@ class AdmissionTarget:
     floor: tuple[float, ...] = ()
     ceiling: tuple[float, ...] = ()
     reason: str = ""                            # why there is no level (when levels are None)
+    max_increase: float | None = None           # the safety layer's growth limit per window
 
     @property
     def admits(self) -> bool:
@@ -130,7 +133,25 @@ def admission_target(body: Mapping) -> AdmissionTarget:
     safety = safety_config(spec, served.resources)
     return AdmissionTarget(**base, resources=served.resources,
                            levels=tuple(None if not math.isfinite(v) else float(v) for v in cold),
-                           floor=tuple(safety.floor), ceiling=tuple(safety.ceiling))
+                           floor=tuple(safety.floor), ceiling=tuple(safety.ceiling),
+                           max_increase=safety.max_increase)
+
+
+def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float
+                   ) -> dict[str, tuple[tuple[float | None, ...], int]]:
+    """Per container with a profile of the target's resources: the first request its profile
+    gives (in ``target.resources`` order) and how many runs it remembers — the same
+    :meth:`~ai4dl.policy.workload_profile.WorkloadProfile.first_request` the evaluator's served
+    start calls, with the same growth limit."""
+    out = {}
+    for container, profile in (profiles or {}).items():
+        if tuple(profile.resources) != tuple(target.resources):
+            continue
+        first = profile.first_request(now, target.max_increase)
+        if first is not None:
+            out[container] = (tuple(float(v) if math.isfinite(v) else None for v in first),
+                              len(profile.runs))
+    return out
 
 
 @dataclass(frozen=True)
@@ -212,14 +233,19 @@ def _pod_total(spec: Mapping, resource: str, regular: list[float]) -> float:
 def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
           max_value: Mapping[str, float] | None = None, key: StateKey | None = None, *,
           namespace: str | None,
-          limit_ranges: tuple[LimitRangeRules, ...] | list = ()) -> Admission:
+          limit_ranges: tuple[LimitRangeRules, ...] | list = (),
+          workload: str = "", profiles: Mapping | None = None,
+          now: float | None = None) -> Admission:
     """The decision for a pod being created (see the module doc). ``targets`` maps (namespace,
     PhaseModel name) to the PhaseModels this operator serves (only ``.get`` is used).
     ``key`` seals the record of the author's requests (``ai4dl.io/admitted``): without it the
     record is plain JSON, which the operator never trusts (ai4dl.controller.podstate).
     ``namespace``: the AdmissionReview's ``request.namespace`` (what the API server is creating
     the pod in; never the pod's own metadata, which whoever sends a review writes);
-    ``limit_ranges``: the LimitRanges of that namespace."""
+    ``limit_ranges``: the LimitRanges of that namespace. ``workload`` (ai4dl.kube.workload) is
+    written on the pod; ``profiles`` are its workload's, per container (verified: a
+    :class:`ai4dl.controller.profiles.StoredProfiles`' containers): a container with one
+    starts from its own runs, the others from the PhaseModel's pooled level."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -227,8 +253,10 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     if labels.get(OPT_IN_LABEL) != "true" or not pm:
         return Admission()
 
+    shown = {A_WORKLOAD: workload} if workload else {}
+
     def unchanged(why: str) -> Admission:
-        return Admission(annotations={A_ADMISSION: f"unchanged: {why}"})
+        return Admission(annotations={**shown, A_ADMISSION: f"unchanged: {why}"})
     ns = meta.get("namespace")
     if not namespace or ns != namespace:
         # The API server fills the pod's namespace from the request before admission, so the
@@ -261,14 +289,16 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     notes: list[str] = []          # what was left unchanged, and the rule that kept it
     # per managed container and resource: the request to set, as the quantity text written
     new: dict[int, dict[str, str]] = {i: {} for i in managed}
+    known = profile_levels(target, profiles, time.time() if now is None else now)
     for j, r in enumerate(target.resources):
-        level = target.levels[j] if j < len(target.levels) else None
-        if level is None:
-            continue
-        value = min(max(level, target.floor[j]), target.ceiling[j],
-                    (max_value or {}).get(r, math.inf))
         for i in managed:
             name = containers[i].name
+            levels = known[name][0] if name in known else target.levels
+            level = levels[j] if j < len(levels) else None
+            if level is None:
+                continue
+            value = min(max(level, target.floor[j]), target.ceiling[j],
+                        (max_value or {}).get(r, math.inf))
             res = specs[i].get("resources") or {}
             if (res.get("requests") or {}).get(r) is None:
                 # the author asked for no request of r (BestEffort for r, or a limit the API
@@ -346,6 +376,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     if qos_class(requests_after(keep)) != qos:
         return unchanged("setting the learned requests would change the pod's QoS class")
     changes, set_text, original = [], [], {}
+    from_profile = []
     for i in managed:
         c = containers[i]
         old = (specs[i].get("resources") or {}).get("requests") or {}
@@ -355,13 +386,17 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
                 continue
             changes.append((i, r, q))
             set_text.append(f"{c.name} {r} {q}")
+            if c.name in known and f"{c.name} ({known[c.name][1]} runs)" not in from_profile:
+                from_profile.append(f"{c.name} ({known[c.name][1]} runs)")
             original.setdefault(c.name, {})[r] = old.get(r)
     kept = ("; unchanged: " + "; ".join(notes)) if notes else ""
     if not changes:
         return unchanged("; ".join(notes) if notes else
                          f"PhaseModel {pm}'s first-window levels are the requests the pod has")
+    source = (f"workload {workload}'s profile for {', '.join(from_profile)}, else the learned "
+              f"first-window level" if from_profile else "learned first-window level")
     return Admission(changes, {
+        **shown,
         A_ADMITTED: (key.seal(admitted_scope(ns, pm), original) if key is not None
                      else json.dumps(original, separators=(",", ":"), sort_keys=True)),
-        A_ADMISSION: f"set by PhaseModel {pm} (learned first-window level): "
-                     + ", ".join(set_text) + kept})
+        A_ADMISSION: f"set by PhaseModel {pm} ({source}): " + ", ".join(set_text) + kept})

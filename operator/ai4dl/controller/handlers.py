@@ -24,8 +24,10 @@ import kopf
 
 from ai4dl.controller.fairness import (WindowScheduler, late_condition, period_seconds,
                                        throttled_condition)
-from ai4dl.controller.runtime import WindowRunner, window_start
-from ai4dl.crd import GROUP, PLURAL, VERSION
+from ai4dl.controller.runtime import DEFAULT_MAX_WORKLOADS, WindowRunner, window_start
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, PLURAL, VERSION
+from ai4dl.crd_profile import PROFILE_PLURAL
+from ai4dl.kube.workload import workload_of
 
 log = logging.getLogger("ai4dl.operator")
 
@@ -166,7 +168,8 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
     core, custom = _clients()
     runner = WindowRunner(core, custom, _source(), namespace, name,
                           max_value=CONFIG.get("max_value"), key=state_key(),
-                          allow_free_promql=bool(CONFIG.get("allow_free_promql")))
+                          allow_free_promql=bool(CONFIG.get("allow_free_promql")),
+                          max_workloads=int(CONFIG.get("max_workloads") or DEFAULT_MAX_WORKLOADS))
     scheduler = _scheduler()
     minimum = float(CONFIG.get("min_window_seconds") or 0.0)
     done = None     # the boundary handled last
@@ -317,7 +320,21 @@ def limit_ranges(namespace, name, body, **_):
     return {namespace: limit_range_rules(body)}
 
 
-def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Index, **_):
+def workload_profiles(namespace, name, body, **_):
+    """kopf index: (namespace, PhaseModel, workload) -> that workload's verified profiles
+    (ai4dl.controller.profiles: an object whose sealed record does not verify is not indexed;
+    its workload is admitted as an unknown one)."""
+    from ai4dl.controller.profiles import open_record
+
+    stored = open_record(body, state_key())
+    if stored.problem is not None or not stored.containers:
+        return None
+    pm = (body.get("spec") or {}).get("phaseModel", "")
+    return {(namespace, pm, stored.workload): stored.containers}
+
+
+def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Index,
+              workload_profiles: kopf.Index, **_):
     """Mutating admission of a pod being created: set its requests from its PhaseModel's
     learned first-window level (ai4dl.controller.admission). Never refuses a pod: on any error
     it is admitted unchanged (the configuration's failurePolicy is Ignore besides)."""
@@ -328,8 +345,12 @@ def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Ind
     try:
         namespace = REQUEST_NAMESPACE.get()
         ranges = tuple(limit_ranges.get(namespace) or ()) if namespace else ()
+        workload = workload_of(body).key
+        pm = ((body.get("metadata") or {}).get("annotations") or {}).get(MODEL_ANNOTATION, "")
+        profiles = _FirstOfEach(workload_profiles).get((namespace, pm, workload))
         decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"),
-                         state_key(), namespace=namespace, limit_ranges=ranges)
+                         state_key(), namespace=namespace, limit_ranges=ranges,
+                         workload=workload, profiles=profiles)
     except Exception:   # a bug must not block pod creation: admit unchanged, say so in the log
         log.exception("admission of a pod failed: admitted unchanged")
         m.ADMISSIONS.labels("error").inc()
@@ -407,6 +428,8 @@ def register_admission() -> None:
     kopf.index(GROUP, VERSION, PLURAL, labels=labels)(admission_targets)
     # RBAC: limitranges list/watch (rbac.yaml); kopf serves no review until it is listed
     kopf.index("", "v1", "limitranges")(limit_ranges)
+    # RBAC: workloadprofiles list/watch; the operator's own checkpoint objects
+    kopf.index(GROUP, VERSION, PROFILE_PLURAL)(workload_profiles)
     kopf.on.mutate("", "v1", "pods", id=WEBHOOK_PATH.strip("/"), operations=["CREATE"],
                    labels={OPT_IN_LABEL: "true"}, side_effects=False,
                    ignore_failures=True)(admit_pod)

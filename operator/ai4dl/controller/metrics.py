@@ -26,6 +26,13 @@ WINDOW_SECONDS = Histogram("ai4dl_window_duration_seconds",
                            "Time to process one window of one PhaseModel",
                            ["namespace", "phasemodel"], registry=REGISTRY,
                            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+PROFILE_WRITES = Counter("ai4dl_profile_writes_total",
+                         "WorkloadProfile writes (one per workload whose executions ended in a "
+                         "window, at most)", ["namespace", "phasemodel"], registry=REGISTRY)
+PROFILES_DELETED = Counter("ai4dl_profiles_deleted_total",
+                           "WorkloadProfiles deleted past the bound per PhaseModel "
+                           "(--max-workloads-per-phasemodel; the least recently ended)",
+                           ["namespace", "phasemodel"], registry=REGISTRY)
 PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel",
                      ["namespace", "phasemodel"], registry=REGISTRY)
 PODS_SKIPPED = Gauge("ai4dl_pods_skipped",

@@ -143,7 +143,8 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 max_value: Mapping[str, float] | None = None,
                 histories: Mapping | None = None, model_key: str = "",
                 served: Served | None = None,
-                rejected: Mapping[tuple[str, str, str], tuple[str, str]] | None = None
+                rejected: Mapping[tuple[str, str, str], tuple[str, str]] | None = None,
+                floors: Mapping[tuple[str, str], Mapping[str, float]] | None = None
                 ) -> WindowPlan:
     """Decide, for every pod of one PhaseModel, phases, recommendations and resizes.
 
@@ -156,6 +157,9 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     far); each planned container's updated one is in ``ContainerPlan.own``. ``rejected``
     maps (namespace, pod, container) to (skip reason, detail) for containers whose samples
     the source refused (several series for one feature): skipped, never planned from.
+    ``floors`` maps (pod uid, container) to levels its targets are raised to at once, past the
+    growth limit (a container restarted after an OOM kill: its bumped peak), within its
+    ceiling and the physical maximum.
     """
     served = served if served is not None else served_policy(spec, model)
     resources = served.resources
@@ -217,10 +221,13 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                     # a new container: the level learned from training executions' first
                     # windows, not the author's request (memory only down to a sample seen)
                     seen = None if x is None else x[-W:][:, res_idx]
+                    cp.usage = seen
                     colds.append((len(plans) - 1, cp, seen))
                     continue
             if reason is not None:
                 cp.skipped, cp.detail = reason, detail   # never a resize based on it
+                if reason in ("warming-up", "partial-data") and x is not None:
+                    cp.usage = x[-W:][:, res_idx]        # what was seen, for its run's summary
                 continue
             window = x[-W:]
             context = x[:-W][-n_context:] if n_context else x[:0]
@@ -250,6 +257,7 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
             own = own_history(plans[pi].pod, cp.name, histories, model_key, k, len(resources))
             own.add(usage, phases)
             cp.own = own
+            cp.usage = usage
             owns.append(own)
             lasts[i] = usage
         if safety.memory_index is not None and rows:
@@ -285,6 +293,7 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
         targets, _ = apply_safety(np.where(known, proposals, np.nan), state, safety, working_set,
                                   rising)
         below = _ceiling_below_working_set(safety, working_set)
+        _raise_to_floors(targets, everyone, plans, floors, resources, safety)
         for i, (pi, cp) in enumerate(everyone):
             cp.proposal = dict(zip(resources, proposals[i].tolist()))
             cp.target = {r: float(targets[i, j]) for j, r in enumerate(resources) if known[i, j]}
@@ -305,6 +314,30 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
             plan.skipped = "unchanged"
     return WindowPlan(plans, resources, served, bound_conflicts(spec, resources),
                       sum(1 for p in plans if any(n[0] == "CeilingBelowUsage" for n in p.notices)))
+
+
+def _raise_to_floors(targets: np.ndarray, everyone, plans: list[PodPlan],
+                     floors: Mapping | None, resources: Sequence[str],
+                     safety: SafetyConfig) -> None:
+    """Targets raised to the containers' floors (in place), each floor bounded by the ceiling
+    and the physical maximum; a notice says why on the pod."""
+    if not floors:
+        return
+    for i, (pi, cp) in enumerate(everyone):
+        floor = floors.get((plans[pi].pod.uid, cp.name))
+        for r, level in (floor or {}).items():
+            if r not in resources:
+                continue
+            j = list(resources).index(r)
+            bound = min(safety.ceiling[j] if safety.ceiling is not None else np.inf,
+                        safety.max_value[j] if safety.max_value is not None else np.inf)
+            want = min(float(level), bound)
+            if np.isfinite(targets[i, j]) and want > targets[i, j]:
+                targets[i, j] = want
+                plans[pi].notices.append(("OOMKilled", (
+                    f"container {cp.name} was OOM-killed: its {r} request is raised at once "
+                    f"to {format_resource(r, want)} (its run's peak, bumped ×1.2, at least "
+                    f"+100Mi; its workload's profile is bumped too)")))
 
 
 def _ceiling_below_working_set(safety: SafetyConfig, working_set: np.ndarray) -> np.ndarray:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ai4dl.controller.pods import PodInfo
 from ai4dl.policy.online import OwnHistory
 from ai4dl.policy.serving import Served
@@ -29,6 +31,9 @@ class ContainerPlan:
     detail: str = ""                                           # ... in words (logs, events)
     own: OwnHistory | None = None      # running statistics up to the window's end (to keep)
     cold_start: bool = False           # sized by the served policy's cold-start level
+    # the window's samples of the served resources (W, R; NaN where none), when they were
+    # read: what the run being tracked for its workload's profile saw (ai4dl.controller.runs)
+    usage: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass

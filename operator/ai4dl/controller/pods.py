@@ -10,6 +10,7 @@ from ai4dl.controller.podstate import (StateKey, admitted_scope, parse_admitted,
                                       state_scope)
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION
+from ai4dl.kube.workload import workload_of
 
 RESOURCES = ("cpu", "memory")
 
@@ -23,6 +24,8 @@ OWNED_ANNOTATIONS = (A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION, A_LAST_APPLIED, A
 # Written by admission at creation: the author's requests (sealed), what was done in one line.
 A_ADMITTED = "ai4dl.io/admitted"
 A_ADMISSION = "ai4dl.io/admission"
+# Written by admission: the pod's workload (ai4dl.kube.workload), for people and kubectl.
+A_WORKLOAD = "ai4dl.io/workload"
 
 
 @dataclass
@@ -57,6 +60,13 @@ class PodInfo:
     resize_message: str = ""                # the kubelet's message of PodResizePending
     resource_version: str = ""              # of the object read: the precondition of a resize
     started: dict[str, float] = field(default_factory=dict)   # container -> start (unix s)
+    phase: str = ""                         # status.phase (Pending, Running, Succeeded, ...)
+    workload: str = ""                      # kind/name (ai4dl.kube.workload)
+    # per container: restarts so far, whether the last one was an OOM kill, when its last
+    # run ended (a terminated container's finishedAt)
+    restarts: dict[str, int] = field(default_factory=dict)
+    oom_killed: dict[str, bool] = field(default_factory=dict)
+    finished: dict[str, float] = field(default_factory=dict)
     # The operator's state record, once verified (verify_pod): {} until then, and when the
     # record is absent or not the operator's; why not in state_problem (None: verified or
     # absent). Admission's record of the author's requests likewise.
@@ -69,6 +79,11 @@ class PodInfo:
     @property
     def key(self) -> tuple[str, str]:
         return self.namespace, self.name
+
+    @property
+    def ended(self) -> bool:
+        """Its execution is over: it ran to an end, or is being deleted."""
+        return self.phase in ("Succeeded", "Failed") or self.deleting
 
     @property
     def qos(self) -> str:
@@ -174,6 +189,17 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
     for c in containers:
         if c.name not in started and pod_start is not None:
             started[c.name] = pod_start
+    restarts, oom_killed, finished = {}, {}, {}
+    for cs in status.get("containerStatuses") or []:
+        name = cs.get("name", "")
+        count = cs.get("restartCount")
+        restarts[name] = count if isinstance(count, int) and count >= 0 else 0
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        now = (cs.get("state") or {}).get("terminated") or {}
+        oom_killed[name] = (now or last).get("reason") == "OOMKilled"
+        end = _timestamp(now.get("finishedAt")) if now.get("finishedAt") else None
+        if end is not None:
+            finished[name] = end
     return PodInfo(
         namespace=meta.get("namespace", ""), name=meta.get("name", ""),
         uid=meta.get("uid", ""), phasemodel=annotations.get(MODEL_ANNOTATION, ""),
@@ -182,4 +208,6 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
         deleting=bool(meta.get("deletionTimestamp")),
         resize_pending=pending, resize_in_progress=bool(in_progress), resize_error=error,
         resize_message=message,
-        resource_version=str(meta.get("resourceVersion") or ""), started=started)
+        resource_version=str(meta.get("resourceVersion") or ""), started=started,
+        phase=str(status.get("phase") or ""), workload=workload_of(obj).key,
+        restarts=restarts, oom_killed=oom_killed, finished=finished)

@@ -11,7 +11,9 @@ the writes to the pods (:class:`~ai4dl.controller.runtime_writes.PodWrites`, a b
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections import defaultdict
 from typing import Sequence
 
 from pydantic import ValidationError
@@ -28,6 +30,8 @@ from ai4dl.controller.savings import add_window, original_requests, window_amoun
 from ai4dl.policy.serving import served_policy, window_samples
 from ai4dl.kube.raw import api_message, paged_items
 from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
+from ai4dl.controller.profiles import ProfileStore
+from ai4dl.controller.runs import RunTracker, oom_floors
 from ai4dl.controller.pods import A_ADMITTED, A_STATE, PodInfo, pod_info, verify_pod
 from ai4dl.crd import GROUP, PLURAL, PROMQL_UNCHECKED, VERSION, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
@@ -39,6 +43,9 @@ LIST_PAGE = 500   # pods per LIST page: bounds the raw JSON held at once
 # and no request is set above it (--max-container-cpu / --max-container-memory; the chart's
 # ValidatingAdmissionPolicy enforces the same bound on the operator's resizes).
 DEFAULT_MAX_VALUE = {"cpu": 2048.0, "memory": float(64 * 2 ** 40)}
+# WorkloadProfiles kept per PhaseModel (--max-workloads-per-phasemodel): the most recently ended.
+DEFAULT_MAX_WORKLOADS = 10000
+PROFILE_REFRESH_SECONDS = 3600.0
 
 
 class WindowRunner(PodWrites):
@@ -46,7 +53,8 @@ class WindowRunner(PodWrites):
 
     def __init__(self, core_api, custom_api, source, namespace: str, name: str,
                  max_value: dict[str, float] | None = None, key: StateKey | None = None,
-                 allow_free_promql: bool = False):
+                 allow_free_promql: bool = False,
+                 max_workloads: int = DEFAULT_MAX_WORKLOADS):
         self.core, self.custom, self.source = core_api, custom_api, source
         self.namespace, self.name = namespace, name
         # seals the records the operator keeps on pods (ai4dl.controller.podstate)
@@ -76,6 +84,14 @@ class WindowRunner(PodWrites):
         # count that long.
         self.conditions: list[tuple[str, str, str, str]] = []
         self.period_seconds: int = 0
+        # Workload profiles (issue 42): the runs in progress (memory only), the store of the
+        # PhaseModel's WorkloadProfile objects, the workloads that have one (a LIST at the
+        # first window and every PROFILE_REFRESH_SECONDS, which also enforces the bound).
+        self.runs = RunTracker()
+        self.profiles = ProfileStore(custom_api, namespace, name, self.key)
+        self.max_workloads = max_workloads
+        self.profiled: set[str] | None = None
+        self._profiles_listed = -math.inf
 
     # ------------------------------------------------------------------ one window
     def list_pods(self, spec: PhaseModelSpec) -> list[PodInfo]:
@@ -187,10 +203,14 @@ class WindowRunner(PodWrites):
                     self._duplicate_warned.add(key)
                     log.warning("PhaseModel %s/%s: container %s: %s", self.namespace, self.name,
                                 "/".join(key), detail)
+        # runs that ended since the last window (their pods ended, vanished, or a container
+        # restarted): an OOM-killed container's memory is raised at once by this plan
+        ended = self.runs.ended(pods, now)
         try:
             plan = plan_window(spec, model, mine, samples, n_context, start, now_iso(now),
                                max_value=self.max_value, histories=self._own,
-                               model_key=model_key, served=served, rejected=rejected)
+                               model_key=model_key, served=served, rejected=rejected,
+                               floors=oom_floors(ended, served.resources))
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
         report.plan = plan
@@ -204,6 +224,7 @@ class WindowRunner(PodWrites):
         novelty = (update_novelty((body.get("status") or {}).get("novelty"), model_key, start,
                                   report.novel, report.classified, spec.refit)
                    if model is not None else None)
+        workloads = self._profile_runs(body, spec, ended, mine, plan, start, W, now)
         amounts = window_amounts(plan.pods, plan.resources, spec.policy.mode,
                                  max(spec.window_seconds, self.period_seconds), originals)
         savings = add_window((body.get("status") or {}).get("savings"), amounts, start,
@@ -220,8 +241,42 @@ class WindowRunner(PodWrites):
                                                       else ""),
                      per_phase=plan.pods_per_phase(), novelty=novelty,
                      extra=self._plan_conditions(body, plan), served=served.reason,
-                     policy=served.summary(), savings=savings)
+                     policy=served.summary(), savings=savings, workloads=workloads)
         return report
+
+    def _profile_runs(self, body: dict, spec: PhaseModelSpec, ended: Sequence,
+                      mine: Sequence[PodInfo], plan: WindowPlan, start: float, W: int,
+                      now: float) -> dict:
+        """Hand the runs that ended to their workloads' profiles (one write per workload at
+        most), feed the window to the runs in progress, and count the workloads for the
+        status. A failure here is logged and counted: it never stops the window's resizes."""
+        from ai4dl.policy.serving import safety_config
+
+        self.runs.observe(plan, start, W, spec.step_seconds)
+        by_workload: dict[str, list] = defaultdict(list)
+        for e in ended:
+            by_workload[e.workload].append((e.container, e.run))
+        max_increase = safety_config(spec, plan.resources).max_increase
+        uid = (body.get("metadata") or {}).get("uid", "")
+        try:
+            if self.profiled is None or now - self._profiles_listed >= PROFILE_REFRESH_SECONDS:
+                self.profiled, deleted = self.profiles.refresh(self.max_workloads)
+                self._profiles_listed = now
+                if deleted:
+                    m.PROFILES_DELETED.labels(self.namespace, self.name).inc(deleted)
+            for workload, runs in by_workload.items():
+                if self.profiles.record_runs(workload, runs, plan.resources, uid, now,
+                                             max_increase):
+                    m.PROFILE_WRITES.labels(self.namespace, self.name).inc()
+                    self.profiled.add(workload)
+        except Exception as err:     # noqa: BLE001 — profiles must never stop a window
+            m.ERRORS.labels(self.namespace, self.name, "profile").inc()
+            log.warning("PhaseModel %s/%s: workload profiles not updated: %s: %s",
+                        self.namespace, self.name, type(err).__name__, str(err)[:300])
+        running = {p.workload for p in mine}
+        known = self.profiled or set()
+        return {"running": len(running), "profiled": len(running & known),
+                "stored": len(known), "profileWrites": self.profiles.writes}
 
     def _rejected_records(self, plan: WindowPlan) -> None:
         """Records on a pod that are not the operator's: counted, and — when someone wrote them
@@ -313,7 +368,8 @@ class WindowRunner(PodWrites):
                 per_phase: dict[str, int] | None = None,
                 novelty: NoveltyVerdict | None = None,
                 extra: list[tuple[str, str, str, str]] = (), served: str | None = None,
-                policy: str | None = None, savings: dict | None = None) -> None:
+                policy: str | None = None, savings: dict | None = None,
+                workloads: dict | None = None) -> None:
         from kubernetes.client.exceptions import ApiException
 
         old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -362,6 +418,8 @@ class WindowRunner(PodWrites):
             status["policy"] = policy[:100]
         if savings is not None:
             status["savings"] = savings
+        if workloads is not None:
+            status["workloads"] = workloads
         try:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": status})

@@ -30,14 +30,14 @@ import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationResult, FITTED
 from ai4dl.judge import _per_sample, _scored_mask, resource_unit_scale
+from ai4dl.kube.workload import CRON_JOB_NAME, SAFE_ALPHABET
 
 # Name suffixes Kubernetes generates (k8s.io/apimachinery rand.SafeEncodeString's alphabet).
-_SAFE = "bcdfghjklmnpqrstvwxz2456789"
+_SAFE = SAFE_ALPHABET
 _KUBEFLOW = re.compile(r"^(?P<name>.+)-(?:master|worker|chief|ps|evaluator|launcher)-\d+$")
 _DEPLOYMENT = re.compile(rf"^(?P<name>.+)-[{_SAFE}]{{6,10}}-[{_SAFE}]{{5}}$")
 _STATEFULSET = re.compile(r"^(?P<name>.+)-\d+$")
 _JOB = re.compile(rf"^(?P<name>.+)-[{_SAFE}]{{5}}$")
-_CRON_JOB = re.compile(r"^(?P<name>.+)-\d{8,}$")      # a CronJob's Job: <cronjob>-<minutes>
 _REPLICASET_HASH = re.compile(rf"^(?P<name>.+)-[{_SAFE}]{{6,10}}$")
 
 
@@ -64,7 +64,7 @@ def owner_from_name(namespace: str, pod: str) -> Owner:
         if m:
             name = m.group("name")
             if kind == "Job":
-                cron = _CRON_JOB.match(name)
+                cron = CRON_JOB_NAME.match(name)
                 if cron:
                     return Owner(namespace, "CronJob", cron.group("name"), "pod name")
             return Owner(namespace, kind, name, "pod name")

@@ -64,10 +64,35 @@ class RunSummary:
     oom_killed: bool = False
     #: the peaks of its first ``EARLY_WINDOWS`` windows (the first is ``first``), oldest first
     early: tuple[tuple[float, ...], ...] = ()
+    #: which container it was (a hash of namespace, pod and container name): with its start,
+    #: what makes an execution reported twice — by the window loop and by the trainer's batch
+    #: fill, or by an operator restarted before its write was seen — count once
+    run_id: str = ""
+
+    @property
+    def start(self) -> float:
+        return self.end - self.duration
+
+    def same_execution(self, other: "RunSummary") -> bool:
+        """The same container's run: one id, and their times overlap (two runs of one container
+        never do; two reports of one run do, though the window loop knows its start from the
+        kubelet and its end from the pod, Prometheus both from its samples)."""
+        return bool(self.run_id) and self.run_id == other.run_id and (
+            (self.start < other.end and other.start < self.end)
+            or (self.start, self.end) == (other.start, other.end))
 
     def windows(self) -> np.ndarray:
         """(windows, R): its early window peaks, at least the first."""
         return np.array(self.early if self.early else (self.first,), np.float64)
+
+
+def container_run_id(namespace: str, pod: str, container: str) -> str:
+    """A container's run id: its namespace, pod and name, hashed (the window loop computes it
+    from the pod, the trainer's batch fill from Prometheus' labels; with the run's times it
+    tells one execution from another: :meth:`RunSummary.same_execution`)."""
+    import hashlib
+
+    return hashlib.sha256(f"{namespace}\0{pod}\0{container}".encode()).hexdigest()[:16]
 
 
 def bump_for_oom(values: np.ndarray, memory_index: int | None, bytes_unit: bool) -> np.ndarray:
@@ -140,6 +165,8 @@ class WorkloadProfile:
         if len(run.first) != len(self.resources):
             raise ValueError(f"a run of {len(run.first)} resources for a profile of "
                              f"{len(self.resources)} ({', '.join(self.resources)})")
+        if any(r.same_execution(run) for r in self.runs):
+            return self
         runs = sorted((*self.runs, run), key=lambda r: r.end)[-self.max_runs:]
         return WorkloadProfile(self.resources, tuple(runs), self.executions + 1,
                                self.oom_kills + int(run.oom_killed), self.max_runs,
@@ -186,12 +213,18 @@ class WorkloadProfile:
 
     # ------------------------------------------------------------------ storage
     def to_dict(self) -> dict:
+        """Plain data; every measured value to ``SIGNIFICANT_DIGITS`` (a relative change of at
+        most 5e-7, far below any margin: about half the bytes of full floats)."""
+        def run(r: RunSummary) -> dict:
+            out = {"end": round(r.end, 1), "duration": round(r.duration, 1),
+                   "first": _rounded(r.first), "peak": _rounded(r.peak),
+                   "peakAt": _rounded(r.peak_at), "oomKilled": r.oom_killed,
+                   "early": [_rounded(w) for w in r.early]}
+            if r.run_id:
+                out["id"] = r.run_id
+            return out
         return {"resources": list(self.resources), "executions": self.executions,
-                "oomKills": self.oom_kills,
-                "runs": [{"end": r.end, "duration": r.duration, "first": list(r.first),
-                          "peak": list(r.peak), "peakAt": list(r.peak_at),
-                          "oomKilled": r.oom_killed, "early": [list(w) for w in r.early]}
-                         for r in self.runs]}
+                "oomKills": self.oom_kills, "runs": [run(r) for r in self.runs]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
@@ -235,9 +268,12 @@ class WorkloadProfile:
                                                                 for x in w) for w in early)):
                 raise ProfileError(f"{where}.early: at most {EARLY_WINDOWS} lists of {R} finite "
                                    f"non-negative numbers expected")
+            run_id = r.get("id", "")
+            if not (isinstance(run_id, str) and len(run_id) <= 64):
+                raise ProfileError(f"{where}.id: a string of at most 64 characters expected")
             runs.append(RunSummary(float(r["end"]), float(r["duration"]), vec["first"],
                                    vec["peak"], vec["peakAt"], bool(r.get("oomKilled", False)),
-                                   tuple(tuple(float(x) for x in w) for w in early)))
+                                   tuple(tuple(float(x) for x in w) for w in early), run_id))
         counts = {}
         for key in ("executions", "oomKills"):
             v = doc.get(key, 0)
@@ -246,6 +282,14 @@ class WorkloadProfile:
             counts[key] = v
         return cls(tuple(res), tuple(sorted(runs, key=lambda x: x.end)),
                    max(counts["executions"], len(runs)), counts["oomKills"], max_runs)
+
+
+#: Significant digits a stored profile keeps of each measured value.
+SIGNIFICANT_DIGITS = 6
+
+
+def _rounded(values: Sequence[float]) -> list[float]:
+    return [float(f"{x:.{SIGNIFICANT_DIGITS}g}") for x in values]
 
 
 def _finite_non_negative(x) -> bool:
