@@ -21,13 +21,14 @@ the operator serving the webhook as a subprocess. Then:
    workload admitted from its profile, and the time until then;
 5. the bound: ``ProfileStore.refresh`` (one paged LIST, the window loop's hourly check) timed
    at --workloads objects, then with a bound of half of them (the deletes it makes).
-Everything started here is stopped at the end.
+Everything started here is stopped, and its temporary folder removed, at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -187,6 +188,7 @@ def main(argv=None) -> int:
         # 5. the bound: the hourly LIST, then a bound of half
         t = time.perf_counter()
         known, deleted = stores[0].refresh(args.workloads)
+        unread = sum(1 for g in known.values() if g.problem is not None)
         listed_s = time.perf_counter() - t
         t = time.perf_counter()
         half, deleted_half = stores[0].refresh(args.workloads // 2)
@@ -195,6 +197,7 @@ def main(argv=None) -> int:
         if op is not None:
             op.stop()
         cp.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
     n = args.workloads
     from ai4dl.controller.profiles import profile_object
@@ -224,8 +227,9 @@ def main(argv=None) -> int:
         ("after SIGKILL: profiles kept", f"{kept:,} of {len(sizes):,}"),
         ("after SIGKILL: restarted to a pod admitted from its profile",
          f"{back_in:.1f} s (RSS {rss_restarted[0] / 1024:.0f} MiB)"),
-        ("the window loop's hourly LIST (refresh)", f"{listed_s:.2f} s, {len(known):,} "
-                                                    f"workloads, {deleted} deleted"),
+        ("the window loop's hourly LIST (refresh: read and verify every profile)",
+         f"{listed_s:.2f} s, {len(known):,} workloads ({unread} not verified), "
+         f"{deleted} deleted"),
         (f"bound {n // 2:,}: refresh deleting the least recently ended",
          f"{pruned_s:.2f} s, {deleted_half:,} deleted, {len(half):,} kept"),
     ]

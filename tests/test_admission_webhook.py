@@ -680,8 +680,8 @@ def test_a_known_workload_starts_from_its_profile(kube_cluster, k8s_namespace, w
         store = ProfileStore(client.CustomObjectsApi(api), k8s_namespace, "pm", key)
         assert store.record_runs("Label/train", [("main", run)], resources,
                                  pm["metadata"]["uid"], time.time(), 1.0)
-        assert not store.record_runs("Label/train", [("main", run)], resources,
-                                     pm["metadata"]["uid"], time.time(), 1.0)   # seen: no write
+        assert store.record_runs("Label/train", [("main", run)], resources,
+                                 pm["metadata"]["uid"], time.time(), 1.0) is None  # seen: none
         assert store.writes == 1
     finally:
         api.close()

@@ -19,8 +19,10 @@ import pytest
 OPERATOR = Path(__file__).resolve().parents[1] / "operator"
 
 #: What the judge may import from the policies: modules that import nothing from the package
-#: themselves (the safety chain every replay applies; the reported shares of windows at risk).
-JUDGE_MAY_IMPORT = {"ai4dl.policy.safety", "ai4dl.policy.objectives"}
+#: themselves (the safety chain every replay applies; the reported shares of windows at risk;
+#: the workload profile's hold, which the safety chain keeps).
+JUDGE_MAY_IMPORT = {"ai4dl.policy.safety", "ai4dl.policy.objectives",
+                    "ai4dl.policy.workload_profile"}
 #: What no policy module may reach, directly or through others: the layers above the policies.
 ABOVE_THE_POLICIES = ("ai4dl.evaluation", "ai4dl.cli", "ai4dl.controller")
 

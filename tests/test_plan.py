@@ -656,3 +656,32 @@ def test_an_oom_killed_container_gets_its_floor_at_once(fitted_model, window):
     plan = plan_window(spec, fitted_model, [p], {("ns", "o", "main"): window}, 3, WINDOW_START,
                        "2027-01-01T00:00:00Z", floors=floors).pods[0]
     assert plan.containers[0].target["memory"] == 40 * GiB
+
+
+def test_a_workload_peak_is_held_through_the_safety_layer(fitted_model, window):
+    """Issue 42: the memory a workload's profile holds this window (the runtime's ``held``)
+    is kept by the safety layer: at once, within the ceiling, memory only."""
+    spec = spec_for(fitted_model, maxIncrease=0.1)
+    p = pod("h", {"cpu": "1", "memory": "2Gi"})
+    held = {("h-uid", "main"): 20 * GiB}
+    plan = plan_window(spec, fitted_model, [p], {("ns", "h", "main"): window}, 3, WINDOW_START,
+                       "2027-01-01T00:00:00Z", held=held).pods[0]
+    assert plan.containers[0].target["memory"] == 20 * GiB
+    other = plan_window(spec, fitted_model, [p], {("ns", "h", "main"): window}, 3,
+                        WINDOW_START, "2027-01-01T00:00:00Z",
+                        held={("another-uid", "main"): 20 * GiB}).pods[0]
+    assert other.containers[0].target["memory"] < 9 * GiB
+    assert other.containers[0].target["cpu"] == plan.containers[0].target["cpu"]
+
+
+def test_the_runtime_holds_a_known_workloads_peak_until_its_time():
+    from ai4dl.controller.runtime import WindowRunner
+
+    runner = WindowRunner(None, None, None, "ns", "pm", key=KEY)
+    runner.holds = {("Job/train", "main"): (8 * GiB, 600.0)}
+    p = pod("r", {"cpu": "1", "memory": "2Gi"})
+    p.workload, p.started = "Job/train", {"main": WINDOW_START - 300.0}
+    assert runner._held([p], WINDOW_START) == {("r-uid", "main"): 8 * GiB}
+    assert runner._held([p], WINDOW_START + 301.0) == {}       # past where the runs peaked
+    p.workload = "Job/other"
+    assert runner._held([p], WINDOW_START) == {}

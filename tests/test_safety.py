@@ -547,3 +547,36 @@ class TestBadNumbers:
         out, _ = apply_safety(A([np.nan, np.nan]), SafetyState(A([1e5, 9.2e18])), cfg)
         np.testing.assert_array_equal(out, A([64.0, 2.0 ** 40]))
         np.testing.assert_array_equal(cap_physical(A([3.0]), None), A([3.0]))
+
+
+def test_a_workload_peak_is_held_at_once_and_only_where_given():
+    from ai4dl.policy.safety import hold_workload_peak
+
+    cfg = SafetyConfig(max_increase=0.1, memory_margin=0.1, memory_index=1)
+    cur = np.array([[1.0, 100.0], [1.0, 100.0]])
+    out, _ = apply_safety(cur.copy(), SafetyState(cur), cfg, working_set=np.array([50.0, 50.0]),
+                          held=np.array([400.0, np.nan]))
+    assert out[0, 1] == 400.0 and out[1, 1] == 100.0          # past maxIncrease; NaN: nothing
+    assert out[0, 0] == 1.0                                   # memory only
+    # the ceiling still wins
+    capped, _ = apply_safety(cur.copy(), SafetyState(cur),
+                             SafetyConfig(memory_index=1, ceiling=(np.inf, 300.0)),
+                             held=np.array([400.0, np.nan]))
+    assert capped[0, 1] == 300.0
+    assert hold_workload_peak(cur, None, 1) is cur
+
+
+def test_the_replay_holds_each_executions_peak_until_its_time():
+    from ai4dl.judge import ReplayInput, held_windows
+    from ai4dl.policy.workload_profile import held_level
+
+    usage = [np.ones((12, 2)), np.ones((8, 2))]
+    data = ReplayInput(["a", "b"], usage, [None, None], [np.ones(2)] * 2, 15.0,
+                       ("cpu", "memory"), ("cores", "bytes"),
+                       holds=[(7.0, 60.0), None])
+    held = held_windows(data, [3, 2], 4)                     # windows of 4 samples: 60 s
+    assert held[:, 0][:2].tolist() == [7.0, 7.0] and np.isnan(held[2, 0])   # 0 s, 60 s; 120 s
+    assert np.isnan(held[:, 1]).all()
+    assert held_level((7.0, 60.0), 60.0) == 7.0 and np.isnan(held_level((7.0, 60.0), 61.0))
+    assert held_windows(ReplayInput(["a"], usage[:1], [None], [np.ones(2)], 15.0,
+                                    ("cpu", "memory"), ("cores", "bytes")), [3], 4) is None

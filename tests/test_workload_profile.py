@@ -185,17 +185,19 @@ class TestServedStarts:
         a2 = execution("a/2", "a", 1000.0, [2 * GiB] * 8)
         a3 = execution("a/3", "a", 1050.0, [2 * GiB] * 8)                  # a2 still running
         b1 = execution("b/1", "b", 500.0, [9 * GiB] * 8)                   # another workload
-        starts, counts = served_starts([a2, a3, b1], [a1, a2, a3, b1], ("cpu", "memory"),
-                                       4, self.level)
+        starts, counts, holds = served_starts([a2, a3, b1], [a1, a2, a3, b1],
+                                              ("cpu", "memory"), 4, self.level)
         # a2 and a3 from a1's first window (1 GiB, cpu 1; VPA's 15 % margin), not its 5 GiB
         # peak nor b's 9 GiB
         assert [s[1] / GiB for s in starts] == pytest.approx([1.15, 1.15, 3.0])
         assert list(starts[0]) == pytest.approx([1.15, 1.15 * GiB])
         assert counts.get("profile") == 2 and counts.get("pooled") == 1 and counts.total == 3
+        # memory held at a1's 5 GiB peak until where it came in a1 (the fifth sample, 60 s in)
+        assert holds[0] == pytest.approx((5 * GiB, 60.0)) and holds[2] is None
 
     def test_later_runs_learn_from_all_earlier_ones(self):
         runs = [execution(f"a/{k}", "a", 1000.0 * k, [(k + 1) * GiB] * 8) for k in range(3)]
-        starts, _ = served_starts(runs, runs, ("cpu", "memory"), 4, self.level)
+        starts, _, _ = served_starts(runs, runs, ("cpu", "memory"), 4, self.level)
         assert starts[0][1] == 3.0 * GiB                      # never seen: pooled
         # the largest earlier first window, with the margin
         assert [s[1] / GiB for s in starts[1:]] == pytest.approx([1.15, 2.3])
@@ -205,17 +207,17 @@ class TestServedStarts:
         y = execution("y", "y", 500.0, [7 * GiB] * 4, meta={"family": "cnn"})
         z = execution("z", "z", 600.0, [7 * GiB] * 4)               # no family: its group
         assert workload_of(y, "family") == "cnn" and workload_of(z, "family") == "z"
-        starts, counts = served_starts([y, z], [x, y, z], ("cpu", "memory"), 4, self.level,
+        starts, counts, _ = served_starts([y, z], [x, y, z], ("cpu", "memory"), 4, self.level,
                                        by="family")
         assert starts[0][1] == pytest.approx(1.15 * GiB) and starts[1][1] == 3 * GiB
-        by_group, _ = served_starts([y], [x, y], ("cpu", "memory"), 4, self.level)
+        by_group, _, _ = served_starts([y], [x, y], ("cpu", "memory"), 4, self.level)
         assert by_group[0][1] == 3 * GiB                              # groups differ
 
     def test_without_a_level_the_recorded_request_then_the_peak(self):
         rec = execution("r", "r", 0.0, [1 * GiB] * 4,
                         meta={"cpu_limit_cores": 4.0, "memory_limit_bytes": 8 * GiB})
         bare = execution("n", "n", 0.0, [1 * GiB, 6 * GiB, 2 * GiB, 1 * GiB])
-        starts, counts = served_starts([rec, bare], [rec, bare], ("cpu", "memory"), 2, None)
+        starts, counts, _ = served_starts([rec, bare], [rec, bare], ("cpu", "memory"), 2, None)
         assert list(starts[0]) == [4.0, 8 * GiB]
         assert starts[1][1] == 6 * GiB                   # its own peak: clairvoyant, counted
         assert counts.get("request") == 1 and counts.get("peak") == 1
@@ -251,3 +253,15 @@ class TestSyntheticWorkloads:
     def test_refuses_zero_runs(self):
         with pytest.raises(ValueError, match="at least 1"):
             synthetic.generate(3, runs_per_workload=0)
+
+
+def test_the_compact_form_gives_the_same_first_request():
+    """What admission keeps in memory (CompactProfile) answers exactly as the profile does."""
+    runs = [wp.summarise(np.array([[1.0, 2.0 + k], [1.5, 4.0 + k], [1.0, 9.0 + 2 * k]]), 15.0,
+                         1, 100.0 * k) for k in range(5)]
+    p = wp.profile_from_runs(("cpu", "memory"), runs)
+    c = p.compact()
+    assert c.n_runs == p.n_runs == 5
+    for now, mi in ((500.0, None), (500.0, 1.0), (90_000.0, 0.5)):
+        assert np.array_equal(c.first_request(now, mi), p.first_request(now, mi))
+    assert wp.WorkloadProfile(("cpu",)).compact().first_request(0.0) is None

@@ -22,6 +22,7 @@ import numpy as np
 
 from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.safety import SafetyConfig, apply_safety_sequence, working_set_rising
+from ai4dl.policy.workload_profile import held_level
 
 TARGETS = (0.95, 0.97)
 GiB = 1024.0 ** 3
@@ -53,6 +54,9 @@ class ReplayInput:
     units: tuple[str, ...]
     groups: list[str] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
+    #: per execution, the memory its workload's profile holds and until when in the run
+    #: (:meth:`ai4dl.policy.workload_profile.WorkloadProfile.hold`; none: nothing held)
+    holds: list = field(default_factory=list)
 
 
 def replay(data: ReplayInput, policy, window: int,
@@ -111,6 +115,18 @@ def working_set_inputs(data: ReplayInput, lengths: Sequence[int], window: int,
     return ws, rising
 
 
+def held_windows(data: ReplayInput, lengths: Sequence[int], window: int) -> np.ndarray | None:
+    """(windows, executions): the memory each execution's hold keeps in window w (NaN: none),
+    for the window starting w × window samples into the run; None when nothing is held."""
+    if not any(h is not None for h in data.holds):
+        return None
+    out = np.full((max(lengths), len(lengths)), np.nan)
+    for i, (n, hold) in enumerate(zip(lengths, data.holds)):
+        for w in range(n):
+            out[w, i] = held_level(hold, w * window * data.step)
+    return out
+
+
 def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
                    safety: SafetyConfig, inputs: tuple | None = None) -> list[np.ndarray]:
     """A policy's raw allocations per execution (windows x resources) as the safety layer
@@ -123,7 +139,8 @@ def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
     for i, r in enumerate(raw):
         stacked[: len(r), i] = r
     ws, rising = inputs if inputs is not None else (None, None)
-    final = apply_safety_sequence(stacked, np.array(data.initial), safety, ws, rising)
+    final = apply_safety_sequence(stacked, np.array(data.initial), safety, ws, rising,
+                                  held_windows(data, lengths, window))
     return [final[: len(r), i] for i, r in enumerate(raw)]
 
 
@@ -141,7 +158,7 @@ def subset(data: ReplayInput, idx: Sequence[int]) -> ReplayInput:
         return [xs[i] for i in idx] if xs else []
     return ReplayInput(pick(data.names), pick(data.usage), pick(data.phases),
                        pick(data.initial), data.step, data.resources, data.units,
-                       pick(data.groups), pick(data.starts))
+                       pick(data.groups), pick(data.starts), pick(data.holds))
 
 
 #: Halvings of the bracket in :func:`served_risk_match` (2^-16 of a factor of 2: far finer

@@ -150,7 +150,7 @@ def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float
         first = profile.first_request(now, target.max_increase)
         if first is not None:
             out[container] = (tuple(float(v) if math.isfinite(v) else None for v in first),
-                              len(profile.runs))
+                              profile.n_runs)
     return out
 
 

@@ -330,7 +330,9 @@ def workload_profiles(namespace, name, body, **_):
     if stored.problem is not None or not stored.containers:
         return None
     pm = (body.get("spec") or {}).get("phaseModel", "")
-    return {(namespace, pm, stored.workload): stored.containers}
+    # only what the first request reads (ai4dl.policy.workload_profile.CompactProfile)
+    return {(namespace, pm, stored.workload): {c: p.compact()
+                                               for c, p in stored.containers.items()}}
 
 
 def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Index,

@@ -144,7 +144,8 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 histories: Mapping | None = None, model_key: str = "",
                 served: Served | None = None,
                 rejected: Mapping[tuple[str, str, str], tuple[str, str]] | None = None,
-                floors: Mapping[tuple[str, str], Mapping[str, float]] | None = None
+                floors: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
+                held: Mapping[tuple[str, str], float] | None = None
                 ) -> WindowPlan:
     """Decide, for every pod of one PhaseModel, phases, recommendations and resizes.
 
@@ -159,7 +160,8 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     the source refused (several series for one feature): skipped, never planned from.
     ``floors`` maps (pod uid, container) to levels its targets are raised to at once, past the
     growth limit (a container restarted after an OOM kill: its bumped peak), within its
-    ceiling and the physical maximum.
+    ceiling and the physical maximum. ``held`` maps (pod uid, container) to the memory its
+    workload's profile holds this window (the safety layer's hold, as in the evaluator).
     """
     served = served if served is not None else served_policy(spec, model)
     resources = served.resources
@@ -290,8 +292,10 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
         # A container with no request for a resource keeps none (its QoS depends on it).
         known = np.isfinite(current)
         state = SafetyState(np.where(known, current, 0.0), since)
+        holds = (np.array([held.get((plans[pi].pod.uid, cp.name), np.nan)
+                           for pi, cp in everyone]) if held else None)
         targets, _ = apply_safety(np.where(known, proposals, np.nan), state, safety, working_set,
-                                  rising)
+                                  rising, holds)
         below = _ceiling_below_working_set(safety, working_set)
         _raise_to_floors(targets, everyone, plans, floors, resources, safety)
         for i, (pi, cp) in enumerate(everyone):

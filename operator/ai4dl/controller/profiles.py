@@ -167,15 +167,15 @@ class ProfileStore:
 
     def record_runs(self, workload: str, runs: Sequence[tuple[str, RunSummary]],
                     resources: Sequence[str], phasemodel_uid: str, now: float,
-                    max_increase: float | None) -> bool:
+                    max_increase: float | None) -> dict[str, WorkloadProfile] | None:
         """Fold the ended executions into the workload's profile: one write when it changed
         (a create the first time, else an update with the read's resourceVersion as its
-        precondition: a conflict is left to the next window, which folds again). True when
-        written."""
+        precondition: a conflict is left to the next window, which folds again). The profiles
+        written, or None when nothing changed."""
         stored = self.read(workload)
         profiles, changed = fold_runs(stored.containers, runs, resources)
         if not changed:
-            return False
+            return None
         body = profile_object(self.namespace, self.phasemodel, phasemodel_uid, workload,
                               profiles, self.key, now, max_increase, stored.resource_version)
         if stored.resource_version:
@@ -185,14 +185,16 @@ class ProfileStore:
             self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace,
                                                         PROFILE_PLURAL, body)
         self.writes += 1
-        return True
+        return profiles
 
     # ------------------------------------------------------------------ the bound
-    def refresh(self, max_workloads: int) -> tuple[set[str], int]:
+    def refresh(self, max_workloads: int, now: float | None = None
+                ) -> tuple[dict[str, StoredProfiles], int]:
         """The workloads that have a profile, after deleting the least recently ended beyond
         ``max_workloads`` (the bound per PhaseModel): one paged LIST of this PhaseModel's
-        objects (by label), and a DELETE per object dropped. Returns (workloads kept, objects
-        deleted)."""
+        objects (by label), and a DELETE per object dropped. Returns (the kept workloads'
+        profiles, verified: a record that is not the operator's reads as none; the number of
+        objects deleted)."""
         from kubernetes.client.exceptions import ApiException
 
         from ai4dl.kube.raw import paged_items
@@ -206,10 +208,10 @@ class ProfileStore:
                 continue
             end = str((item.get("status") or {}).get("lastExecutionEnd") or "")
             found.append((end, str(spec.get("workload", "")),
-                          (item.get("metadata") or {}).get("name", "")))
-        found.sort(reverse=True)        # ISO times sort as times: the most recent first
+                          (item.get("metadata") or {}).get("name", ""), open_record(item, self.key)))
+        found.sort(key=lambda f: f[:3], reverse=True)   # ISO times sort as times: newest first
         deleted = 0
-        for _, workload, name in found[max_workloads:]:
+        for _, workload, name, _ in found[max_workloads:]:
             try:
                 self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace,
                                                             PROFILE_PLURAL, name)
@@ -218,4 +220,4 @@ class ProfileStore:
                 if err.status != 404:
                     log.warning("WorkloadProfile %s/%s not deleted: HTTP %s", self.namespace,
                                 name, err.status)
-        return {w for _, w, _ in found[:max_workloads]}, deleted
+        return {w: stored for _, w, _, stored in found[:max_workloads]}, deleted

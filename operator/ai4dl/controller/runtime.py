@@ -32,6 +32,7 @@ from ai4dl.kube.raw import api_message, paged_items
 from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
 from ai4dl.controller.profiles import ProfileStore
 from ai4dl.controller.runs import RunTracker, oom_floors
+from ai4dl.policy.workload_profile import held_level
 from ai4dl.controller.pods import A_ADMITTED, A_STATE, PodInfo, pod_info, verify_pod
 from ai4dl.crd import GROUP, PLURAL, PROMQL_UNCHECKED, VERSION, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
@@ -91,6 +92,8 @@ class WindowRunner(PodWrites):
         self.profiles = ProfileStore(custom_api, namespace, name, self.key)
         self.max_workloads = max_workloads
         self.profiled: set[str] | None = None
+        # per (workload, container): the memory hold of its profile (level, until in a run)
+        self.holds: dict[tuple[str, str], tuple[float, float]] = {}
         self._profiles_listed = -math.inf
 
     # ------------------------------------------------------------------ one window
@@ -206,11 +209,13 @@ class WindowRunner(PodWrites):
         # runs that ended since the last window (their pods ended, vanished, or a container
         # restarted): an OOM-killed container's memory is raised at once by this plan
         ended = self.runs.ended(pods, now)
+        self._refresh_profiles(now)
         try:
             plan = plan_window(spec, model, mine, samples, n_context, start, now_iso(now),
                                max_value=self.max_value, histories=self._own,
                                model_key=model_key, served=served, rejected=rejected,
-                               floors=oom_floors(ended, served.resources))
+                               floors=oom_floors(ended, served.resources),
+                               held=self._held(mine, start))
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
         report.plan = plan
@@ -244,6 +249,49 @@ class WindowRunner(PodWrites):
                      policy=served.summary(), savings=savings, workloads=workloads)
         return report
 
+    def _refresh_profiles(self, now: float) -> None:
+        """The PhaseModel's workload profiles (the holds the window's plan keeps), read at the
+        first window and every PROFILE_REFRESH_SECONDS, the bound enforced then. A failure is
+        logged and counted: it never stops the window's resizes."""
+        if self.profiled is not None and now - self._profiles_listed < PROFILE_REFRESH_SECONDS:
+            return
+        self._profiles_listed = now
+        try:
+            stored, deleted = self.profiles.refresh(self.max_workloads)
+        except Exception as err:     # noqa: BLE001 — profiles must never stop a window
+            m.ERRORS.labels(self.namespace, self.name, "profile").inc()
+            log.warning("PhaseModel %s/%s: workload profiles not read: %s: %s",
+                        self.namespace, self.name, type(err).__name__, str(err)[:300])
+            return
+        if deleted:
+            m.PROFILES_DELETED.labels(self.namespace, self.name).inc(deleted)
+        self.profiled = set(stored)
+        self.holds = {}
+        for workload, got in stored.items():
+            self._keep_holds(workload, got.containers, now)
+
+    def _keep_holds(self, workload: str, profiles, now: float) -> None:
+        """Each container's memory hold (:meth:`WorkloadProfile.hold`), as of ``now``."""
+        for container, profile in profiles.items():
+            hold = profile.hold(now)
+            if hold is not None:
+                self.holds[(workload, container)] = hold
+
+    def _held(self, mine: Sequence[PodInfo], start: float) -> dict[tuple[str, str], float]:
+        """Per (pod uid, container): the memory its workload's profile holds for the window
+        starting at ``start`` (:func:`~ai4dl.policy.workload_profile.held_level`, the
+        evaluator's own rule)."""
+        out = {}
+        for p in mine:
+            for c in p.containers:
+                hold, began = self.holds.get((p.workload, c.name)), p.started.get(c.name)
+                if hold is None or began is None:
+                    continue
+                level = held_level(hold, start - began)
+                if math.isfinite(level):
+                    out[(p.uid, c.name)] = level
+        return out
+
     def _profile_runs(self, body: dict, spec: PhaseModelSpec, ended: Sequence,
                       mine: Sequence[PodInfo], plan: WindowPlan, start: float, W: int,
                       now: float) -> dict:
@@ -259,16 +307,14 @@ class WindowRunner(PodWrites):
         max_increase = safety_config(spec, plan.resources).max_increase
         uid = (body.get("metadata") or {}).get("uid", "")
         try:
-            if self.profiled is None or now - self._profiles_listed >= PROFILE_REFRESH_SECONDS:
-                self.profiled, deleted = self.profiles.refresh(self.max_workloads)
-                self._profiles_listed = now
-                if deleted:
-                    m.PROFILES_DELETED.labels(self.namespace, self.name).inc(deleted)
             for workload, runs in by_workload.items():
-                if self.profiles.record_runs(workload, runs, plan.resources, uid, now,
-                                             max_increase):
+                written = self.profiles.record_runs(workload, runs, plan.resources, uid, now,
+                                                    max_increase)
+                if written is not None:
                     m.PROFILE_WRITES.labels(self.namespace, self.name).inc()
-                    self.profiled.add(workload)
+                    if self.profiled is not None:
+                        self.profiled.add(workload)
+                    self._keep_holds(workload, written, now)
         except Exception as err:     # noqa: BLE001 — profiles must never stop a window
             m.ERRORS.labels(self.namespace, self.name, "profile").inc()
             log.warning("PhaseModel %s/%s: workload profiles not updated: %s: %s",

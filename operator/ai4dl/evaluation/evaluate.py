@@ -39,11 +39,13 @@ INITIALS = ("served", "peak", "trace", "model")
 
 def prepare(executions: Sequence[Execution], resources: Sequence[str], model=None,
             initial: str = "peak", level: np.ndarray | None = None,
-            starts: Sequence[np.ndarray] | None = None) -> ReplayInput:
+            starts: Sequence[np.ndarray] | None = None,
+            holds: Sequence[tuple[float, float] | None] | None = None) -> ReplayInput:
     """Usage matrices, phases (one batched detection for all executions) and initial requests:
     ``starts`` where given (``served``: :func:`execution_starts`), else the execution's peak,
     the trace's own request (``trace``), or ``level`` for every execution (``model``: the
-    learned first-window level, as admission sets it)."""
+    learned first-window level, as admission sets it). ``holds``: each execution's memory hold
+    from its workload's profile (``served``), kept by the safety layer."""
     if initial not in INITIALS:
         raise ValueError(f"initial must be one of {', '.join(INITIALS)}")
     if initial == "model" and level is None:
@@ -64,17 +66,18 @@ def prepare(executions: Sequence[Execution], resources: Sequence[str], model=Non
     return ReplayInput([e.name for e in executions], usage, phases, init,
                        float(ex0.step or 0.0), tuple(resources),
                        tuple(ex0.select(resources).units), [e.group for e in executions],
-                       [float(e.times[0]) if len(e) else 0.0 for e in executions])
+                       [float(e.times[0]) if len(e) else 0.0 for e in executions],
+                       list(holds) if holds is not None else [])
 
 
 def execution_starts(cfg: "EvaluationConfig", executions: Sequence[Execution],
                      history: Sequence[Execution], level: np.ndarray | None
-                     ) -> tuple[list[np.ndarray] | None, StartCounts | None]:
+                     ) -> tuple[list[np.ndarray] | None, StartCounts | None, list | None]:
     """With ``cfg.initial`` ``served``: each execution's served start and their sources
-    (:func:`ai4dl.evaluation.starts.served_starts`; ``history`` without duplicates). Else
-    (None, None): :func:`prepare` sets the start itself."""
+    (:func:`ai4dl.evaluation.starts.served_starts`; ``history`` without duplicates), and their
+    memory holds. Else (None, None, None): :func:`prepare` sets the start itself."""
     if cfg.initial != "served":
-        return None, None
+        return None, None, None
     seen = list({id(h): h for h in history}.values())
     return served_starts(executions, seen, cfg.resources, cfg.window, level, cfg.workload_by,
                          cfg.safety.max_increase if cfg.safety is not None else None)
@@ -305,15 +308,15 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     level = levels[max(cfg.targets)]
     # the replay's past: the train side and the held-out side (a held-out execution's own
     # workload may have run before it on either); the train side's fits see only their side
-    starts, counts = execution_starts(cfg, list(test), [*train, *test], level)
+    starts, counts, holds = execution_starts(cfg, list(test), [*train, *test], level)
     data = prepare(list(test), cfg.resources, model if needs_model else None, cfg.initial,
-                   level, starts)
+                   level, starts, holds)
     fitted_names = [p for p in cfg.policies if p in FITTED]
     train_data = None
     if "vpa" in cfg.policies or "krr" in cfg.policies or fitted_names:
-        train_starts, _ = execution_starts(cfg, list(train), list(train), level)
+        train_starts, _, train_holds = execution_starts(cfg, list(train), list(train), level)
         train_data = prepare(list(train), cfg.resources, model if needs_model else None,
-                             cfg.initial, level, train_starts)
+                             cfg.initial, level, train_starts, train_holds)
     plain = dataclasses.replace(cfg, policies=tuple(p for p in cfg.policies
                                                     if p not in FITTED))
     policies = build_policies(plain, model, train_data)
@@ -433,7 +436,8 @@ def _concat_inputs(parts: Sequence[ReplayInput]) -> ReplayInput:
                        [x for p in parts for x in p.phases],
                        [x for p in parts for x in p.initial], first.step, first.resources,
                        first.units, [g for p in parts for g in p.groups],
-                       [t for p in parts for t in p.starts])
+                       [t for p in parts for t in p.starts],
+                       [h for p in parts for h in (p.holds or [None] * len(p.names))])
 
 
 def merge_results(parts: Sequence[EvaluationResult], levels: dict | None = None,
@@ -508,9 +512,9 @@ def run_served(traces, cfg: EvaluationConfig, policy: Policy, name: str, model=N
     plain = tuple(p for p in cfg.policies if p not in FITTED and p not in PHASE_POLICIES)
     cfg = dataclasses.replace(cfg, policies=(*plain, name), test_fraction=0.0)
     needs = bool(getattr(policy, "needs_phases", False))
-    starts, counts = execution_starts(cfg, list(traces), list(traces), level)
+    starts, counts, holds = execution_starts(cfg, list(traces), list(traces), level)
     data = prepare(list(traces), cfg.resources, model if needs else None, cfg.initial, level,
-                   starts)
+                   starts, holds)
     policies = build_policies(dataclasses.replace(cfg, policies=plain), None, data)
     if "oracle" not in plain:
         from ai4dl.policy.policies import Oracle

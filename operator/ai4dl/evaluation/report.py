@@ -182,8 +182,10 @@ def initial_label(result: EvaluationResult) -> str:
         return "peak (clairvoyant: each execution's own lifetime peak)"
     if cfg.initial == "served" and result.starts is not None:
         by = "group" if cfg.workload_by == "group" else f"'{cfg.workload_by}'"
+        held = ("; memory held at the workload's peak until its time under the safety layer"
+                if cfg.safety is not None and result.starts.get("profile") else "")
         return (f"served, as the operator would (workload by {by}: "
-                f"{result.starts.describe()})")
+                f"{result.starts.describe()}{held})")
     return cfg.initial
 
 

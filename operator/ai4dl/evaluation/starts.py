@@ -81,23 +81,26 @@ def run_summaries(executions: Sequence[Execution], resources: Sequence[str], win
 def served_starts(executions: Sequence[Execution], history: Sequence[Execution],
                   resources: Sequence[str], window: int, level: np.ndarray | None,
                   by: str = "group", max_increase: float | None = None
-                  ) -> tuple[list[np.ndarray], StartCounts]:
+                  ) -> tuple[list[np.ndarray], StartCounts, list[tuple[float, float] | None]]:
     """Each execution's served start (see the module docstring) and how many came from each
     source. ``history``: every execution the replay has in its past (the train side and the
     held-out side; only those of the same workload that ended before an execution started
     count for it). ``max_increase``: the safety layer's growth limit per window, which the
-    profile's first request leaves room for (:meth:`WorkloadProfile.first_request`)."""
+    profile's first request leaves room for (:meth:`WorkloadProfile.first_request`). Also each
+    execution's memory hold (:meth:`WorkloadProfile.hold`: the peak its workload's runs
+    reached and until when in a run; None without a profile), which the safety layer keeps."""
     summaries = run_summaries(history, resources, window)
     by_workload: dict[str, list[RunSummary]] = {}
     for h, s in zip(history, summaries):
         if s is not None:
             by_workload.setdefault(workload_of(h, by), []).append(s)
-    starts, sources = [], Counter()
+    starts, sources, holds = [], Counter(), []
     for e in executions:
         begin = float(e.times[0]) if len(e) else 0.0
         past = [s for s in by_workload.get(workload_of(e, by), []) if s.end <= begin]
-        request = (profile_from_runs(resources, past).first_request(begin, max_increase)
-                   if past else None)
+        profile = profile_from_runs(resources, past) if past else None
+        request = profile.first_request(begin, max_increase) if profile is not None else None
+        holds.append(profile.hold(begin) if profile is not None else None)
         source = "profile"
         if request is None and level is not None:
             request, source = np.asarray(level, np.float64).copy(), "pooled"
@@ -105,7 +108,7 @@ def served_starts(executions: Sequence[Execution], history: Sequence[Execution],
             request, source = _recorded_or_peak(e, resources)
         starts.append(np.asarray(request, np.float64))
         sources[source] += 1
-    return starts, StartCounts(tuple((s, sources[s]) for s in SOURCES))
+    return starts, StartCounts(tuple((s, sources[s]) for s in SOURCES)), holds
 
 
 def trace_request(ex: Execution, resources: Sequence[str]) -> np.ndarray:

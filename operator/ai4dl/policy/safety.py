@@ -8,7 +8,9 @@ change per window -> hold decreases during the cool-down after an increase -> ho
 decreases while the working set is rising -> cover the latest memory working set -> clamp to
 floor and ceiling -> approach a ceiling below the allocation in force at the per-window
 decrease limit -> hold resources whose bounds contradict each other -> cap at the physical
-maximum.
+maximum. Between covering the working set and the clamp, where a workload profile says so
+(:mod:`ai4dl.policy.workload_profile`), memory holds the peak the workload's runs reached until
+the point in a run where it came has passed (at once: a level the runs reached is no guess).
 
 The guarantees: memory is never set below the latest working set × (1 + margin) (unless the
 ceiling forbids it), and never lowered in a window after one in which the working set grew by
@@ -190,13 +192,27 @@ def cap_physical(proposal, max_value):
 
 
 # ----------------------------------------------------------------------------- the chain
+def hold_workload_peak(p, held, memory_index):
+    """Memory at least ``held`` (pods,) where it is a number: the peak its workload's runs
+    reached, held until the point in the run where it came (NaN: nothing held)."""
+    if held is None or memory_index is None:
+        return p
+    held = np.asarray(held, np.float64)
+    out = p.copy()
+    m = memory_index
+    with np.errstate(invalid="ignore"):
+        out[:, m] = np.where(np.isfinite(held) & (held > out[:, m]), held, out[:, m])
+    return out
+
+
 def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
-                 working_set: np.ndarray | None = None, rising: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, SafetyState]:
+                 working_set: np.ndarray | None = None, rising: np.ndarray | None = None,
+                 held: np.ndarray | None = None) -> tuple[np.ndarray, SafetyState]:
     """Final allocation for one window and the state for the next.
 
     ``proposal`` and ``state.current`` are (pods, R); ``working_set`` is (pods,) — the latest
-    memory sample; ``rising`` (pods,) — :func:`working_set_rising` of the last window. A NaN
+    memory sample; ``rising`` (pods,) — :func:`working_set_rising` of the last window;
+    ``held`` (pods,) — the memory a workload profile holds this window (NaN: none). A NaN
     proposal (no data) keeps the current allocation: never a resize based on missing data.
     """
     proposal = np.asarray(proposal, np.float64)
@@ -212,6 +228,7 @@ def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
     if config.memory_margin is not None:
         p = hold_memory_while_rising(p, cur, rising, config.memory_index)
     p = cover_working_set(p, working_set, config.memory_margin, config.memory_index)
+    p = hold_workload_peak(p, held, config.memory_index)
     p = clamp(p, config.floor, config.ceiling)
     p = approach_ceiling(p, cur, config.ceiling, config.max_decrease)
     p = hold_contradictory_bounds(p, cur, config.floor, config.ceiling)
@@ -222,9 +239,11 @@ def apply_safety(proposal: np.ndarray, state: SafetyState, config: SafetyConfig,
 
 def apply_safety_sequence(proposals: np.ndarray, initial: np.ndarray, config: SafetyConfig,
                           working_sets: np.ndarray | None = None,
-                          rising: np.ndarray | None = None) -> np.ndarray:
+                          rising: np.ndarray | None = None,
+                          held: np.ndarray | None = None) -> np.ndarray:
     """Run the chain over windows: ``proposals`` (windows, pods, R) -> final allocations;
-    ``working_sets`` and ``rising`` (windows, pods): at window w, of the window before it.
+    ``working_sets`` and ``rising`` (windows, pods): at window w, of the window before it;
+    ``held`` (windows, pods): the memory a workload profile holds in window w (NaN: none).
 
     Window 0 is the cold start: the initial request is in force and is what the pod gets
     (nothing has been observed, so there is nothing to resize on).
@@ -238,5 +257,6 @@ def apply_safety_sequence(proposals: np.ndarray, initial: np.ndarray, config: Sa
     for w in range(1, len(proposals)):
         ws = None if working_sets is None else working_sets[w]
         up = None if rising is None else rising[w]
-        out[w], state = apply_safety(proposals[w], state, config, ws, up)
+        hold = None if held is None else held[w]
+        out[w], state = apply_safety(proposals[w], state, config, ws, up, hold)
     return out

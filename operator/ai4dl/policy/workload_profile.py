@@ -95,6 +95,16 @@ def container_run_id(namespace: str, pod: str, container: str) -> str:
     return hashlib.sha256(f"{namespace}\0{pod}\0{container}".encode()).hexdigest()[:16]
 
 
+def held_level(hold: tuple[float, float] | None, elapsed: float) -> float:
+    """The level a hold keeps for the window that starts ``elapsed`` seconds into a run: the
+    held peak while that window starts at or before the point where the runs peaked (the
+    window that holds that point is held too), NaN afterwards and without a hold. The window
+    loop and the evaluator's replay both ask this function."""
+    if hold is None or elapsed > hold[1]:
+        return math.nan
+    return hold[0]
+
+
 def bump_for_oom(values: np.ndarray, memory_index: int | None, bytes_unit: bool) -> np.ndarray:
     """VPA's OOM bump on the memory column: ×1.2, and at least +100 MiB where memory is in
     bytes (the usage an OOM kill recorded stopped at the limit, below what the run needed)."""
@@ -189,18 +199,22 @@ class WorkloadProfile:
         limits the growth, ``max_increase`` None). A start cut to the first window alone
         would leave the next windows short whatever a policy proposed, since the layer could
         not raise it fast enough. Then the weighted upper percentile over the runs."""
-        if not self.runs:
-            return None
-        need = []
-        for r in self.runs:
-            w = r.windows()
-            if max_increase is None:
-                need.append(w[0])
-            else:
-                growth = np.power(1.0 + float(max_increase), np.arange(len(w)))[:, None]
-                need.append((w / growth).max(0))
-        upper = weighted_upper(np.array(need), self.weights(now))
-        return upper * (1.0 + RECOMMENDATION_MARGIN)
+        return self.compact().first_request(now, max_increase)
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.runs)
+
+    def compact(self) -> "CompactProfile":
+        """The arrays :meth:`first_request` reads, without the rest (what admission keeps in
+        memory per workload: a few hundred bytes instead of a few thousand)."""
+        early = np.full((len(self.runs), EARLY_WINDOWS, len(self.resources)), np.nan)
+        for i, r in enumerate(self.runs):
+            w = r.windows()[:EARLY_WINDOWS]
+            early[i, :len(w)] = w
+        return CompactProfile(self.resources, early,
+                              np.array([r.end for r in self.runs], np.float64),
+                              self.half_life_s)
 
     def peak(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
         """The peak its runs reached (weighted upper percentile, per resource) and the latest
@@ -210,6 +224,16 @@ class WorkloadProfile:
             return None
         level = weighted_upper(np.array([r.peak for r in self.runs]), self.weights(now))
         return level, np.array([r.peak_at for r in self.runs]).max(0)
+
+    def hold(self, now: float, resource: str = "memory") -> tuple[float, float] | None:
+        """What the safety layer holds for a new run of the workload: (the peak its runs
+        reached of ``resource``, the latest point in a run — seconds from its start — where a
+        run reached its own), or None without a run or the resource."""
+        got = self.peak(now)
+        if got is None or resource not in self.resources:
+            return None
+        j = self.resources.index(resource)
+        return float(got[0][j]), float(got[1][j])
 
     # ------------------------------------------------------------------ storage
     def to_dict(self) -> dict:
@@ -290,6 +314,34 @@ SIGNIFICANT_DIGITS = 6
 
 def _rounded(values: Sequence[float]) -> list[float]:
     return [float(f"{x:.{SIGNIFICANT_DIGITS}g}") for x in values]
+
+
+@dataclass(frozen=True, eq=False)
+class CompactProfile:
+    """What :meth:`WorkloadProfile.first_request` reads: per remembered run its early window
+    peaks (runs, ``EARLY_WINDOWS``, R; NaN past a run's last) and its end."""
+    resources: tuple[str, ...]
+    early: np.ndarray
+    ends: np.ndarray
+    half_life_s: float = HALF_LIFE_S
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.ends)
+
+    def first_request(self, now: float, max_increase: float | None = None
+                      ) -> np.ndarray | None:
+        """See :meth:`WorkloadProfile.first_request` (which calls this)."""
+        if not len(self.ends):
+            return None
+        if max_increase is None:
+            need = self.early[:, 0, :]
+        else:
+            growth = np.power(1.0 + float(max_increase),
+                              np.arange(self.early.shape[1]))[None, :, None]
+            need = np.nanmax(self.early / growth, axis=1)
+        weights = np.power(0.5, np.maximum(now - self.ends, 0.0) / self.half_life_s)
+        return weighted_upper(need, weights) * (1.0 + RECOMMENDATION_MARGIN)
 
 
 def _finite_non_negative(x) -> bool:
