@@ -37,6 +37,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 
 
 def pct(values, q) -> float:
@@ -55,14 +56,11 @@ def main() -> int:
 
     from kubernetes import client, config
 
-    from ai4dl.method import synthetic
     from ai4dl.controller.admission import A_ADMITTED
-    from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, \
-        PhaseModelSpec
-    from ai4dl.method.model import PhaseModel
-    from ai4dl.trainer import choose_served_policy
+    from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
     from e2e.controlplane.cluster import ControlPlane, ensure_binaries
     from e2e_fixtures_operator import Operator, free_port, install_for_operator, wait_for
+    from operator_bench.cluster import admitting_phasemodel
 
     ensure_binaries(quiet=True)
     work = Path(tempfile.mkdtemp(prefix="ai4dl-bench-admission-"))
@@ -76,17 +74,8 @@ def main() -> int:
         kubeconfig, mwc = install_for_operator(cp, api, work, ["bench"], port)
 
         # a model with a learned first-window level (the trainer's tables)
-        traces, _ = synthetic.generate(24, seed=11)
-        model = PhaseModel(random_state=3, epochs=20).fit(traces)
-        features = [{"name": f, "query": f + "{{{selector}}}"} for f in model.features_]
-        spec = {"features": features, "stepSeconds": 15, "windowSeconds": 600,
-                "selector": {"matchLabels": {"app": "train"}}, "policy": {"mode": "InPlace"}}
-        choose_served_policy(model, list(traces), PhaseModelSpec.model_validate(spec))
-        spec["model"] = json.loads(model.to_document().model_dump_json(by_alias=True))
         wait_for(lambda: _established(client.ApiextensionsV1Api(api)), 30, what="CRD")
-        custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
-            "metadata": {"name": "pm"}, "spec": spec})
+        admitting_phasemodel(custom, "bench")
 
         op = Operator(kubeconfig, "http://127.0.0.1:9", work / "operator.log", extra_args=(
             "--webhook-port", str(port), "--webhook-host", "127.0.0.1",

@@ -39,6 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 
 GiB = 2.0 ** 30
 
@@ -62,7 +63,6 @@ def rss_kib(pid: int) -> tuple[int, int]:
 
 def write_count(cp) -> float:
     """workloadprofiles writes (create, update, patch) the API server has served so far."""
-    sys.path.insert(0, str(REPO / "bench"))
     from operator_bench.measure import apiserver_counts
 
     return sum(v for (verb, resource, _), v in apiserver_counts(cp).items()
@@ -82,16 +82,13 @@ def main(argv=None) -> int:
     from ai4dl.controller.admission import A_ADMISSION
     from ai4dl.controller.podstate import StateKey
     from ai4dl.controller.profiles import ProfileStore
-    from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, \
-        PhaseModelSpec
+    from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, VERSION
     from ai4dl.crd_profile import PROFILE_PLURAL
     from ai4dl.kube.raw import paged_items
-    from ai4dl.method import synthetic
-    from ai4dl.method.model import PhaseModel
-    from ai4dl.trainer import choose_served_policy
     from e2e.controlplane.cluster import ControlPlane, ensure_binaries
     from e2e_fixtures_operator import (Operator, free_port, install_for_operator,
                                        state_key_file, wait_for)
+    from operator_bench.cluster import admitting_phasemodel
 
     ensure_binaries(quiet=True)
     work = Path(tempfile.mkdtemp(prefix="ai4dl-bench-profiles-"))
@@ -103,16 +100,7 @@ def main(argv=None) -> int:
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         port = free_port()
         kubeconfig, mwc = install_for_operator(cp, api, work, ["bench"], port)
-        traces, _ = synthetic.generate(12, seed=11)
-        model = PhaseModel(random_state=3, epochs=5).fit(traces)
-        features = [{"name": f, "query": f + "{{{selector}}}"} for f in model.features_]
-        spec = {"features": features, "stepSeconds": 15, "windowSeconds": 600,
-                "selector": {"matchLabels": {"app": "train"}}, "policy": {"mode": "InPlace"}}
-        choose_served_policy(model, list(traces), PhaseModelSpec.model_validate(spec))
-        spec["model"] = json.loads(model.to_document().model_dump_json(by_alias=True))
-        pm = custom.create_namespaced_custom_object(GROUP, VERSION, "bench", PLURAL, {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
-            "metadata": {"name": "pm"}, "spec": spec})
+        pm = admitting_phasemodel(custom, "bench", executions=12, epochs=5)
         op = Operator(kubeconfig, "http://127.0.0.1:9", work / "operator.log", extra_args=(
             "--webhook-port", str(port), "--webhook-host", "127.0.0.1",
             "--webhook-configuration", mwc["metadata"]["name"],

@@ -237,3 +237,26 @@ def exporter_jobs(played, first, in_phase: bool, n_pods: int):
         span = float(ex.times[-1] - ex.times[0])
         out.append((ex, first[k] if in_phase else float(rng.uniform(0.0, 0.8 * span))))
     return out
+
+
+def admitting_phasemodel(custom, namespace: str, executions: int = 24, epochs: int = 20,
+                         name: str = "pm") -> dict:
+    """A PhaseModel (InPlace, 15 s steps, 600 s windows) whose model carries the trainer's
+    tables, hence a learned first-window level: what admission serves from. Returns it."""
+    import json
+
+    from ai4dl.crd import GROUP, PLURAL, VERSION, PhaseModelSpec
+    from ai4dl.method import synthetic
+    from ai4dl.method.model import PhaseModel
+    from ai4dl.trainer import choose_served_policy
+
+    traces, _ = synthetic.generate(executions, seed=11)
+    model = PhaseModel(random_state=3, epochs=epochs).fit(traces)
+    features = [{"name": f, "query": f + "{{{selector}}}"} for f in model.features_]
+    spec = {"features": features, "stepSeconds": 15, "windowSeconds": 600,
+            "selector": {"matchLabels": {"app": "train"}}, "policy": {"mode": "InPlace"}}
+    choose_served_policy(model, list(traces), PhaseModelSpec.model_validate(spec))
+    spec["model"] = json.loads(model.to_document().model_dump_json(by_alias=True))
+    return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
+        "metadata": {"name": name}, "spec": spec})

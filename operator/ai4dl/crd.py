@@ -128,17 +128,7 @@ def crd_manifest() -> dict:
     del props["policy"]["properties"]["targetFulfilment"]["default"]
     props["features"]["default"] = [f.model_dump(by_alias=True) for f in default_features()]
     status_schema = openapi_schema(PhaseModelStatus)
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR,
-                      "shortNames": SHORT_NAMES, "listKind": f"{KIND}List"},
-            "versions": [{
-                "name": VERSION, "served": True, "storage": True,
+    return namespaced_crd(KIND, PLURAL, SINGULAR, SHORT_NAMES, {
                 "subresources": {"status": {}},
                 "additionalPrinterColumns": [
                     {"name": "Phases", "type": "string", "jsonPath": ".status.phaseSummary"},
@@ -174,7 +164,23 @@ def crd_manifest() -> dict:
                     },
                     "required": ["spec"],
                 }},
-            }],
+    })
+
+
+def namespaced_crd(kind: str, plural: str, singular: str, short_names: list[str],
+                   version: dict) -> dict:
+    """A namespaced CRD of group ai4dl.io with one served, stored version (``version``: its
+    subresources, printer columns and schema)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": singular,
+                      "shortNames": short_names, "listKind": f"{kind}List"},
+            "versions": [{"name": VERSION, "served": True, "storage": True, **version}],
         },
     }
 
@@ -183,10 +189,12 @@ HEADER = ("# Generated from the pydantic models in operator/ai4dl/crd.py — do 
           "# Regenerate: .venv/bin/python -m ai4dl.crd > crds/phasemodels.ai4dl.io.yaml\n")
 
 
-def crd_yaml() -> str:
+def crd_yaml(manifest: dict | None = None, header: str = HEADER) -> str:
+    """A CRD manifest (this one by default) as the committed YAML file, under its header."""
     import yaml
 
-    return HEADER + yaml.safe_dump(copy.deepcopy(crd_manifest()), sort_keys=False, width=100)
+    body = crd_manifest() if manifest is None else manifest
+    return header + yaml.safe_dump(copy.deepcopy(body), sort_keys=False, width=100)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,12 @@ aggregates none), and the seal holds where a cluster admin grants one anyway.
 
 from __future__ import annotations
 
-import copy
 import sys
 from typing import Literal
 
 from pydantic import Field
 
-from ai4dl.crd import GROUP, VERSION, openapi_schema
+from ai4dl.crd import namespaced_crd, openapi_schema
 from ai4dl.crd_spec import _Base
 
 PROFILE_KIND = "WorkloadProfile"
@@ -68,40 +67,26 @@ class WorkloadProfileResource(_Base):
 
 
 def crd_manifest() -> dict:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PROFILE_PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"kind": PROFILE_KIND, "plural": PROFILE_PLURAL,
-                      "singular": PROFILE_SINGULAR, "shortNames": PROFILE_SHORT_NAMES,
-                      "listKind": f"{PROFILE_KIND}List"},
-            "versions": [{
-                "name": VERSION, "served": True, "storage": True,
-                "additionalPrinterColumns": [
-                    {"name": "PhaseModel", "type": "string", "jsonPath": ".spec.phaseModel"},
-                    {"name": "Workload", "type": "string", "jsonPath": ".spec.workload"},
-                    {"name": "Executions", "type": "integer", "jsonPath": ".status.executions"},
-                    {"name": "OOMKills", "type": "integer", "jsonPath": ".status.oomKills"},
-                    {"name": "LastEnd", "type": "date",
-                     "jsonPath": ".status.lastExecutionEnd"},
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": openapi_schema(WorkloadProfileSpec),
-                        "status": openapi_schema(WorkloadProfileStatus),
-                    },
-                    "required": ["spec"],
-                }},
-            }],
-        },
-    }
+    return namespaced_crd(PROFILE_KIND, PROFILE_PLURAL, PROFILE_SINGULAR, PROFILE_SHORT_NAMES, {
+        "additionalPrinterColumns": [
+            {"name": "PhaseModel", "type": "string", "jsonPath": ".spec.phaseModel"},
+            {"name": "Workload", "type": "string", "jsonPath": ".spec.workload"},
+            {"name": "Executions", "type": "integer", "jsonPath": ".status.executions"},
+            {"name": "OOMKills", "type": "integer", "jsonPath": ".status.oomKills"},
+            {"name": "LastEnd", "type": "date", "jsonPath": ".status.lastExecutionEnd"},
+        ],
+        "schema": {"openAPIV3Schema": {
+            "type": "object",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": openapi_schema(WorkloadProfileSpec),
+                "status": openapi_schema(WorkloadProfileStatus),
+            },
+            "required": ["spec"],
+        }},
+    })
 
 
 HEADER = ("# Generated from the pydantic models in operator/ai4dl/crd_profile.py — do not edit.\n"
@@ -110,9 +95,9 @@ HEADER = ("# Generated from the pydantic models in operator/ai4dl/crd_profile.py
 
 
 def crd_yaml() -> str:
-    import yaml
+    from ai4dl.crd import crd_yaml as as_yaml
 
-    return HEADER + yaml.safe_dump(copy.deepcopy(crd_manifest()), sort_keys=False, width=100)
+    return as_yaml(crd_manifest(), HEADER)
 
 
 if __name__ == "__main__":
