@@ -70,8 +70,8 @@ test: $(STAMP) e2e-deps
 	AI4DL_REAL_NODE=$(AI4DL_REAL_NODE) $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The "On a real node" table (docs/results/real-node.md + .json): real PyTorch jobs as
-# Guaranteed pods on the real node under four policies (bench/bench_real_node.py; root; about
-# 15 min on 2 cores).
+# Guaranteed pods on the real node under four policies, each job three times in a row as one
+# workload (bench/bench_real_node.py; root; about 35 min on 2 cores).
 real-node-table: $(STAMP) e2e-deps
 	$(BIN)/python bench/bench_real_node.py --out docs/results/real-node.md
 

@@ -10,21 +10,27 @@ operator's ServiceAccount and RBAC (``deploy/rbac.yaml``), a real node (kubelet 
 ``e2e/node/node.py``) and the real Prometheus scraping the kubelet's /metrics/cadvisor; then
 runs the jobs (``e2e/node/jobs.py``: ``cnn.py`` and ``transformer.py``, 2 minutes each, both at
 once, requests = limits = the author's 1 cpu / 2 GiB) in a namespace per policy, one policy
-after the other:
+after the other, ``--runs`` times in a row each (default 3: each job one workload,
+a pod ``<job>-<run>`` with the job's ``ai4dl.io/workload`` label and a new seed):
 
 1. ``static``: the author's requests, nothing resizes them. Its cAdvisor series are the
    recording the model is fitted on (``ai4dl`` API: PhaseModel + the trainer's auto choice
    and head-room tables, for the operator's step and window);
-2. ``adaptive-max``: the operator (``python -m ai4dl.controller``, its own ServiceAccount)
-   serving a PhaseModel of that kind, InPlace;
+2. ``adaptive-max``: the operator (``python -m ai4dl.controller``, its own ServiceAccount,
+   serving its admission webhook and sealing workload profiles with a state key) serving a
+   PhaseModel of that kind, InPlace;
 3. ``vpa``: the VPA recommender replica (``ai4dl.policy.vpa``) fed the same cAdvisor series
-   and the static run's history, its target applied in place each window;
+   and the static runs' history, one recommender per job kept across its runs, sizing each
+   new pod from its target (VPA's admission controller) and applying it in place each window;
 4. ``auto``: the operator serving a PhaseModel with the CRD's defaults (kind auto: the
    trainer's choice stored in the model), InPlace.
 
-No admission webhook: every pod starts with the author's requests, the policies resize them in
-place. Everything started is stopped at the end (also on Ctrl-C/SIGTERM); ``--keep`` keeps the
-work folder (operator, kubelet, Prometheus logs). Takes about 15 minutes on 2 cores.
+A job's first run under the operator starts at the author's requests (admission leaves a
+Guaranteed pod of an unknown workload as it is); each later run starts from the workload profile
+the operator wrote when the run before it ended (requests and limits: it stays Guaranteed), and
+its memory is held at the workload's peak until the point in the run where it came. Everything
+started is stopped at the end (also on Ctrl-C/SIGTERM); ``--keep`` keeps the work folder
+(operator, kubelet, Prometheus logs). Takes about 35 minutes on 2 cores with 3 runs.
 """
 
 from __future__ import annotations
@@ -76,6 +82,34 @@ def create_namespace(core, name: str) -> None:
             raise
 
 
+def start_operator(api, kubeconfig: Path, workdir: Path, prometheus_url: str):
+    """The operator with its admission webhook (the chart's MutatingWebhookConfiguration,
+    pointed at 127.0.0.1) and a state key: it seals the workload profiles it learns from each
+    run's end and admits the next run of a known workload from its profile."""
+    import yaml
+    from kubernetes import client
+
+    from e2e_fixtures_operator import free_port, state_key_file, wait_for
+    from operator_bench.cluster import OperatorProcess
+
+    port = free_port()
+    docs = yaml.safe_load_all((REPO / "deploy" / "ai4dl-operator.yaml").read_text())
+    mwc = next(d for d in docs if d and d["kind"] == "MutatingWebhookConfiguration")
+    for hook in mwc["webhooks"]:
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/admission"}
+    adm = client.AdmissionregistrationV1Api(api)
+    adm.create_mutating_webhook_configuration(mwc)
+    op = OperatorProcess(kubeconfig, prometheus_url, workdir / "operator.log",
+                         timeout=5, settle=1.5, extra_args=(
+                             "--webhook-port", str(port), "--webhook-host", "127.0.0.1",
+                             "--webhook-configuration", mwc["metadata"]["name"],
+                             "--state-key-file", str(state_key_file(workdir)))).start()
+    # serving once its certificate is in the configuration (the operator writes the CA bundle)
+    wait_for(lambda: adm.read_mutating_webhook_configuration(mwc["metadata"]["name"])
+             .webhooks[0].client_config.ca_bundle, 60, what="the webhook's CA bundle")
+    return op
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,6 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES),
                     help=f"comma-separated, in order (default {','.join(POLICIES)}); the "
                          "operator's policies need static first (the model's recording)")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="runs of each job in a row under each policy, one workload (default "
+                         "3): what a policy learned from a job's earlier runs shows in the next")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     args = ap.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -94,6 +131,8 @@ def main(argv=None) -> int:
         ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
     if policies[0] != "static" and any(p in ("vpa", "auto") for p in policies):
         ap.error("vpa and auto need the static run first (the history and the model)")
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
     if os.geteuid() != 0:
         ap.error("a real node needs root (cgroups, mounts)")
 
@@ -104,7 +143,7 @@ def main(argv=None) -> int:
     from kubernetes import client
 
     from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-    from operator_bench.cluster import OperatorProcess, setup_cluster
+    from operator_bench.cluster import setup_cluster
     from e2e.controlplane import cluster as cpmod
     from e2e.node import jobs as J
     from e2e.node.node import RealNode, ensure_programs
@@ -135,38 +174,53 @@ def main(argv=None) -> int:
         node = RealNode(cp).start()
         log(f"node {node.name} Ready in {node.start_seconds:.1f} s")
         prom = J.cadvisor_prometheus(cp, node, workdir / "prometheus", prom_bin)
-        names = [j.name for j in jobs]
-        history: dict = {}
+        history: dict = {}                  # job -> the static runs' recordings
         model_doc = None
         for policy in policies:
             ns = f"jobs-{policy}"
             create_namespace(core, ns)
-            log(f"{policy}: {len(jobs)} jobs in {ns}")
             kw: dict = {}
             if policy in ("adaptive-max", "auto"):
                 if op is None:
-                    op = OperatorProcess(op_kubeconfig, prom.url, workdir / "operator.log",
-                                         timeout=5, settle=1.5).start()
+                    op = start_operator(api, op_kubeconfig, workdir, prom.url)
                 client.CustomObjectsApi(api).create_namespaced_custom_object(
                     GROUP, VERSION, ns, PLURAL, J.phasemodel_body("pm", policy, model_doc))
                 kw = {"labels": {OPT_IN_LABEL: "true"}, "annotations": {MODEL_ANNOTATION: "pm"}}
-            elif policy == "vpa":
-                kw = {"vpa": J.VpaUpdater(core, prom.url, ns, names, history=history)}
-            res = J.run_jobs(core, node, prom, ns, jobs, policy=policy, log=log, **kw)
-            results.append(res)
-            t = res["totals"]
-            log(f"{policy}: OOM kills {t['oom_kills']}, throttled {t['throttled_seconds']} s, "
-                f"{t['requested_core_hours']:.4f} core-h, {t['requested_gib_hours']:.4f} GiB-h, "
-                f"resizes {t['resizes']}, unfinished {t['unfinished']}")
+            recommenders = None             # the VPA replica's, kept across the runs
+            for k in range(1, args.runs + 1):
+                # a pod of its own name each run (a Job's re-runs are): cAdvisor goes on
+                # exporting an exited container's last values for a minute or more, which a
+                # pod re-created under the same name would have summed with its own
+                run_jobs_k = [replace(j, name=f"{j.name}-{k}", workload=j.name,
+                                      seed=j.seed + 100 * (k - 1)) for j in jobs]
+                if policy == "vpa":
+                    vpa = J.VpaUpdater(core, prom.url, ns, [j.name for j in run_jobs_k],
+                                       recommenders=recommenders,
+                                       workloads={j.name: j.workload for j in run_jobs_k},
+                                       history=history if recommenders is None else None)
+                    recommenders = vpa.recs
+                    kw = {"vpa": vpa}
+                log(f"{policy} run {k}/{args.runs}: {len(jobs)} jobs in {ns}")
+                res = J.run_jobs(core, node, prom, ns, run_jobs_k, policy=policy, log=log, **kw)
+                res["run"] = k
+                results.append(res)
+                t = res["totals"]
+                log(f"{policy} run {k}: OOM kills {t['oom_kills']}, throttled "
+                    f"{t['throttled_seconds']} s, {t['requested_core_hours']:.4f} core-h, "
+                    f"{t['requested_gib_hours']:.4f} GiB-h, resizes {t['resizes']}, "
+                    f"unfinished {t['unfinished']}")
+                if policy == "static":
+                    spans = {j["pod"]: (j["record"]["created"], j["record"]["created"]
+                                        + j["wall_seconds"]) for j in res["jobs"]}
+                    workload = {j["pod"]: j["job"] for j in res["jobs"]}
+                    for pod, ex in J.record_executions(prom.url, ns, spans).items():
+                        history.setdefault(workload[pod], []).append(ex)
             if policy == "static":
-                spans = {j["job"]: (j["record"]["created"], j["record"]["created"]
-                                    + j["wall_seconds"]) for j in res["jobs"]}
-                history = J.record_executions(prom.url, ns, spans)
                 t0 = time.time()
-                model_doc = J.fit_model_doc(list(history.values()))
+                model_doc = J.fit_model_doc([e for got in history.values() for e in got])
                 choice = model_doc.get("policyChoice") or {}
                 meta["model"] = {"fit_seconds": time.time() - t0,
-                                 "samples": {k: len(v) for k, v in history.items()},
+                                 "samples": {k: sum(map(len, v)) for k, v in history.items()},
                                  "winners": choice.get("winners"),
                                  "reason": choice.get("reason")}
                 log(f"model fitted in {meta['model']['fit_seconds']:.1f} s on "

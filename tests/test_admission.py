@@ -83,8 +83,12 @@ def test_qos_class_never_changes(resources, qos):
     a = admit(p, target())
     a.apply(p)
     assert p["spec"] == before and not a.changes
-    assert p["metadata"]["annotations"][A_ADMISSION] == \
-        f"unchanged: the pod's QoS class is {qos}: setting requests would change it"
+    assert p["metadata"]["annotations"][A_ADMISSION] == ({
+        "BestEffort": "unchanged: the pod's QoS class is BestEffort: setting requests would "
+                      "change it",
+        "Guaranteed": "unchanged: the pod is Guaranteed and no managed container's workload has "
+                      "a profile (a Guaranteed pod gets only its own workload's level, as "
+                      "request and limit)"}[qos])
 
 
 def test_a_burstable_pod_is_never_made_guaranteed():

@@ -697,6 +697,14 @@ def test_a_known_workload_starts_from_its_profile(kube_cluster, k8s_namespace, w
     assert parse_quantity(got["memory"]) == pytest.approx(want[1], rel=1e-3)
     assert parse_quantity(got["cpu"]) == pytest.approx(want[0], rel=2e-3)
     assert annotations_of(obj)[A_WORKLOAD] == "Label/train"
+    # a Guaranteed pod of the workload: request and limit, the API server keeps it Guaranteed
+    both = {"cpu": "2", "memory": "8Gi"}
+    guaranteed, _ = apply_pod(kube_cluster, pod_manifest(
+        k8s_namespace, "train-g", labels={"ai4dl.io/workload": "train"},
+        resources={"requests": both, "limits": both}), dry_run=True)
+    res = guaranteed["spec"]["containers"][0]["resources"]
+    assert res["requests"] == res["limits"] == got, res
+    assert guaranteed["status"]["qosClass"] == "Guaranteed"
     other, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "eval-1",
                                                     labels={"ai4dl.io/workload": "eval"}),
                          dry_run=True)

@@ -620,30 +620,37 @@ def http_get(url):
         return r.status, r.read().decode()
 
 
+def mount_secrets(kube_cluster, ns, pod_spec, container, args: list[str], folder) -> list[str]:
+    """What the kubelet does for a container's Secret volumes (there is none here): each
+    Secret's files written under ``folder``/<volume>, and ``args`` pointed there instead of the
+    mount path."""
+    volumes = {v.name: v for v in pod_spec.volumes or []}
+    for mount in container.volume_mounts or []:
+        secret = getattr(volumes.get(mount.name), "secret", None)
+        if secret is None:
+            continue
+        data = kube_cluster.core.read_namespaced_secret(secret.secret_name, ns).data or {}
+        target = Path(folder) / mount.name
+        target.mkdir(exist_ok=True)
+        for name, value in data.items():
+            (target / name).write_bytes(base64.b64decode(value))
+        args = [a.replace(mount.mount_path, str(target)) for a in args]
+    return args
+
+
 def start_installed_operator(kube_cluster, ns, deployment, sa, tmp_path) -> OperatorProcess:
     """The operator from the installed Deployment's entrypoint and args (what the image runs),
     authenticated as the chart's ServiceAccount (a TokenRequest token)."""
     from kubernetes import client
 
     apps = client.AppsV1Api(kube_cluster.api_client)
-    c = apps.read_namespaced_deployment(deployment, ns).spec.template.spec.containers[0]
+    pod_spec = apps.read_namespaced_deployment(deployment, ns).spec.template.spec
+    c = pod_spec.containers[0]
     assert c.command == ["ai4dl-operator"]
     entry = Path(sys.executable).parent / c.command[0]
     kubeconfig = kube_cluster.service_account_kubeconfig(ns, sa, tmp_path / "kubeconfig",
                                                         create=False)
-    args = list(c.args)
-    mounts = {m.name: m.mount_path for m in c.volume_mounts or []}
-    volumes = {v.name: v for v in apps.read_namespaced_deployment(deployment, ns)
-               .spec.template.spec.volumes or []}
-    if "state-key" in mounts:
-        # what the kubelet does (there is none here): the Secret's files under the mount path
-        secret = kube_cluster.core.read_namespaced_secret(
-            volumes["state-key"].secret.secret_name, ns)
-        folder = tmp_path / "state-key"
-        folder.mkdir(exist_ok=True)
-        for name, data in (secret.data or {}).items():
-            (folder / name).write_bytes(base64.b64decode(data))
-        args = [a.replace(mounts["state-key"], str(folder)) for a in args]
+    args = mount_secrets(kube_cluster, ns, pod_spec, c, list(c.args), tmp_path)
     return OperatorProcess([str(entry), *args], kubeconfig, tmp_path / "operator.log")
 
 

@@ -14,7 +14,7 @@ from ai4dl.controller import admission
 from ai4dl.controller.admission import A_ADMISSION, AdmissionTarget
 from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.podstate import StateKey
-from ai4dl.controller.pods import A_WORKLOAD, Container, PodInfo
+from ai4dl.controller.pods import A_ADMITTED, A_WORKLOAD, Container, PodInfo
 from ai4dl.controller.profiles import (fold_runs, open_record, profile_name, profile_object)
 from ai4dl.controller.runs import RunTracker, oom_floors
 from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector
@@ -215,3 +215,67 @@ class TestAdmissionFromProfile:
             RunSummary(900.0, 1.0, (GiB,), (GiB,), (0.0,)))
         assert admission.profile_levels(admission_target()["ml", "pm"], {"main": prof},
                                         1000.0) == {}
+
+    def test_a_guaranteed_pod_of_a_known_workload_moves_requests_and_limits(self):
+        prof = profile_from_runs(RES, [run(900.0, 2 * GiB, 6 * GiB)])
+        p = new_pod()
+        for c in p["spec"]["containers"]:
+            c["resources"]["limits"] = dict(c["resources"]["requests"])
+        a = admission.admit(p, admission_target(None), namespace="ml", workload="Job/train",
+                            profiles={"main": prof}, now=1000.0, key=KEY)
+        a.apply(p)
+        main, side = (c["resources"] for c in p["spec"]["containers"])
+        assert main["requests"] == main["limits"]            # still Guaranteed
+        assert parse_quantity(main["limits"]["memory"]) == pytest.approx(2 * GiB * 1.15,
+                                                                       rel=1e-3)
+        # no profile: the pooled level is no limit to set on someone's job
+        assert side["requests"] == side["limits"] == {"cpu": "4", "memory": "32Gi"}
+        from ai4dl.controller.pods import pod_info, qos_class
+
+        assert qos_class(pod_info(p).containers) == "Guaranteed"
+        note = p["metadata"]["annotations"][A_ADMISSION]
+        assert "(limits with them: the pod is Guaranteed)" in note, note
+        # the author's requests are kept, sealed, for the savings and to undo
+        from ai4dl.controller.podstate import admitted_scope
+
+        opened = KEY.open(admitted_scope("ml", "pm"), p["metadata"]["annotations"][A_ADMITTED])
+        assert opened.data == {"main": {"cpu": "4", "memory": "32Gi"}}
+
+    def test_a_guaranteed_pod_keeps_a_resource_its_limit_range_or_pod_bounds(self):
+        prof = profile_from_runs(RES, [run(900.0, 2 * GiB, 6 * GiB)])
+        p = new_pod()
+        for c in p["spec"]["containers"]:
+            c["resources"]["limits"] = dict(c["resources"]["requests"])
+        lr = admission.limit_range_rules({"metadata": {"name": "lr"}, "spec": {"limits": [
+            {"type": "Container", "min": {"memory": "3Gi"}}]}})
+        a = admission.admit(copy.deepcopy(p), admission_target(None), namespace="ml",
+                            workload="Job/train", profiles={"main": prof}, now=1000.0,
+                            limit_ranges=[lr])
+        # raised to the LimitRange's min, not refused
+        assert parse_quantity(dict((r, q) for _, r, q in a.changes)["memory"]) == 3 * GiB
+        p["spec"]["resources"] = {"limits": {"memory": "64Gi"}}
+        a = admission.admit(p, admission_target(None), namespace="ml", workload="Job/train",
+                            profiles={"main": prof}, now=1000.0)
+        assert [r for _, r, _ in a.changes] == ["cpu"]
+        assert "memory of every container: the pod's spec.resources bounds it" in \
+            a.annotations[A_ADMISSION]
+
+    def test_a_guaranteed_start_holds_until_the_first_resize(self):
+        # the run's first "window" is the part of one it started in: 1 GiB; its first whole
+        # window reached 3 GiB. A request may be exceeded for a window (risk); a Guaranteed
+        # pod's limit may not (an OOM kill), so its start covers both windows in full
+        climb = RunSummary(900.0, 600.0, (1.0, 1 * GiB), (1.0, 3 * GiB), (0.0, 60.0),
+                           early=((1.0, 1 * GiB), (1.0, 3 * GiB)))
+        prof = profile_from_runs(RES, [climb])
+        target = admission_target(1.0)["ml", "pm"]
+        burstable = admission.profile_levels(target, {"main": prof}, 1000.0)
+        guaranteed = admission.profile_levels(target, {"main": prof}, 1000.0, covered=2)
+        assert burstable["main"][0][1] == pytest.approx(1.5 * GiB * 1.15)   # 3 GiB / 2
+        assert guaranteed["main"][0][1] == pytest.approx(3 * GiB * 1.15)
+        p = new_pod()
+        for c in p["spec"]["containers"]:
+            c["resources"]["limits"] = dict(c["resources"]["requests"])
+        a = admission.admit(p, admission_target(1.0), namespace="ml", workload="Job/train",
+                            profiles={"main": prof}, now=1000.0)
+        assert parse_quantity(dict((r, q) for _, r, q in a.changes)["memory"]) == \
+            pytest.approx(3 * GiB * 1.15, rel=1e-3)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -145,5 +146,24 @@ def test_report_table_has_a_row_per_policy_and_job(run):
     text = J.report_markdown([res], meta)
     assert text.startswith("## On a real node")
     t = res["totals"]
-    assert f"| adaptive-max | {t['oom_kills']} | {t['throttled_seconds']:.1f} |" in text
-    assert text.count("| adaptive-max | busy |") == 1 and text.count("| adaptive-max | oom |") == 1
+    assert f"| adaptive-max | 1 | {t['oom_kills']} | {t['throttled_seconds']:.1f} |" in text
+    assert text.count("| adaptive-max | 1 | busy |") == 1
+    assert text.count("| adaptive-max | 1 | oom |") == 1
+    assert "All " not in text                       # one run: no all-runs table
+    # the start and the first window: the pod's first request, the most it used in its first
+    # window (never above its peak)
+    busy = next(j for j in res["jobs"] if j["job"] == "busy")
+    first = busy["first_window_peak_bytes"]
+    assert first and first <= busy["peak_memory_bytes"]
+    start = busy["record"]["requests"][0][2] / 2 ** 20
+    assert (f"| {start:.0f} | {first / 2 ** 20:.0f} | {start / (first / 2 ** 20):.2f} |"
+            in text), text
+    # runs of the same jobs: a table over all of them, then one row per run
+    again = {**res, "run": 2}
+    text = J.report_markdown([{**res, "run": 1}, again], meta)
+    every = J.totals_of(res["jobs"] + again["jobs"])
+    assert "All 2 runs:" in text and f"| adaptive-max | {every['oom_kills']} |" in text
+    assert text.count("| adaptive-max | 2 | busy |") == 1
+    # every run of a job is one workload
+    assert J.job_manifest(BUSY, "ns", "node", Path("/tmp"))["metadata"]["labels"][
+        "ai4dl.io/workload"] == "busy"

@@ -101,7 +101,9 @@ def test_defaults_count_the_start_as_served(rerun_csv):
     # 3 runs a job, groups held out whole: 2 of every 3 held-out runs have an earlier one
     assert "initial request: served, as the operator would (workload by group: " in head
     n_test = int(head.split(" test executions")[0].rsplit(" ", 1)[1])
-    assert f"{2 * n_test // 3} from profile, {n_test // 3} from pooled)" in head
+    assert f"{2 * n_test // 3} from profile, {n_test // 3} from pooled; " in head
+    # under the operator's safety layer a known workload's memory is held at its peak
+    assert "memory held at the workload's peak until its time under the safety layer)" in head
     assert "served (workload profile, else pooled)" in out     # its cold-start row
 
 

@@ -23,9 +23,9 @@ class OperatorProcess:
     """``python -m ai4dl.controller`` with the ServiceAccount kubeconfig, as the image runs it."""
 
     def __init__(self, kubeconfig: Path, prometheus_url: str, logfile: Path, timeout: float,
-                 settle: float):
+                 settle: float, extra_args: tuple[str, ...] = ()):
         self.kubeconfig, self.prometheus_url, self.logfile = kubeconfig, prometheus_url, logfile
-        self.timeout, self.settle = timeout, settle
+        self.timeout, self.settle, self.extra_args = timeout, settle, tuple(extra_args)
         from e2e_fixtures_operator import free_port
 
         self.metrics_port = free_port()
@@ -38,7 +38,8 @@ class OperatorProcess:
                "--metrics-port", str(self.metrics_port), "--health-port", "0",
                "--prometheus-timeout", str(self.timeout), "--prometheus-retries", "1",
                "--settle-seconds", str(self.settle),
-               "--min-window-seconds", "0"]     # --window (10 s) is below the default minimum
+               "--min-window-seconds", "0",     # --window (10 s) is below the default minimum
+               *self.extra_args]
         self._out = open(self.logfile, "ab")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)

@@ -70,6 +70,13 @@ class JobSpec:
     epochs: int = 3
     seed: int = 0
     workers: int = 2
+    #: the workload the pod belongs to (``ai4dl.io/workload``); default its name. A job's
+    #: runs are pods of their own names in one workload, as a Job's re-runs are
+    workload: str = ""
+
+    @property
+    def workload_name(self) -> str:
+        return self.workload or self.name
 
     def command(self, python: str = sys.executable) -> list[str]:
         return [python, str(WORKLOADS / f"{self.program}.py"), "--duration", f"{self.duration:g}",
@@ -84,18 +91,25 @@ DEFAULT_JOBS = (JobSpec("cnn", "cnn", 120, "1", "2Gi"),
                 JobSpec("transformer", "transformer", 120, "1", "2Gi", seed=1))
 
 
+WORKLOAD_LABEL = "ai4dl.io/workload"     # ai4dl.kube.workload.WORKLOAD_LABEL
+
+
 def job_manifest(job: JobSpec, namespace: str, node_name: str, scratch: Path, *,
                  labels: dict | None = None, annotations: dict | None = None,
-                 python: str = sys.executable) -> dict:
+                 python: str = sys.executable, resources: dict | None = None) -> dict:
     """The job's Guaranteed pod on ``node_name``: busybox's ``chroot`` into the host's root
     (mounted read-only at /host), the job's temporary files in ``scratch`` (a host folder,
-    writable, mounted at the same path inside /host)."""
-    res = {"cpu": job.cpu, "memory": job.memory}
+    writable, mounted at the same path inside /host). ``resources``: requests = limits other
+    than the author's (what VPA's admission controller sets)."""
+    res = dict(resources or {"cpu": job.cpu, "memory": job.memory})
     inner = str(scratch)
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": job.name, "namespace": namespace,
-                     "labels": {"app": "train", "job": job.name, **(labels or {})},
+                     # every run of a job is one workload (issue 42), whatever its pod's name
+                     "labels": {"app": "train", "job": job.workload_name,
+                                WORKLOAD_LABEL: job.workload_name,
+                                **(labels or {})},
                      "annotations": dict(annotations or {})},
         "spec": {
             "nodeName": node_name, "hostNetwork": True, "restartPolicy": "OnFailure",
@@ -145,10 +159,12 @@ def _scalar(prom, promql: str) -> float | None:
     return float(res[0]["value"][1]) if res else None
 
 
-def cadvisor_totals(prom, namespace: str, pod: str, start: float, end: float) -> dict:
+def cadvisor_totals(prom, namespace: str, pod: str, start: float, end: float,
+                    window: float = WINDOW) -> dict:
     """The job's cpu throttling, cpu used and memory peak from cAdvisor over [start, end]:
     each counter's largest value per series (a restarted container is a new series, so the
-    sum over series counts every container's), evaluated a scrape after ``end``."""
+    sum over series counts every container's), evaluated a scrape after ``end``; and its
+    memory peak in its first ``window`` s (what a start request has to cover)."""
     sel = f'namespace="{namespace}",pod="{pod}",container="main"'
     span = f"{max(1, math.ceil(end - start + 30))}s"
     at = end + 15
@@ -159,7 +175,10 @@ def cadvisor_totals(prom, namespace: str, pod: str, start: float, end: float) ->
 
     peak = prom.query(f"max(max_over_time(container_memory_working_set_bytes{{{sel}}}[{span}] "
                       f"@ {at:.3f}))")
+    first = prom.query(f"max(max_over_time(container_memory_working_set_bytes{{{sel}}}"
+                       f"[{max(1, math.ceil(window))}s] @ {start + window:.3f}))")
     return {"throttled_seconds": total("container_cpu_cfs_throttled_seconds_total"),
+            "first_window_peak_bytes": float(first[0]["value"][1]) if first else None,
             "throttled_periods": total("container_cpu_cfs_throttled_periods_total"),
             "periods": total("container_cpu_cfs_periods_total"),
             "cpu_seconds": total("container_cpu_usage_seconds_total"),
@@ -353,31 +372,39 @@ class VpaUpdater(threading.Thread):
     pod's memory request), and its target applied to the running pod in place, requests =
     limits (Guaranteed), when cpu or memory differs by more than ``min_change`` — as the
     evaluator's ``vpa`` policy serves it. ``history``: earlier executions of each job
-    (name -> Execution), fed first, as a VPA that has watched the workload before."""
+    (name -> Execution, or a list of them), fed first, as a VPA that has watched the workload
+    before."""
 
     def __init__(self, core, prom_url: str, namespace: str, names: Sequence[str], *,
                  window: float = WINDOW, step: float = STEP, min_change: float = 0.1,
-                 history: dict | None = None):
+                 history: dict | None = None, recommenders: dict | None = None,
+                 workloads: dict[str, str] | None = None):
         super().__init__(name=f"vpa-{namespace}", daemon=True)
         from ai4dl.policy.policies import VpaPolicy
         from ai4dl.sources.prometheus import PrometheusSource
 
         self.core, self.namespace, self.names = core, namespace, list(names)
+        #: pod -> its workload, whose recommender it feeds and is sized by (VPA's key)
+        self.workload = dict(workloads or {n: n for n in self.names})
         self.window, self.step, self.min_change = window, step, min_change
         self.source = PrometheusSource(prom_url, timeout=5, retries=1)
-        self.recs = {n: VpaPolicy().new_state() for n in self.names}
+        #: one recommender per job; ``recommenders`` (an earlier run's ``recs``): the same
+        #: ones go on, as VPA's checkpoint keeps a workload's histograms across its pods
+        self.recs = recommenders if recommenders is not None else {
+            w: VpaPolicy().new_state() for w in self.workload.values()}
         self.fed_until: dict[str, float] = {}
         self.resizes: list[tuple[float, str, float, float]] = []
         self.errors: list[str] = []
         self.lock = threading.Lock()
         self._stop_ev = threading.Event()
-        for name, ex in (history or {}).items():
-            self._feed(name, f"history-{name}", ex.times, ex.values, ex.features)
+        for name, got in (history or {}).items():          # by workload
+            for k, ex in enumerate(got if isinstance(got, (list, tuple)) else [got]):
+                self._feed(name, f"history-{name}-{k}", ex.times, ex.values, ex.features)
 
-    def _feed(self, name, container, times, values, features) -> None:
+    def _feed(self, workload, container, times, values, features) -> None:
         import numpy as np
 
-        rec = self.recs[name]
+        rec = self.recs[workload]
         ok = ~np.isnan(values).any(axis=1)
         t, v = np.asarray(times)[ok], np.asarray(values, dtype=float)[ok]
         if len(t):
@@ -389,9 +416,22 @@ class VpaUpdater(threading.Thread):
             try:
                 p = self.core.read_namespaced_pod(pod, self.namespace)
                 mem = _cores(p.spec.containers[0].resources.requests["memory"])
-                self.recs[pod].record_oom(when, mem, container=pod)
+                self.recs[self.workload[pod]].record_oom(when, mem, container=pod)
             except Exception as exc:  # noqa: BLE001
                 self.errors.append(f"record_oom {pod}: {exc}"[:300])
+
+    def target(self, name: str, now: float) -> dict[str, str] | None:
+        """The recommender's target for pod ``name`` (its workload's) as quantities (cpu to the
+        millicore, memory to the MiB, up), or None before it has samples."""
+        with self.lock:
+            state = self.recs[self.workload.get(name, name)]
+            if state.memory.is_empty():     # VPA has no recommendation before a sample
+                return None
+            t = state.recommend(now).target
+        if not all(math.isfinite(t.get(r, math.nan)) and t[r] > 0 for r in ("cpu", "memory")):
+            return None
+        return {"cpu": f"{max(1, math.ceil(t['cpu'] * 1000))}m",
+                "memory": f"{math.ceil(t['memory'] / 2 ** 20)}Mi"}
 
     def tick(self, now: float) -> None:
         from ai4dl.sources.prometheus_types import PodRef
@@ -408,9 +448,9 @@ class VpaUpdater(threading.Thread):
                                     start + self.step, now, self.step)
             s = got[PodRef(self.namespace, name, "main")]
             with self.lock:
-                self._feed(name, name, s.times, s.values, s.features)
+                self._feed(self.workload[name], name, s.times, s.values, s.features)
                 self.fed_until[name] = now
-                target = self.recs[name].recommend(now).target
+                target = self.recs[self.workload[name]].recommend(now).target
             req = pod.spec.containers[0].resources.requests
             cur_cpu, cur_mem = _cores(req["cpu"]), _cores(req["memory"])
             cpu = max(0.001, math.ceil(target["cpu"] * 1000) / 1000)
@@ -509,8 +549,11 @@ def run_jobs(core, node, prom, namespace: str, jobs: Sequence[JobSpec], *, polic
         for job in jobs:
             scratch = scratch_root / job.name
             scratch.mkdir(parents=True, exist_ok=True)
+            # VPA in mode Auto sizes a pod at its creation from the recommendation it has
+            start = vpa.target(job.name, time.time()) if vpa is not None else None
             core.create_namespaced_pod(namespace, job_manifest(
-                job, namespace, node.name, scratch, labels=labels, annotations=annotations))
+                job, namespace, node.name, scratch, labels=labels, annotations=annotations,
+                resources=start))
         rec.start()
         if vpa is not None:
             vpa.start()
@@ -538,7 +581,8 @@ def run_jobs(core, node, prom, namespace: str, jobs: Sequence[JobSpec], *, polic
         held_core_s, held_byte_s = held(r.requests, r.actual, start, end)
         totals = cadvisor_totals(prom, namespace, job.name, start, end)
         out_jobs.append({
-            "job": job.name, "program": job.program, "duration": job.duration,
+            "job": job.workload_name, "pod": job.name, "program": job.program,
+            "duration": job.duration,
             "author_requests": {"cpu": job.cpu, "memory": job.memory},
             "finished": r.finished is not None, "phase": r.phase, "qos": r.qos,
             "wall_seconds": end - start, "restarts": r.restarts, "oom_kills": len(r.ooms),
@@ -549,6 +593,12 @@ def run_jobs(core, node, prom, namespace: str, jobs: Sequence[JobSpec], *, polic
     for job in jobs:
         with contextlib.suppress(Exception):
             core.delete_namespaced_pod(job.name, namespace, grace_period_seconds=0)
+    # gone before the next run starts (its pods are the node's only load)
+    deadline = time.time() + 60
+    while time.time() < deadline and any(
+            p.metadata.name in {j.name for j in jobs}
+            for p in core.list_namespaced_pod(namespace).items):
+        time.sleep(1)
     shutil.rmtree(scratch_root, ignore_errors=True)
     return {"policy": policy, "namespace": namespace, "jobs": out_jobs,
             "recorder_errors": rec.errors,
@@ -580,37 +630,63 @@ def _f(x, fmt: str) -> str:
     return "—" if x is None else format(x, fmt)
 
 
+def _start_mib(j: dict) -> float | None:
+    req = j["record"]["requests"]
+    return req[0][2] / 2 ** 20 if req else None
+
+
 def report_markdown(results: Sequence[dict], meta: dict) -> str:
-    """The "On a real node" table: one row per policy (totals over the jobs), then one row per
-    job and policy."""
+    """The "On a real node" table: one row per policy over all its runs, one per policy and
+    run (totals over the jobs), then one row per job, policy and run."""
     jobs = ", ".join(f"{j['name']} ({j['program']}.py, {j['duration']:g} s, requests "
                      f"{j['cpu']} cpu / {j['memory']})" for j in meta["jobs"])
+    runs = max((r.get("run", 1) for r in results), default=1)
     lines = [
         "## On a real node",
         "",
         f"Data: {len(meta['jobs'])} real PyTorch training jobs run at once, each as a "
         f"Guaranteed pod (requests = limits) on a real kubelet {meta.get('kubelet', '')} + "
-        f"containerd + runc node (cgroup v1), under each policy in turn: {jobs}. Usage from "
+        f"containerd + runc node (cgroup v1), under each policy in turn, {runs} time"
+        f"{'s' if runs > 1 else ''} in a row (each job one workload: a pod of its own name "
+        f"each run, `<job>-<run>`, with the job's `ai4dl.io/workload` label and a new seed): "
+        f"{jobs}. Usage from "
         f"cAdvisor (the kubelet's /metrics/cadvisor) scraped every {meta['scrape']} by the real "
         f"Prometheus; operator and VPA replica on {meta['step']} s steps, {meta['window']} s "
-        f"windows; the model fitted on the static run's recording. Machine: {meta['machine']}. "
+        f"windows; the model fitted on the static runs' recording. The operator serves its "
+        f"admission webhook: a job's first run starts at the author's requests (a Guaranteed "
+        f"pod of an unknown workload is admitted unchanged), its later runs at their workload "
+        f"profile's first request, requests and limits. The VPA replica keeps one recommender per "
+        f"job across its runs (as VPA's checkpoint does), pre-loaded with the static runs, and "
+        f"sizes each new pod from its target as VPA's admission controller does. "
+        f"Machine: {meta['machine']}. "
         f"Made by `{meta['command']}` in {meta['seconds'] / 60:.1f} min ({meta['date']}).",
         "",
-        "| policy | OOM kills | cpu throttled (s) | throttled periods | job wall time (s, "
-        "longest) | requested core-h | requested GiB-h | held core-h / GiB-h | resizes | "
-        "unfinished |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in results:
-        t = r["totals"]
+    head = ("| OOM kills | cpu throttled (s) | throttled periods | job wall time (s, longest) | "
+            "requested core-h | requested GiB-h | held core-h / GiB-h | resizes | unfinished |")
+
+    def row(t: dict) -> str:
         share = (f" ({100 * t['throttled_periods'] / t['periods']:.0f} %)"
                  if t["periods"] and t["throttled_periods"] is not None else "")
-        lines.append(
-            f"| {POLICY_TITLES.get(r['policy'], r['policy'])} | {t['oom_kills']} | "
-            f"{_f(t['throttled_seconds'], '.1f')} | {_f(t['throttled_periods'], '.0f')}{share} | "
-            f"{_f(t['wall_seconds'], '.0f')} | {_f(t['requested_core_hours'], '.4f')} | "
-            f"{_f(t['requested_gib_hours'], '.4f')} | {_f(t['held_core_hours'], '.4f')} / "
-            f"{_f(t['held_gib_hours'], '.4f')} | {t['resizes']} | {t['unfinished']} |")
+        return (f"{t['oom_kills']} | {_f(t['throttled_seconds'], '.1f')} | "
+                f"{_f(t['throttled_periods'], '.0f')}{share} | {_f(t['wall_seconds'], '.0f')} | "
+                f"{_f(t['requested_core_hours'], '.4f')} | {_f(t['requested_gib_hours'], '.4f')}"
+                f" | {_f(t['held_core_hours'], '.4f')} / {_f(t['held_gib_hours'], '.4f')} | "
+                f"{t['resizes']} | {t['unfinished']} |")
+    policies = list(dict.fromkeys(r["policy"] for r in results))
+    if runs > 1:
+        lines += [f"All {runs} runs:", "", "| policy " + head, "|---" * 10 + "|"]
+        for pol in policies:
+            every = [j for r in results if r["policy"] == pol for j in r["jobs"]]
+            t = totals_of(every)
+            t["wall_seconds"] = sum(max(j["wall_seconds"] for j in r["jobs"])
+                                    for r in results if r["policy"] == pol)
+            lines.append(f"| {POLICY_TITLES.get(pol, pol)} | " + row(t))
+        lines += ["", "(wall time here: the runs' longest jobs, summed.) Per run:", ""]
+    lines += ["| policy | run " + head, "|---" * 11 + "|"]
+    for r in results:
+        lines.append(f"| {POLICY_TITLES.get(r['policy'], r['policy'])} | {r.get('run', 1)} | "
+                     + row(r["totals"]))
     lines += ["",
               "OOM kills: terminations with reason OOMKilled in the pods' status (the job starts "
               "over after each). Throttled: cAdvisor's container_cpu_cfs_throttled_seconds_total "
@@ -619,20 +695,28 @@ def report_markdown(results: Sequence[dict], meta: dict) -> str:
               "held: the larger of the spec's requests and what the container was given "
               "(status.containerStatuses[].resources) at each instant: a decrease the kubelet "
               "refuses (a memory limit below usage) leaves the container at its old size while "
-              "the spec has moved on. Resizes: changes of the spec's requests.",
+              "the spec has moved on. Resizes: changes of the spec's requests. Start: the "
+              "memory request the pod was created with (after admission); first-window peak: "
+              "the most working set cAdvisor saw in the pod's first window.",
               "", "Per job:", "",
-              "| policy | job | OOM kills | restarts | cpu throttled (s) | cpu used (core-s) | "
+              "| policy | run | job | OOM kills | restarts | cpu throttled (s) | cpu used "
+              "(core-s) | start (MiB) | first-window peak (MiB) | start ÷ first-window peak | "
               "peak working set (MiB) | wall (s) | requested core-h | requested GiB-h | "
               "held GiB-h | requests at the end |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---" * 16 + "|"]
     for r in results:
         for j in r["jobs"]:
             last = j["record"]["requests"][-1] if j["record"]["requests"] else None
             end = (f"{last[1]:.3g} cpu / {last[2] / 2 ** 20:.0f} MiB" if last else "—")
             peak = j.get("peak_memory_bytes")
+            first = j.get("first_window_peak_bytes")
+            start = _start_mib(j)
+            ratio = (start / (first / 2 ** 20) if start is not None and first else None)
             lines.append(
-                f"| {r['policy']} | {j['job']} | {j['oom_kills']} | {j['restarts']} | "
-                f"{_f(j['throttled_seconds'], '.1f')} | {_f(j['cpu_seconds'], '.0f')} | "
+                f"| {r['policy']} | {r.get('run', 1)} | {j['job']} | {j['oom_kills']} | "
+                f"{j['restarts']} | {_f(j['throttled_seconds'], '.1f')} | "
+                f"{_f(j['cpu_seconds'], '.0f')} | {_f(start, '.0f')} | "
+                f"{_f(None if first is None else first / 2 ** 20, '.0f')} | {_f(ratio, '.2f')} | "
                 f"{_f(None if peak is None else peak / 2 ** 20, '.0f')} | "
                 f"{j['wall_seconds']:.0f} | {j['requested_core_hours']:.4f} | "
                 f"{j['requested_gib_hours']:.4f} | {j['held_gib_hours']:.4f} | {end} |")

@@ -19,9 +19,13 @@ The rules, in order:
   the target quantile of the training executions' first-window peaks), per managed resource,
   clamped to the PhaseModel's floor and ceiling and the operator's physical maximum, and never
   above the container's limit;
-- the QoS class never changes: a BestEffort pod (no requests or limits) and a Guaranteed pod
-  (requests = limits) are left as they are; a Burstable pod whose new requests would all equal
-  its limits keeps the request of every container-resource that would have reached its limit;
+- the QoS class never changes: a BestEffort pod (no requests or limits) is left as it is; a
+  Guaranteed pod (requests = limits) only when its workload is known: each managed container
+  with a workload profile gets the profile's first request as request and limit (the window
+  loop moves a Guaranteed pod's limits with its requests the same way), the others and every
+  container of an unknown workload keep the author's (a pooled level is no limit to set on
+  someone's job); a Burstable pod whose new requests would all equal its limits keeps the
+  request of every container-resource that would have reached its limit;
 - only the request's namespace is served: the AdmissionReview's ``request.namespace`` picks the
   PhaseModel, and a pod whose own metadata.namespace disagrees (a forged review) is admitted
   unchanged without reading any PhaseModel;
@@ -86,6 +90,8 @@ class Admission:
     the annotations to add. Empty: leave the pod exactly as it came."""
     changes: list[tuple[int, str, str]] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
+    #: a Guaranteed pod's: each change sets the limit with the request (the QoS class stays)
+    limits_follow: bool = False
 
     def apply(self, pod: dict) -> None:
         """Mutate a pod body in place (the kopf handler's patch function)."""
@@ -93,6 +99,8 @@ class Admission:
         for i, resource, quantity in self.changes:
             res = containers[i].get("resources") or {}
             res["requests"] = {**(res.get("requests") or {}), resource: quantity}
+            if self.limits_follow:
+                res["limits"] = {**(res.get("limits") or {}), resource: quantity}
             containers[i]["resources"] = res
         if self.annotations:
             meta = pod.setdefault("metadata", {})
@@ -137,17 +145,18 @@ def admission_target(body: Mapping) -> AdmissionTarget:
                            max_increase=safety.max_increase)
 
 
-def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float
-                   ) -> dict[str, tuple[tuple[float | None, ...], int]]:
+def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float,
+                   covered: int = 1) -> dict[str, tuple[tuple[float | None, ...], int]]:
     """Per container with a profile of the target's resources: the first request its profile
     gives (in ``target.resources`` order) and how many runs it remembers — the same
     :meth:`~ai4dl.policy.workload_profile.WorkloadProfile.first_request` the evaluator's served
-    start calls, with the same growth limit."""
+    start calls, with the same growth limit (``covered``: 2 for a Guaranteed pod, whose
+    request is a limit that must hold until its first resize)."""
     out = {}
     for container, profile in (profiles or {}).items():
         if tuple(profile.resources) != tuple(target.resources):
             continue
-        first = profile.first_request(now, target.max_increase)
+        first = profile.first_request(now, target.max_increase, covered)
         if first is not None:
             out[container] = (tuple(float(v) if math.isfinite(v) else None for v in first),
                               profile.n_runs)
@@ -279,17 +288,25 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     specs = spec.get("containers") or []
     containers = pod_info(dict(pod)).containers
     qos = qos_class(containers)
-    if qos != "Burstable":
-        return unchanged(f"the pod's QoS class is {qos}: setting requests would change it")
     managed = [i for i, c in enumerate(containers)
                if not target.containers or c.name in target.containers]
+    known = profile_levels(target, profiles, time.time() if now is None else now,
+                           covered=2 if qos == "Guaranteed" else 1)
+    if qos == "Guaranteed" and any(containers[i].name in known for i in managed):
+        return _admit_guaranteed(pod, target, containers, managed, known, max_value, key,
+                                 namespace=namespace, limit_ranges=limit_ranges, shown=shown)
+    if qos == "Guaranteed":
+        return unchanged("the pod is Guaranteed and no managed container's workload has a "
+                         "profile (a Guaranteed pod gets only its own workload's level, as "
+                         "request and limit)")
+    if qos != "Burstable":
+        return unchanged(f"the pod's QoS class is {qos}: setting requests would change it")
     if not managed:
         return unchanged(f"none of the pod's containers is in PhaseModel {pm}'s "
                          f"spec.policy.containers")
     notes: list[str] = []          # what was left unchanged, and the rule that kept it
     # per managed container and resource: the request to set, as the quantity text written
     new: dict[int, dict[str, str]] = {i: {} for i in managed}
-    known = profile_levels(target, profiles, time.time() if now is None else now)
     for j, r in enumerate(target.resources):
         for i in managed:
             name = containers[i].name
@@ -299,45 +316,12 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
                 continue
             value = min(max(level, target.floor[j]), target.ceiling[j],
                         (max_value or {}).get(r, math.inf))
-            res = specs[i].get("resources") or {}
-            if (res.get("requests") or {}).get(r) is None:
-                # the author asked for no request of r (BestEffort for r, or a limit the API
-                # server has not defaulted from): giving one would change what was asked
-                notes.append(f"{name} {r}: it has no request (none is added)")
-                continue
-            lim = containers[i].limits.get(r)
-            if lim is not None and containers[i].requests.get(r) == lim:
-                # a limit without a request has been defaulted to request = limit before
-                # admission (the two cannot be told apart): both mean "reserve the limit"
-                notes.append(f"{name} {r}: its request equals its limit (a limit-only "
-                             f"container's request defaults to it)")
-                continue
-            # the bounds the API server will enforce: the limit, and every LimitRange's
-            # Container min / max / maxLimitRequestRatio (request >= limit / ratio)
-            lo, hi = 0.0, math.inf
-            hi_text = ""
-            if lim is not None:
-                hi, hi_text = lim, str((res.get("limits") or {}).get(r))
-            for rules in limit_ranges:
-                if (b := rules.get("Container", "min", r)) is not None:
-                    lo = max(lo, b[0])
-                if (b := rules.get("Container", "max", r)) is not None and b[0] < hi:
-                    hi, hi_text = b
-                if (b := rules.get("Container", "ratio", r)) is not None and lim is not None:
-                    lo = max(lo, lim / b[0])
-            if lo > hi:
-                notes.append(f"{name} {r}: no request is within its limit and LimitRange "
-                             f"bounds ({', '.join(x.name for x in limit_ranges)})")
-                continue
-            q = format_resource(r, min(max(value, lo), hi))
-            if parse_quantity(q) > hi:
-                q = hi_text                     # never above the bound (rounding included)
-            broken = [f"LimitRange {x.name} Container {w}" for x in limit_ranges
-                      if (w := _within(r, parse_quantity(q), lim, x, "Container"))]
-            if broken:
-                notes.append(f"{name} {r}: {broken[0]} (the learned level rounds outside it)")
-                continue
-            new[i][r] = q
+            q, note = _burstable_request(r, value, specs[i].get("resources") or {},
+                                         containers[i], limit_ranges)
+            if q is None:
+                notes.append(f"{name} {r}: {note}")
+            else:
+                new[i][r] = q
 
     def requests_after(keep: set) -> list[Container]:
         return [Container(c.name, {**c.requests, **{r: parse_quantity(q)
@@ -375,14 +359,68 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
             notes.append(f"{r} of every container: {why}")
     if qos_class(requests_after(keep)) != qos:
         return unchanged("setting the learned requests would change the pod's QoS class")
+    return _decision(pod, pm, containers, {i: {r: q for r, q in new[i].items()
+                                               if (i, r) not in keep} for i in managed},
+                     known, notes, key, shown)
+
+
+def _burstable_request(r: str, value: float, res: Mapping, container: Container,
+                       limit_ranges: tuple[LimitRangeRules, ...] | list
+                       ) -> tuple[str | None, str]:
+    """A Burstable container's new request of ``r`` for the level ``value`` (its spec's
+    ``resources`` as written): the quantity text, or None and why it keeps its own."""
+    if (res.get("requests") or {}).get(r) is None:
+        # the author asked for no request of r (BestEffort for r, or a limit the API server has
+        # not defaulted from): giving one would change what was asked
+        return None, "it has no request (none is added)"
+    lim = container.limits.get(r)
+    if lim is not None and container.requests.get(r) == lim:
+        # a limit without a request has been defaulted to request = limit before admission
+        # (the two cannot be told apart): both mean "reserve the limit"
+        return None, "its request equals its limit (a limit-only container's request " \
+                     "defaults to it)"
+    # the bounds the API server will enforce: the limit, and every LimitRange's Container
+    # min / max / maxLimitRequestRatio (request >= limit / ratio)
+    lo, hi = 0.0, math.inf
+    hi_text = ""
+    if lim is not None:
+        hi, hi_text = lim, str((res.get("limits") or {}).get(r))
+    for rules in limit_ranges:
+        if (b := rules.get("Container", "min", r)) is not None:
+            lo = max(lo, b[0])
+        if (b := rules.get("Container", "max", r)) is not None and b[0] < hi:
+            hi, hi_text = b
+        if (b := rules.get("Container", "ratio", r)) is not None and lim is not None:
+            lo = max(lo, lim / b[0])
+    if lo > hi:
+        return None, (f"no request is within its limit and LimitRange bounds "
+                      f"({', '.join(x.name for x in limit_ranges)})")
+    q = format_resource(r, min(max(value, lo), hi))
+    if parse_quantity(q) > hi:
+        q = hi_text                     # never above the bound (rounding included)
+    broken = [f"LimitRange {x.name} Container {w}" for x in limit_ranges
+              if (w := _within(r, parse_quantity(q), lim, x, "Container"))]
+    if broken:
+        return None, f"{broken[0]} (the learned level rounds outside it)"
+    return q, ""
+
+
+def _decision(pod: Mapping, pm: str, containers: list[Container],
+              new: Mapping[int, Mapping[str, str]], known: Mapping, notes: list[str],
+              key: StateKey | None, shown: Mapping[str, str], *,
+              limits_follow: bool = False) -> Admission:
+    """The admission of the requests ``new`` (container index -> resource -> quantity text):
+    the changes, the sealed record of the author's requests they replace, and the note."""
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace") or ""
+    specs = (pod.get("spec") or {}).get("containers") or []
     changes, set_text, original = [], [], {}
     from_profile = []
-    for i in managed:
+    for i, wanted in new.items():
         c = containers[i]
         old = (specs[i].get("resources") or {}).get("requests") or {}
-        for r, q in new[i].items():
-            if (i, r) in keep or (old.get(r) is not None
-                                  and parse_quantity(old[r]) == parse_quantity(q)):
+        for r, q in wanted.items():
+            if old.get(r) is not None and parse_quantity(old[r]) == parse_quantity(q):
                 continue
             changes.append((i, r, q))
             set_text.append(f"{c.name} {r} {q}")
@@ -391,12 +429,71 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
             original.setdefault(c.name, {})[r] = old.get(r)
     kept = ("; unchanged: " + "; ".join(notes)) if notes else ""
     if not changes:
-        return unchanged("; ".join(notes) if notes else
-                         f"PhaseModel {pm}'s first-window levels are the requests the pod has")
-    source = (f"workload {workload}'s profile for {', '.join(from_profile)}, else the learned "
-              f"first-window level" if from_profile else "learned first-window level")
+        return Admission(annotations={**shown, A_ADMISSION: "unchanged: " + (
+            "; ".join(notes) if notes else
+            f"PhaseModel {pm}'s first-window levels are the requests the pod has")})
+    source = (f"workload {shown.get(A_WORKLOAD, '')}'s profile for {', '.join(from_profile)}"
+              + ("" if limits_follow else ", else the learned first-window level")
+              if from_profile else "learned first-window level")
+    moved = " (limits with them: the pod is Guaranteed)" if limits_follow else ""
     return Admission(changes, {
         **shown,
         A_ADMITTED: (key.seal(admitted_scope(ns, pm), original) if key is not None
                      else json.dumps(original, separators=(",", ":"), sort_keys=True)),
-        A_ADMISSION: f"set by PhaseModel {pm} ({source}): " + ", ".join(set_text) + kept})
+        A_ADMISSION: f"set by PhaseModel {pm} ({source}){moved}: " + ", ".join(set_text)
+        + kept}, limits_follow=limits_follow)
+
+
+def _admit_guaranteed(pod: Mapping, target: AdmissionTarget, containers: list[Container],
+                      managed: list[int], known: Mapping, max_value: Mapping[str, float] | None,
+                      key: StateKey | None, *, namespace: str,
+                      limit_ranges: tuple[LimitRangeRules, ...] | list,
+                      shown: Mapping[str, str]) -> Admission:
+    """A Guaranteed pod of a known workload: each managed container with a profile gets its
+    profile's first request as request and limit (Guaranteed stays Guaranteed; the window loop
+    moves a Guaranteed pod's limits with its requests the same way). Only a profile's level:
+    the pooled level of an unknown workload is no limit to set on someone's job. Within the
+    floor, ceiling and physical maximum and the LimitRange's Container min and max; a resource
+    the pod's own ``spec.resources`` bounds, or whose total would break a Pod-type LimitRange,
+    stays as the author wrote it."""
+    pm = ((pod.get("metadata") or {}).get("annotations") or {}).get(MODEL_ANNOTATION, "")
+    pod_res = (pod.get("spec") or {}).get("resources") or {}
+    notes: list[str] = []
+    new: dict[int, dict[str, str]] = {}
+    for j, r in enumerate(target.resources):
+        if (pod_res.get("requests") or {}).get(r) or (pod_res.get("limits") or {}).get(r):
+            notes.append(f"{r} of every container: the pod's spec.resources bounds it")
+            continue
+        wanted: dict[int, str] = {}
+        for i in managed:
+            name = containers[i].name
+            level = known[name][0][j] if name in known and j < len(known[name][0]) else None
+            if level is None:
+                continue
+            value = min(max(level, target.floor[j]), target.ceiling[j],
+                        (max_value or {}).get(r, math.inf))
+            lo, hi = 0.0, math.inf
+            for rules in limit_ranges:
+                if (b := rules.get("Container", "min", r)) is not None:
+                    lo = max(lo, b[0])
+                if (b := rules.get("Container", "max", r)) is not None:
+                    hi = min(hi, b[0])
+            q = format_resource(r, min(max(value, lo), hi))
+            broken = [f"LimitRange {x.name} Container {w}" for x in limit_ranges
+                      if (w := _within(r, parse_quantity(q), parse_quantity(q), x, "Container"))]
+            if lo > hi or broken:
+                notes.append(f"{name} {r}: " + (broken[0] if broken else
+                                                 "no value is within its LimitRange bounds"))
+                continue
+            wanted[i] = q
+        after = [parse_quantity(wanted[i]) if i in wanted else c.requests.get(r, 0.0)
+                 for i, c in enumerate(containers)]
+        total = _pod_total(pod.get("spec") or {}, r, after)
+        why = next((f"the pod's total would break LimitRange {x.name} Pod {w}"
+                    for x in limit_ranges if (w := _within(r, total, total, x, "Pod"))), "")
+        if why:
+            notes.append(f"{r} of every container: {why}")
+            continue
+        for i, q in wanted.items():
+            new.setdefault(i, {})[r] = q
+    return _decision(pod, pm, containers, new, known, notes, key, shown, limits_follow=True)

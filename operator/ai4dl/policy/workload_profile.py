@@ -188,8 +188,8 @@ class WorkloadProfile:
         age = np.array([max(now - r.end, 0.0) for r in self.runs], np.float64)
         return np.power(0.5, age / self.half_life_s)
 
-    def first_request(self, now: float, max_increase: float | None = None
-                      ) -> np.ndarray | None:
+    def first_request(self, now: float, max_increase: float | None = None,
+                      covered: int = 1) -> np.ndarray | None:
         """The first request for the workload's next execution, per resource, with VPA's
         safety margin (``RECOMMENDATION_MARGIN``); None when it has no run.
 
@@ -198,8 +198,15 @@ class WorkloadProfile:
         window peaks ``p_w`` over ``(1 + max_increase)^w`` (its first-window peak when nothing
         limits the growth, ``max_increase`` None). A start cut to the first window alone
         would leave the next windows short whatever a policy proposed, since the layer could
-        not raise it fast enough. Then the weighted upper percentile over the runs."""
-        return self.compact().first_request(now, max_increase)
+        not raise it fast enough. Then the weighted upper percentile over the runs.
+
+        ``covered``: how many early windows the start must hold in full, before the first
+        resize can move it (1 when a request may be exceeded for a window — usage over a
+        request is risk, not death; 2 for a Guaranteed pod, whose request is its limit: its
+        first resize comes at the end of its first whole window, and the run's first "window"
+        in the profile is the part of one in which it started, whose length differs from run
+        to run)."""
+        return self.compact().first_request(now, max_increase, covered)
 
     @property
     def n_runs(self) -> int:
@@ -329,17 +336,18 @@ class CompactProfile:
     def n_runs(self) -> int:
         return len(self.ends)
 
-    def first_request(self, now: float, max_increase: float | None = None
-                      ) -> np.ndarray | None:
+    def first_request(self, now: float, max_increase: float | None = None,
+                      covered: int = 1) -> np.ndarray | None:
         """See :meth:`WorkloadProfile.first_request` (which calls this)."""
         if not len(self.ends):
             return None
-        if max_increase is None:
-            need = self.early[:, 0, :]
-        else:
+        covered = max(1, min(int(covered), self.early.shape[1]))
+        need = np.fmax.reduce(self.early[:, :covered, :], axis=1)     # NaN: no such window
+        if max_increase is not None and self.early.shape[1] > covered:
+            # from the first resize on, the layer can raise it by (1 + max_increase) a window
             growth = np.power(1.0 + float(max_increase),
-                              np.arange(self.early.shape[1]))[None, :, None]
-            need = np.nanmax(self.early / growth, axis=1)
+                              np.arange(1, self.early.shape[1] - covered + 1))[None, :, None]
+            need = np.fmax(need, np.fmax.reduce(self.early[:, covered:, :] / growth, axis=1))
         weights = np.power(0.5, np.maximum(now - self.ends, 0.0) / self.half_life_s)
         return weighted_upper(need, weights) * (1.0 + RECOMMENDATION_MARGIN)
 

@@ -233,9 +233,11 @@ def _loop(proc: subprocess.Popen, interval: float, name: str, writer, fh,
                 continue
         now = time.monotonic()
         s = tree.sample()
-        if exited:
-            # the zombie's final times: count them, but write no row for the partial interval
-            # (its memory is gone; a row of zeros would be a sample that never happened)
+        # exited, or exiting while sampled (a busy machine: the tick's wait ran out, then the
+        # child ended before the sample read it): the zombie's final times count, but no row
+        # is written for the partial interval (its memory is gone; a row of zeros would be a
+        # sample that never happened)
+        if exited or _exited(proc.pid):
             return rows, s.cpu_seconds, peak
         dt = now - last_t
         cpu = max(0.0, s.cpu_seconds - last_cpu) / dt if dt > 0 else 0.0
