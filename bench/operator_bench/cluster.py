@@ -154,6 +154,13 @@ def fit_model_doc(fit_on, window: int = 10) -> tuple[dict, float]:
     from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 
+    from dataclasses import replace
+
+    from ai4dl.method.traces import TraceSet
+
+    # the exporter plays one sample a wall second, whatever step the traces were recorded at:
+    # the model's step is the PhaseModel's (stepSeconds 1), which its step check holds it to
+    fit_on = TraceSet([replace(e, step=1.0) for e in fit_on])
     t = time.perf_counter()
     model = PhaseModel(n_phases=4, epochs=10, random_state=0).fit(fit_on)
     choose_served_policy(model, list(fit_on), PhaseModelSpec.model_validate(
