@@ -25,10 +25,11 @@ a pod ``<job>-<run>`` with the job's ``ai4dl.io/workload`` label and a new seed)
 4. ``auto``: the operator serving a PhaseModel with the CRD's defaults (kind auto: the
    trainer's choice stored in the model), InPlace.
 
-A job's first run under the operator starts at the author's requests (admission leaves a
-Guaranteed pod of an unknown workload as it is); each later run starts from the workload profile
-the operator wrote when the run before it ended (requests and limits: it stays Guaranteed), and
-its memory is held at the workload's peak until the point in the run where it came. Everything
+The operator's workload profiles are pre-loaded with the static runs, as the VPA replica is
+(what the trainer's batch fill writes from Prometheus history; ``J.preload_profiles``): each run
+under the operator starts from its workload's profile (requests and limits: it stays
+Guaranteed), updated by the operator when each run ends, and its memory is held at the
+workload's peak (with VPA's 15 % margin) until the point in the run where it came. Everything
 started is stopped at the end (also on Ctrl-C/SIGTERM); ``--keep`` keeps the work folder
 (operator, kubelet, Prometheus logs). Takes about 35 minutes on 2 cores with 3 runs.
 """
@@ -185,6 +186,12 @@ def main(argv=None) -> int:
                     op = start_operator(api, op_kubeconfig, workdir, prom.url)
                 client.CustomObjectsApi(api).create_namespaced_custom_object(
                     GROUP, VERSION, ns, PLURAL, J.phasemodel_body("pm", policy, model_doc))
+                if history:
+                    from e2e_fixtures_operator import state_key_file
+
+                    wrote = J.preload_profiles(api, ns, history, state_key_file(workdir))
+                    log(f"{policy}: {wrote} WorkloadProfiles pre-loaded with the static runs")
+                    time.sleep(3)           # the webhook's watch of them, before the first pod
                 kw = {"labels": {OPT_IN_LABEL: "true"}, "annotations": {MODEL_ANNOTATION: "pm"}}
             recommenders = None             # the VPA replica's, kept across the runs
             for k in range(1, args.runs + 1):

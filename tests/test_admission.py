@@ -217,6 +217,39 @@ def test_limit_range_bounds_clamp_the_request():
     assert requests_of(p) == {"cpu": "2000m", "memory": "5120Mi"}
 
 
+def quota(name="q", hard=None, used=None):
+    return admission.quota_room({"metadata": {"name": name}, "spec": {"hard": hard or {}},
+                                 "status": {"hard": hard or {}, "used": used or {}}})
+
+
+def test_a_raise_past_a_resource_quotas_room_is_not_made():
+    """Issue 43: raising a request past what a ResourceQuota has left made the API server
+    refuse a pod it would otherwise admit (403 exceeded quota)."""
+    # 2 cpu and 512Mi requested; the level is 1.5 cpu (a decrease) and 3Gi (a raise)
+    p = pod(("main", {"requests": {"cpu": "2", "memory": "512Mi"}}))
+    q = quota(hard={"requests.memory": "2Gi", "cpu": "10", "pods": "5"},
+              used={"requests.memory": "1Gi", "cpu": "2"})
+    a = admission.admit(p, target(), namespace="ml", resource_quotas=(q,))
+    a.apply(p)
+    assert requests_of(p) == {"cpu": "1500m", "memory": "512Mi"}       # the decrease stands
+    assert "memory not raised: the pod would exceed ResourceQuota q requests.memory (hard " \
+        "2Gi, 1024Mi left)" in p["metadata"]["annotations"][A_ADMISSION]
+    # room enough: raised as before
+    p = pod(("main", {"requests": {"cpu": "2", "memory": "512Mi"}}))
+    admission.admit(p, target(), namespace="ml",
+                    resource_quotas=(quota(hard={"memory": "8Gi"}),)).apply(p)
+    assert requests_of(p) == {"cpu": "1500m", "memory": "3072Mi"}
+    # a Guaranteed pod's limits move with its requests: limits.memory counts too
+    from ai4dl.controller.pods import Container
+
+    q = quota(hard={"limits.memory": "4Gi"}, used={"limits.memory": "3Gi"})
+    got, notes = admission._within_quotas(
+        pod(("main", {"requests": {"memory": "512Mi"}, "limits": {"memory": "512Mi"}})),
+        [Container("main", {"memory": 512 * 2.0 ** 20}, {"memory": 512 * 2.0 ** 20})],
+        {0: {"memory": "2Gi"}}, [], True, (q,))
+    assert got == {0: {}} and "limits.memory" in notes[0]
+
+
 def test_pod_level_resources_and_pod_limit_ranges_keep_the_sum():
     # two containers of 1 core each, the pod 2.5 cores: 1.5 + 1.5 would be 3 > 2.5
     p = pod(("a", {"requests": {"cpu": "1", "memory": "8Gi"}}),
@@ -357,7 +390,11 @@ def test_client_ca_flag_errors_are_one_line(tmp_path, capsys):
         (["--webhook-client-ca-file", str(tmp_path / "leaf.crt")], "holds no CA certificate"),
         (["--webhook-client-name", "kube-apiserver"],
          "--webhook-client-name needs --webhook-client-ca-file"),
+        # issue 43: with no name, any certificate of the CA (an admin's, a node's) was answered
+        (["--webhook-client-ca-file", str(tmp_path / "ca.crt")],
+         "--webhook-client-ca-file needs at least one --webhook-client-name"),
     ]
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
     for extra, message in cases:
         assert main(WEBHOOK_ARGS + extra) == 2
         err = capsys.readouterr().err

@@ -230,7 +230,7 @@ def test_a_phasemodel_without_a_model_admits_unchanged_with_the_reason(kube_clus
     obj, _ = apply_pod(kube_cluster, pod_manifest(k8s_namespace, "g-0", resources=fixed))
     assert obj["spec"]["containers"][0]["resources"] == fixed
     assert obj["status"].get("qosClass") in (None, "Guaranteed")
-    assert "QoS class is Guaranteed" in annotations_of(obj)[A_ADMISSION]
+    assert "the pod is Guaranteed" in annotations_of(obj)[A_ADMISSION]
     ROWS.append(("PhaseModel without a model; a Guaranteed pod", "created unchanged",
                  "ai4dl.io/admission says why"))
 
@@ -601,6 +601,44 @@ def test_limit_range_defaults_and_pod_min_are_kept(kube_cluster, k8s_namespace, 
            f"{pod_min}" in note, note
     FAULTS.append((f"a LimitRange: Pod min memory {pod_min} above the learned level",
                    "0 refusals (was 403), memory unchanged", "ai4dl.io/admission names the rule"))
+
+
+def create_quota(kube_cluster, ns: str, hard: dict, used: dict, name="q") -> None:
+    """A ResourceQuota and its status as the quota controller would count it (this control
+    plane runs no kube-controller-manager; the API server's quota admission reads the
+    status)."""
+    kube_cluster.core.create_namespaced_resource_quota(ns, {"metadata": {"name": name},
+                                                            "spec": {"hard": hard}})
+    kube_cluster.core.replace_namespaced_resource_quota_status(name, ns, {
+        "metadata": {"name": name}, "spec": {"hard": hard},
+        "status": {"hard": hard, "used": used}})
+
+
+def test_a_raise_past_a_resource_quota_is_not_made(kube_cluster, k8s_namespace, learned):
+    """Issue 43: admission raised a request past what a ResourceQuota had left, and the API
+    server refused a pod it would otherwise admit (403 exceeded quota)."""
+    from ai4dl.quantity import format_resource
+
+    mem = learned["memory"]
+    own = format_resource("memory", mem / 4)
+    hard = format_resource("memory", mem / 2)
+    create_quota(kube_cluster, k8s_namespace, {"requests.memory": hard},
+                 {"requests.memory": "0"})
+    manifest = pod_manifest(k8s_namespace, "quota-0", resources={"requests": {"memory": own}})
+    accepted_without_the_webhook(kube_cluster, manifest)
+    # the webhook's index sees the quota's status by a watch event: a dry run through it
+    # succeeds once it has (before, the raise is what the API server refuses)
+    wait_for(lambda: kubectl(kube_cluster, "create", "--dry-run=server", "-o", "json", "-f",
+                             "-", input_=json.dumps(manifest)).returncode == 0, 15,
+             what="a dry run through the webhook accepted")
+    obj = create_through_the_webhook(kube_cluster, manifest)
+    assert requests_of(obj)["memory"] == own, requests_of(obj)
+    note = annotations_of(obj)[A_ADMISSION]
+    assert f"memory not raised: the pod would exceed ResourceQuota q requests.memory (hard " \
+           f"{hard}" in note, note
+    FAULTS.append((f"a ResourceQuota: requests.memory {hard}, the learned level "
+                   f"{format_resource('memory', mem)} above it", "0 refusals (was 403), memory "
+                   "unchanged", "ai4dl.io/admission names the quota and its room"))
 
 
 def test_pod_level_resources_are_kept(kube_cluster, k8s_namespace, learned):

@@ -193,6 +193,25 @@ def test_an_input_beyond_max_rows_is_refused_in_one_line(tmp_path, capsys, model
                  "-o", str(tmp_path / "out.csv")]) == 0
 
 
+@pytest.mark.parametrize("end", ["\r", "\r\n"])
+def test_max_rows_counts_line_ends_as_the_parser_does(tmp_path, end):
+    """Issue 43: bare-CR line ends were one "row" to the bound and every row to the parser."""
+    path = tmp_path / "cr.csv"
+    _csv(path, 1000)
+    path.write_bytes(path.read_bytes().replace(b"\n", end.encode()))
+    assert load_traces(path, max_rows=1000).n_samples == 1000
+    with pytest.raises(TraceError, match=r"cr.csv: more than 999 data rows"):
+        load_traces(path, max_rows=999)
+
+
+def test_a_crlf_split_between_chunks_counts_once():
+    from ai4dl.io.loaders.size_bound import line_ends
+
+    assert line_ends(b"a\rb\nc\r\n") == 3
+    assert line_ends(b"a\r") + line_ends(b"\nb\n", after_cr=True) == 2
+    assert line_ends(b"a\r") + line_ends(b"b\n", after_cr=True) == 2
+
+
 def test_max_rows_counts_data_rows_not_the_header(tmp_path):
     path = tmp_path / "t.csv"
     _csv(path, 1000)

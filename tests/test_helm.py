@@ -113,8 +113,11 @@ def test_helm_lint(helm, helm_env, values):
      "at '/webhook/clientAuth/caKey': '../x' does not match pattern"),
     (["--set", f"prometheus.url={URL}", "--set", "operator.hostNetwork=yes"],
      "at '/operator/hostNetwork': got string, want boolean"),
+    (["--set", f"prometheus.url={URL}", "--set", "webhook.clientAuth.caConfigMap=ca"],
+     "webhook.clientAuth.allowedNames: name the API server's client certificate"),
 ], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models",
-        "network-policy-without-sources", "ca-key-path", "host-network-not-a-boolean"])
+        "network-policy-without-sources", "ca-key-path", "host-network-not-a-boolean",
+        "client-auth-without-names"])
 def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
     r = run([helm, "template", "x", CHART, *args], helm_env, check=False)
     assert r.returncode != 0
@@ -189,6 +192,7 @@ def test_default_render(helm, helm_env):
              for g in rule["apiGroups"] for r in rule["resources"]}
     assert rules == {("", "pods"): {"get", "list", "patch"}, ("", "pods/resize"): {"patch"},
                      ("", "events"): {"create"}, ("", "limitranges"): {"list", "watch"},
+                     ("", "resourcequotas"): {"list", "watch"},
                      (GROUP, PLURAL): {"get", "list", "watch", "patch"},
                      (GROUP, f"{PLURAL}/status"): {"get", "patch"},
                      # its own checkpoint objects (issue 42): no patch, tenants get no role

@@ -65,6 +65,28 @@ def test_keys_are_checked_and_read_from_files(tmp_path):
     assert StateKey.generate().kid != StateKey.generate().kid
 
 
+def test_a_rotated_key_still_opens_what_the_previous_one_sealed(tmp_path):
+    """Issue 43: rotating the key dropped every pod sealed before it from the savings, for
+    good. With the old key beside the new one (the Secret's ``previous`` entry), what it sealed
+    still verifies; new records are sealed with the new key; without it they read as another
+    key's, never as data."""
+    old, new = b"o" * 32, b"n" * 32
+    text = StateKey(old).seal("scope", {"cpu": "4"})
+    (tmp_path / "key").write_bytes(new)
+    assert StateKey.from_file(tmp_path / "key").open("scope", text).problem == "other-key"
+    (tmp_path / "previous").write_bytes(old + b"\n")
+    rotated = StateKey.from_file(tmp_path / "key")
+    got = rotated.open("scope", text)
+    assert got.problem is None and got.data == {"cpu": "4"} and "previous" in got.detail
+    assert rotated.open("other-scope", text).problem == "forged"     # still bound to its scope
+    resealed = rotated.seal("scope", {"cpu": "4"})
+    assert json.loads(resealed)["kid"] == StateKey(new).kid
+    assert StateKey(new).open("scope", resealed).data == {"cpu": "4"}
+    (tmp_path / "previous").write_bytes(b"short")
+    with pytest.raises(ValueError, match="previous state key must have at least 16 bytes"):
+        StateKey.from_file(tmp_path / "key")
+
+
 def test_a_sealed_state_is_still_checked_field_by_field():
     assert parse_state({"window": 1.0, "lastIncrease": {"main": {"cpu": 3.0}}})[1] == ""
     for bad in ({"window": "soon"}, {"window": float("inf")}, {"orig": {"main": {"cpu": -1}}},

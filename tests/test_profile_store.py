@@ -125,6 +125,26 @@ class TestRunTracker:
         assert e.run.end == 150.0 and e.run.duration == 150.0 and not e.run.oom_killed
         assert t.ended([done], 300.0) == []          # handed on once
 
+    def test_early_windows_count_from_the_run_s_start_not_the_grid(self):
+        t = RunTracker()
+        p = pod_info(started=30.0)                    # half-way through the grid's window
+        # the sample at 0 s is a predecessor's (before the start by more than a step)
+        self.feed(t, p, [[[9, 9e9], [1, 1e9], [1, 1e9], [1, 2e9]],
+                         [[1, 3e9], [1, 3e9], [2, 4e9], [1, 5e9]]])
+        (e,) = t.ended([], 10_000.0)
+        # the run's first 60 s are the samples at 15 (within a step of its start) to 75 s
+        assert e.run.early == ((1.0, 3e9), (2.0, 5e9))
+        assert e.run.first == (1.0, 3e9) and e.run.peak == (2.0, 5e9)
+        assert e.run.peak_at == (60.0, 75.0)
+
+    def test_a_scrape_gap_carries_the_window_before_it(self):
+        t = RunTracker()
+        p = pod_info()
+        nan = [np.nan, np.nan]
+        self.feed(t, p, [[[1, 1e9]] * 4, [nan] * 4, [[1, 2e9]] * 4])
+        (e,) = t.ended([], 10_000.0)
+        assert e.run.early == ((1.0, 1e9), (1.0, 1e9), (1.0, 2e9))
+
     def test_a_window_fed_twice_counts_once(self):
         t = RunTracker()
         p = pod_info()
@@ -260,22 +280,22 @@ class TestAdmissionFromProfile:
         assert "memory of every container: the pod's spec.resources bounds it" in \
             a.annotations[A_ADMISSION]
 
-    def test_a_guaranteed_start_holds_until_the_first_resize(self):
-        # the run's first "window" is the part of one it started in: 1 GiB; its first whole
-        # window reached 3 GiB. A request may be exceeded for a window (risk); a Guaranteed
-        # pod's limit may not (an OOM kill), so its start covers both windows in full
+    def test_a_guaranteed_start_holds_until_the_first_resize_and_the_hold_after_it(self):
+        # the run's first window (its first 60 s, from its start) reached 1 GiB, its second
+        # 3 GiB: the start covers the first (the first resize comes at most a window after
+        # the start) and leaves room to follow the climb; from the first resize the hold
+        # keeps the runs' peak with VPA's margin, so a Guaranteed limit is never cut under it
         climb = RunSummary(900.0, 600.0, (1.0, 1 * GiB), (1.0, 3 * GiB), (0.0, 60.0),
                            early=((1.0, 1 * GiB), (1.0, 3 * GiB)))
         prof = profile_from_runs(RES, [climb])
         target = admission_target(1.0)["ml", "pm"]
-        burstable = admission.profile_levels(target, {"main": prof}, 1000.0)
-        guaranteed = admission.profile_levels(target, {"main": prof}, 1000.0, covered=2)
-        assert burstable["main"][0][1] == pytest.approx(1.5 * GiB * 1.15)   # 3 GiB / 2
-        assert guaranteed["main"][0][1] == pytest.approx(3 * GiB * 1.15)
+        levels = admission.profile_levels(target, {"main": prof}, 1000.0)
+        assert levels["main"][0][1] == pytest.approx(1.5 * GiB * 1.15)     # 3 GiB / 2
+        assert prof.hold(1000.0) == pytest.approx((3 * GiB * 1.15, 60.0))
         p = new_pod()
         for c in p["spec"]["containers"]:
             c["resources"]["limits"] = dict(c["resources"]["requests"])
         a = admission.admit(p, admission_target(1.0), namespace="ml", workload="Job/train",
                             profiles={"main": prof}, now=1000.0)
         assert parse_quantity(dict((r, q) for _, r, q in a.changes)["memory"]) == \
-            pytest.approx(3 * GiB * 1.15, rel=1e-3)
+            pytest.approx(1.5 * GiB * 1.15, rel=1e-3)

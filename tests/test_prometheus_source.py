@@ -245,17 +245,24 @@ def test_removed_pod_goes_stale(env, executions):
 def test_bad_promql_raises_query_error_without_retry(env):
     exp, srv, src = env
     a0 = src.attempt_count
-    bad = FeatureQuery("cpu", "sum by (namespace, pod, container) "
-                              "(rate(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}])")
+    text = ("sum by (namespace, pod, container) "
+            "(rate(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}])")
     start, end = _window(5)
+    # confined (the default): the exact text is parsed before it is sent, and refused
+    with pytest.raises(PrometheusQueryError, match="feature 'cpu': query is not valid PromQL"):
+        src.fetch([FeatureQuery("cpu", text), "memory"], MAIN_PODS, start, end, 1.0)
+    assert src.attempt_count == a0
+    # unconfined (--allow-free-promql): Prometheus' own 400, one line, no retry
     with pytest.raises(PrometheusQueryError) as e:
-        src.fetch([bad, "memory"], MAIN_PODS, start, end, 1.0)
+        src.fetch([FeatureQuery("cpu", text, confined=False), "memory"], MAIN_PODS, start, end,
+                  1.0)
     msg = str(e.value)
     assert isinstance(e.value, Ai4dlError) and "\n" not in msg
     assert "parse error" in msg and srv.url in msg and e.value.status == 400
     assert src.attempt_count - a0 == 1
     # A template with an unknown placeholder is refused before anything is sent.
-    with pytest.raises(PrometheusQueryError, match="bad PromQL template.*pod_regex"):
+    with pytest.raises(PrometheusQueryError, match="bad PromQL template.*not a template: a '{' "
+                                                   "at character 10"):
         src.fetch([FeatureQuery("x", "up{{pod=~{pod_regex}}}")], MAIN_PODS, start, end, 1.0)
     assert src.attempt_count - a0 == 1
 

@@ -17,8 +17,9 @@ from pydantic import ValidationError
 from ai4dl.crd import PROMQL_UNCHECKED, PhaseModelSpec, crd_manifest, default_features
 from ai4dl.sources.prometheus import PrometheusSource, pod_selector
 from ai4dl.sources.prometheus_types import (DEFAULT_QUERIES, FeatureQuery, PodRef,
-                                            SeriesLimitExceeded)
-from ai4dl.sources.promql import check_template, template_problem
+                                            PrometheusQueryError, SeriesLimitExceeded)
+from ai4dl.sources.promql import (TEMPLATE_RE2, TemplateError, check_template, render_template,
+                                  sent_problem, template_problem)
 
 # What a namespace owner could write to read elsewhere, and why each is refused.
 REFUSED = [
@@ -43,6 +44,21 @@ REFUSED = [
     ('label_replace(vector(1e12), "x", "{selector}", "", "")', "is not valid PromQL"),
     ("sum(foo{{{selector}}}", "is not valid PromQL"),
     ("foo{{{selector}}}{other}", "is not a template"),
+    # issue 43: a template is not a format string (an index, an attribute, a conversion, a
+    # format spec or a positional field of the selector is not the selector)
+    ('foo{{{selector}}} or label_replace(bar{{namespace="x{selector[19]}",pod="y"}}, '
+     '"namespace", "a", "", "")', "is not a template"),
+    ("foo{{{selector.real}}}", "is not a template"),
+    ("foo{{{selector!r}}}", "is not a template"),
+    ("foo{{{selector:>300}}}", "is not a template"),
+    ("foo{{{0}}}", "is not a template"),
+    ("foo{{{selector}}} }", "is not a template"),
+    ("foo{{{selector}}", "is not a template"),
+    # issue 43: a confined but expensive query (the probe's: 41.7 s against a 10 s timeout)
+    ("count_over_time(foo{{{selector}}}[30d:1ms])", "reads a range of 2.592e+06 s"),
+    ("max_over_time(foo{{{selector}}}[2h:1ms])", "evaluates 7,200,000 points"),
+    ("max_over_time(foo{{{selector}}}[1h:])", "is a subquery without a step"),
+    ("count_over_time(foo{{{selector}}}[2d])", "reads a range of 172800 s"),
 ]
 ACCEPTED = [
     *DEFAULT_QUERIES.values(),
@@ -75,7 +91,33 @@ def test_the_crds_default_features_are_accepted():
     assert defaults and all(template_problem(f["query"]) is None for f in defaults)
     # the CEL rule generated from the model: what the API server can check without a parser
     rules = props["spec"]["properties"]["features"]["items"]["x-kubernetes-validations"]
-    assert rules == [{"rule": "self.query.contains('{selector}')", "message": rules[0]["message"]}]
+    assert [r["rule"] for r in rules] == ["self.query.contains('{selector}')",
+                                          f"self.query.matches('{TEMPLATE_RE2}')"]
+
+
+@pytest.mark.parametrize("template", [t for t, _ in REFUSED] + ACCEPTED)
+def test_the_cel_pattern_and_the_renderer_agree_on_what_a_template_is(template):
+    """The CRD's CEL rule (RE2) spells the renderer's language: a text it refuses is one the
+    renderer refuses, and the other way round."""
+    import re
+
+    try:
+        render_template(template, "s", "1m")
+        renders = True
+    except TemplateError:
+        renders = False
+    assert bool(re.fullmatch(TEMPLATE_RE2, template)) == renders
+
+
+def test_the_exact_text_sent_is_checked_against_the_real_matchers():
+    refs = [PodRef("tenant-a", "p-0", "main")]
+    sel = pod_selector(refs)
+    fine = FeatureQuery("memory", DEFAULT_QUERIES["memory"]).render(sel)
+    assert sent_problem(fine, sel) is None and 'namespace="tenant-a"' in fine
+    assert "lacks {selector}" in sent_problem('foo{namespace="tenant-b"} or ' + fine, sel)
+    # the format-string bypass of issue 43 does not render at all
+    with pytest.raises(PrometheusQueryError, match="is not a template"):
+        FeatureQuery("memory", 'foo{{namespace="x{selector[19]}"}}').render(sel)
 
 
 def test_a_literal_copy_of_the_operators_matchers_is_not_mistaken_for_them():

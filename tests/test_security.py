@@ -215,6 +215,12 @@ CAN_I = [   # (verb, resource, namespace, expected)
     ("watch", "limitranges", "default", "yes"),
     ("create", "limitranges", "default", "no"),
     ("delete", "limitranges", "default", "no"),
+    # ResourceQuotas: read (admission never raises a request past a quota's room), never
+    # written
+    ("list", "resourcequotas", "default", "yes"),
+    ("watch", "resourcequotas", "default", "yes"),
+    ("update", "resourcequotas", "default", "no"),
+    ("update", "resourcequotas/status", "default", "no"),
     ("get", "secrets", "default", "no"),
     ("list", "secrets", "default", "no"),
     ("get", "configmaps", "default", "no"),

@@ -105,6 +105,46 @@ def wait_windows(op: Operator, ns: str, n: int, timeout: float, name: str = "pm"
         raise AssertionError(f"{err}\n--- operator log:\n{op.tail(30)}") from None
 
 
+# ------------------------------------------------------------- 0. a template is not a format
+#: The second probe's bypass (issue 43): as a Python format string, ``{selector[19]}`` was a hex
+#: digit of the random token when checked and the closing quote of ``namespace="tenant-a"``
+#: when sent, so the other namespace's matcher below was a string literal to the check and live
+#: PromQL to Prometheus. ``{selector.real}`` left the PhaseModel with no status (a traceback).
+FORMAT_BYPASS = ('sum by (namespace, pod, container) (container_memory_working_set_bytes'
+                 '{{{selector}}}) or label_replace(container_memory_working_set_bytes'
+                 '{{namespace="x{selector[19]},namespace="victim",pod="v-0"}}, '
+                 '"namespace", "tenant-a", "", "")')
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("query", [FORMAT_BYPASS, "foo{{{selector.real}}}"])
+def test_a_template_that_is_a_format_string_is_refused_by_the_api_server(
+        kube_cluster, model_doc, crd, query):  # noqa: F811
+    from kubernetes.client.exceptions import ApiException
+
+    ns, _ = new_namespace(kube_cluster, "fmt")
+    with pytest.raises(ApiException) as err:
+        phasemodel(kube_cluster, ns, "pm", model_doc, [{"name": "memory", "unit": "bytes",
+                                                       "query": query}])
+    assert err.value.status == 422 and "query is not a template" in err.value.body
+    # pydantic (the trainer, the CLI) says the same in one line
+    with pytest.raises(ValidationError, match=r"feature 'memory': query is not a template: "
+                                              r"a '\{' at character \d+"):
+        PhaseModelSpec.model_validate({"features": [{"name": "memory", "query": query}]})
+    from kubernetes import client
+
+    stored = client.CustomObjectsApi(kube_cluster.api_client).list_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL)["items"]
+    assert stored == []
+    if query == FORMAT_BYPASS:
+        ROWS.append(("a template as a Python format string: `{selector[19]}` (the probe's "
+                     "bypass) or `{selector.real}`", "0 (nothing stored)",
+                     "the API server refuses it (CEL: query is not a template); pydantic, the "
+                     "operator (QueryRefused, for objects stored before the rule) and the "
+                     "trainer refuse it in one line naming the character; every query is "
+                     "checked again as the exact text sent"))
+
+
 # ----------------------------------------------------------------------------- 1. real
 @pytest.mark.integration
 def test_a_query_reading_another_namespace_is_refused(kube_cluster, stack, jobs, model_doc,

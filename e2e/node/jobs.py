@@ -509,6 +509,37 @@ def record_executions(prom_url: str, namespace: str, spans: dict[str, tuple[floa
     return out
 
 
+def preload_profiles(api, namespace: str, history: dict, key_file, name: str = "pm") -> int:
+    """The static runs in the operator's workload profiles of ``namespace``'s PhaseModel
+    ``name``, as the VPA replica is pre-loaded with them: what the trainer's batch fill
+    (``ai4dl train --state-key-file``, ``fill_profiles``) writes from Prometheus history for a
+    PhaseModel whose jobs ran before. They ran in another namespace here, so the bench hands
+    them over through the same functions (``batch_runs``, ``ProfileStore.record_runs``).
+    Returns the WorkloadProfiles written."""
+    from kubernetes import client
+
+    from ai4dl import trainer as T
+    from ai4dl.controller.podstate import StateKey
+    from ai4dl.controller.profiles import ProfileStore
+    from ai4dl.crd import GROUP, PLURAL, VERSION, PhaseModelSpec
+    from ai4dl.kube.workload import Workload
+    from ai4dl.policy.serving import managed_resources, safety_config, window_samples
+
+    custom = client.CustomObjectsApi(api)
+    pm = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    spec = PhaseModelSpec.model_validate(pm["spec"])
+    resources = managed_resources(spec=spec)
+    workload = {ex.meta["pod"]: Workload("Label", job, "label").key
+                for job, got in history.items() for ex in got}
+    runs = T.batch_runs([ex for got in history.values() for ex in got], resources,
+                        window_samples(spec), lambda ex: workload[ex.meta["pod"]], time.time())
+    store = ProfileStore(custom, namespace, name, StateKey.from_file(key_file))
+    max_increase = safety_config(spec, resources).max_increase
+    for w, got in runs.items():
+        store.record_runs(w, got, resources, pm["metadata"]["uid"], time.time(), max_increase)
+    return store.writes
+
+
 def fit_model_doc(executions: Sequence, step: int = STEP, window: int = WINDOW) -> dict:
     """The model the trainer would store: a PhaseModel fitted on ``executions`` (NaN rows,
     where cAdvisor had nothing yet, dropped), with auto's choice and both head-room tables
@@ -653,9 +684,11 @@ def report_markdown(results: Sequence[dict], meta: dict) -> str:
         f"cAdvisor (the kubelet's /metrics/cadvisor) scraped every {meta['scrape']} by the real "
         f"Prometheus; operator and VPA replica on {meta['step']} s steps, {meta['window']} s "
         f"windows; the model fitted on the static runs' recording. The operator serves its "
-        f"admission webhook: a job's first run starts at the author's requests (a Guaranteed "
-        f"pod of an unknown workload is admitted unchanged), its later runs at their workload "
-        f"profile's first request, requests and limits. The VPA replica keeps one recommender per "
+        f"admission webhook, its workload profiles pre-loaded with the static runs (what the "
+        f"trainer's batch fill writes from Prometheus history): every run starts at its "
+        f"workload profile's first request, requests and limits, and its memory is held at the "
+        f"profile's peak (+15 %) until the point in the run where it came; the operator updates "
+        f"the profile as each run ends. The VPA replica keeps one recommender per "
         f"job across its runs (as VPA's checkpoint does), pre-loaded with the static runs, and "
         f"sizes each new pod from its target as VPA's admission controller does. "
         f"Machine: {meta['machine']}. "

@@ -11,6 +11,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from ai4dl.method.document import PhaseModelDocument
 from ai4dl.policy.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
+from ai4dl.sources.promql import TEMPLATE_RE2
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 # Durations as Prometheus writes them, without fractions: 90s, 15m, 12h, 7d, 2w, 1d12h
@@ -87,6 +88,12 @@ _FEATURE_CEL = [{
     "rule": "self.query.contains('{selector}')",
     "message": "query must contain {selector}: the operator puts the PhaseModel's namespace and "
                "pod matchers there (e.g. metric{{{selector}}})",
+}, {
+    # the template language (ai4dl.sources.promql.render_template): no brace but {selector},
+    # {rate_window}, {{ and }} (issue 43: a format string's {selector[19]} was a bypass)
+    "rule": f"self.query.matches('{TEMPLATE_RE2}')",
+    "message": "query is not a template: every brace must be part of {selector}, {rate_window}, "
+               "{{ or }} (literal braces are doubled; nothing else is filled in)",
 }]
 
 

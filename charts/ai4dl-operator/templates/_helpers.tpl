@@ -96,6 +96,9 @@ app.kubernetes.io/part-of: ai4dl
 {{- end }}
 {{- with .Values.webhook.clientAuth }}
 {{- if .caConfigMap }}
+{{- if not .allowedNames }}
+{{- fail "webhook.clientAuth.allowedNames: name the API server's client certificate (its common name, e.g. [kube-apiserver-webhook-client]); a CA such as the cluster's also signs admin and node certificates, which would be answered" }}
+{{- end }}
 - {{ printf "--webhook-client-ca-file=/etc/ai4dl/webhook-client-ca/%s" .caKey | quote }}
 {{- range .allowedNames }}
 - {{ printf "--webhook-client-name=%s" . | quote }}

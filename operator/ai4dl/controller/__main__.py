@@ -122,9 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--admission-control-config-file); others fail the TLS handshake. "
                         "Re-read when it changes. Default: no client authentication")
     g.add_argument("--webhook-client-name", action="append", default=[], metavar="CN",
-                   help="with --webhook-client-ca-file: accept only client certificates with "
-                        "this common name (repeatable; e.g. when the CA also signs users' "
-                        "certificates)")
+                   help="with --webhook-client-ca-file (required with it): accept only client "
+                        "certificates with this common name (repeatable; a CA such as the "
+                        "cluster's also signs users' and nodes' certificates)")
     g = p.add_argument_group("the operator's records on pods")
     g.add_argument("--state-key-file", default=os.environ.get("AI4DL_STATE_KEY_FILE", ""),
                    metavar="FILE",
@@ -239,6 +239,11 @@ def main(argv=None) -> int:
             problem = _client_ca_problem(args.webhook_client_ca_file)
             if problem:
                 return fail(f"--webhook-client-ca-file {args.webhook_client_ca_file}: {problem}")
+            if not args.webhook_client_name:
+                return fail("--webhook-client-ca-file needs at least one --webhook-client-name "
+                            "(the API server's client certificate's common name): a CA such as "
+                            "the cluster's also signs admin and node certificates, which would "
+                            "be answered")
         elif args.webhook_client_name:
             return fail("--webhook-client-name needs --webhook-client-ca-file")
         webhook = {"port": args.webhook_port, "addr": args.webhook_bind_address,

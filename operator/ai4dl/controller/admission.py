@@ -145,18 +145,18 @@ def admission_target(body: Mapping) -> AdmissionTarget:
                            max_increase=safety.max_increase)
 
 
-def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float,
-                   covered: int = 1) -> dict[str, tuple[tuple[float | None, ...], int]]:
+def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float
+                   ) -> dict[str, tuple[tuple[float | None, ...], int]]:
     """Per container with a profile of the target's resources: the first request its profile
     gives (in ``target.resources`` order) and how many runs it remembers — the same
     :meth:`~ai4dl.policy.workload_profile.WorkloadProfile.first_request` the evaluator's served
-    start calls, with the same growth limit (``covered``: 2 for a Guaranteed pod, whose
-    request is a limit that must hold until its first resize)."""
+    start calls, with the same growth limit (a Guaranteed pod's too: its first window, counted
+    from its start, lasts until its first resize)."""
     out = {}
     for container, profile in (profiles or {}).items():
         if tuple(profile.resources) != tuple(target.resources):
             continue
-        first = profile.first_request(now, target.max_increase, covered)
+        first = profile.first_request(now, target.max_increase)
         if first is not None:
             out[container] = (tuple(float(v) if math.isfinite(v) else None for v in first),
                               profile.n_runs)
@@ -201,6 +201,68 @@ def limit_range_rules(body: Mapping) -> LimitRangeRules:
     return LimitRangeRules((body.get("metadata") or {}).get("name", ""), bounds)
 
 
+@dataclass(frozen=True)
+class QuotaRoom:
+    """One ResourceQuota's room left (``hard - used`` per quota key: ``requests.cpu``, ``cpu``,
+    ``limits.memory``...), from its status, parsed once per change by a kopf index. ``used``
+    is the quota controller's last count: room is what the API server will check against."""
+    name: str
+    room: Mapping[str, float] = field(default_factory=dict)
+    hard: Mapping[str, str] = field(default_factory=dict)
+
+
+def quota_room(body: Mapping) -> QuotaRoom:
+    """From a ResourceQuota object: room per cpu/memory key of its status (its spec's hard
+    when the quota controller has not counted yet: nothing used). Scopes are not read: a
+    scoped quota is applied to every pod, which may leave a request unraised, never refused."""
+    status = body.get("status") or {}
+    hard = status.get("hard") or (body.get("spec") or {}).get("hard") or {}
+    used = status.get("used") or {}
+    room, shown = {}, {}
+    for key, text in hard.items():
+        if key not in QUOTA_KEYS:
+            continue
+        try:
+            room[key] = parse_quantity(text) - parse_quantity(used.get(key, "0"))
+        except ValueError:
+            continue
+        shown[key] = str(text)
+    return QuotaRoom((body.get("metadata") or {}).get("name", ""), room, shown)
+
+
+#: The quota keys a pod's cpu and memory requests and limits are charged to.
+QUOTA_KEYS = ("cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu",
+              "limits.memory")
+
+
+def _quota_breaks(spec: Mapping, resource: str, containers: list[Container],
+                  new: Mapping[int, Mapping[str, str]], limits_follow: bool,
+                  quotas: tuple[QuotaRoom, ...] | list) -> str:
+    """Why raising ``resource`` as ``new`` says would make the API server refuse the pod under
+    one of ``quotas`` (its total above the room left), or "". Only a raise is judged: a pod
+    whose own requests already exceed the room is refused with or without the webhook."""
+    before = [c.requests.get(resource, 0.0) for c in containers]
+    after = [parse_quantity(new[i][resource]) if resource in new.get(i, {}) else before[i]
+             for i in range(len(containers))]
+    totals = {"requests": (_pod_total(spec, resource, before), _pod_total(spec, resource, after))}
+    lims = [c.limits.get(resource) for c in containers]
+    if limits_follow and None not in lims:
+        lim_after = [after[i] if resource in new.get(i, {}) else lims[i]
+                     for i in range(len(containers))]
+        totals["limits"] = (sum(lims), sum(lim_after))   # type: ignore[arg-type]
+    for q in quotas:
+        for kind, (old, now) in totals.items():
+            keys = (f"{kind}.{resource}", resource) if kind == "requests" else \
+                (f"{kind}.{resource}",)
+            for k in keys:
+                room = q.room.get(k)
+                if room is not None and now > old and now > room + 1e-9:
+                    return (f"the pod would exceed ResourceQuota {q.name} {k} (hard "
+                            f"{q.hard.get(k)}, {format_resource(resource, max(room, 0.0))} "
+                            f"left)")
+    return ""
+
+
 def _k8s_int(resource: str, value: float) -> int:
     """The integer the LimitRanger compares: millicores for cpu, bytes (rounded up) else."""
     return math.ceil(value * 1000 - 1e-6) if resource == "cpu" else math.ceil(value - 1e-6)
@@ -243,6 +305,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
           max_value: Mapping[str, float] | None = None, key: StateKey | None = None, *,
           namespace: str | None,
           limit_ranges: tuple[LimitRangeRules, ...] | list = (),
+          resource_quotas: tuple[QuotaRoom, ...] | list = (),
           workload: str = "", profiles: Mapping | None = None,
           now: float | None = None) -> Admission:
     """The decision for a pod being created (see the module doc). ``targets`` maps (namespace,
@@ -251,7 +314,8 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     record is plain JSON, which the operator never trusts (ai4dl.controller.podstate).
     ``namespace``: the AdmissionReview's ``request.namespace`` (what the API server is creating
     the pod in; never the pod's own metadata, which whoever sends a review writes);
-    ``limit_ranges``: the LimitRanges of that namespace. ``workload`` (ai4dl.kube.workload) is
+    ``limit_ranges``, ``resource_quotas``: the LimitRanges and ResourceQuotas of that
+    namespace (a request is never raised past a quota's room left). ``workload`` (ai4dl.kube.workload) is
     written on the pod; ``profiles`` are its workload's, per container (verified: a
     :class:`ai4dl.controller.profiles.StoredProfiles`' containers): a container with one
     starts from its own runs, the others from the PhaseModel's pooled level."""
@@ -290,11 +354,11 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     qos = qos_class(containers)
     managed = [i for i, c in enumerate(containers)
                if not target.containers or c.name in target.containers]
-    known = profile_levels(target, profiles, time.time() if now is None else now,
-                           covered=2 if qos == "Guaranteed" else 1)
+    known = profile_levels(target, profiles, time.time() if now is None else now)
     if qos == "Guaranteed" and any(containers[i].name in known for i in managed):
         return _admit_guaranteed(pod, target, containers, managed, known, max_value, key,
-                                 namespace=namespace, limit_ranges=limit_ranges, shown=shown)
+                                 namespace=namespace, limit_ranges=limit_ranges, shown=shown,
+                                 quotas=resource_quotas)
     if qos == "Guaranteed":
         return unchanged("the pod is Guaranteed and no managed container's workload has a "
                          "profile (a Guaranteed pod gets only its own workload's level, as "
@@ -361,7 +425,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
         return unchanged("setting the learned requests would change the pod's QoS class")
     return _decision(pod, pm, containers, {i: {r: q for r, q in new[i].items()
                                                if (i, r) not in keep} for i in managed},
-                     known, notes, key, shown)
+                     known, notes, key, shown, quotas=resource_quotas)
 
 
 def _burstable_request(r: str, value: float, res: Mapping, container: Container,
@@ -408,9 +472,13 @@ def _burstable_request(r: str, value: float, res: Mapping, container: Container,
 def _decision(pod: Mapping, pm: str, containers: list[Container],
               new: Mapping[int, Mapping[str, str]], known: Mapping, notes: list[str],
               key: StateKey | None, shown: Mapping[str, str], *,
-              limits_follow: bool = False) -> Admission:
+              limits_follow: bool = False,
+              quotas: tuple[QuotaRoom, ...] | list = ()) -> Admission:
     """The admission of the requests ``new`` (container index -> resource -> quantity text):
-    the changes, the sealed record of the author's requests they replace, and the note."""
+    the changes, the sealed record of the author's requests they replace, and the note. A
+    resource whose raise would exceed a ResourceQuota's room keeps every raised container's
+    own request (its decreases stand: the pod's total only falls)."""
+    new, notes = _within_quotas(pod, containers, new, notes, limits_follow, quotas)
     meta = pod.get("metadata") or {}
     ns = meta.get("namespace") or ""
     specs = (pod.get("spec") or {}).get("containers") or []
@@ -444,11 +512,34 @@ def _decision(pod: Mapping, pm: str, containers: list[Container],
         + kept}, limits_follow=limits_follow)
 
 
+def _within_quotas(pod: Mapping, containers: list[Container],
+                   new: Mapping[int, Mapping[str, str]], notes: list[str], limits_follow: bool,
+                   quotas: tuple[QuotaRoom, ...] | list
+                   ) -> tuple[dict[int, dict[str, str]], list[str]]:
+    """``new`` without the raises of a resource that would break a quota (the rule named in
+    ``notes``, issue 43: the API server refused a pod it would otherwise admit, 403)."""
+    out = {i: dict(w) for i, w in new.items()}
+    if not quotas:
+        return out, notes
+    spec = pod.get("spec") or {}
+    notes = list(notes)
+    for r in sorted({r for w in out.values() for r in w}):
+        why = _quota_breaks(spec, r, containers, out, limits_follow, quotas)
+        if not why:
+            continue
+        for i, w in out.items():
+            if r in w and parse_quantity(w[r]) > containers[i].requests.get(r, 0.0):
+                del w[r]
+        notes.append(f"{r} not raised: {why}")
+    return out, notes
+
+
 def _admit_guaranteed(pod: Mapping, target: AdmissionTarget, containers: list[Container],
                       managed: list[int], known: Mapping, max_value: Mapping[str, float] | None,
                       key: StateKey | None, *, namespace: str,
                       limit_ranges: tuple[LimitRangeRules, ...] | list,
-                      shown: Mapping[str, str]) -> Admission:
+                      shown: Mapping[str, str],
+                      quotas: tuple[QuotaRoom, ...] | list = ()) -> Admission:
     """A Guaranteed pod of a known workload: each managed container with a profile gets its
     profile's first request as request and limit (Guaranteed stays Guaranteed; the window loop
     moves a Guaranteed pod's limits with its requests the same way). Only a profile's level:
@@ -496,4 +587,5 @@ def _admit_guaranteed(pod: Mapping, target: AdmissionTarget, containers: list[Co
             continue
         for i, q in wanted.items():
             new.setdefault(i, {})[r] = q
-    return _decision(pod, pm, containers, new, known, notes, key, shown, limits_follow=True)
+    return _decision(pod, pm, containers, new, known, notes, key, shown, limits_follow=True,
+                     quotas=quotas)

@@ -320,6 +320,14 @@ def limit_ranges(namespace, name, body, **_):
     return {namespace: limit_range_rules(body)}
 
 
+def resource_quotas(namespace, name, body, **_):
+    """kopf index: namespace -> its ResourceQuotas' room left (admission never raises a request
+    past it: the API server would refuse the pod)."""
+    from ai4dl.controller.admission import quota_room
+
+    return {namespace: quota_room(body)}
+
+
 def workload_profiles(namespace, name, body, **_):
     """kopf index: (namespace, PhaseModel, workload) -> that workload's verified profiles
     (ai4dl.controller.profiles: an object whose sealed record does not verify is not indexed;
@@ -336,7 +344,7 @@ def workload_profiles(namespace, name, body, **_):
 
 
 def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Index,
-              workload_profiles: kopf.Index, **_):
+              resource_quotas: kopf.Index, workload_profiles: kopf.Index, **_):
     """Mutating admission of a pod being created: set its requests from its PhaseModel's
     learned first-window level (ai4dl.controller.admission). Never refuses a pod: on any error
     it is admitted unchanged (the configuration's failurePolicy is Ignore besides)."""
@@ -347,11 +355,13 @@ def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Ind
     try:
         namespace = REQUEST_NAMESPACE.get()
         ranges = tuple(limit_ranges.get(namespace) or ()) if namespace else ()
+        quotas = tuple(resource_quotas.get(namespace) or ()) if namespace else ()
         workload = workload_of(body).key
         pm = ((body.get("metadata") or {}).get("annotations") or {}).get(MODEL_ANNOTATION, "")
         profiles = _FirstOfEach(workload_profiles).get((namespace, pm, workload))
         decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"),
                          state_key(), namespace=namespace, limit_ranges=ranges,
+                         resource_quotas=quotas,
                          workload=workload, profiles=profiles)
     except Exception:   # a bug must not block pod creation: admit unchanged, say so in the log
         log.exception("admission of a pod failed: admitted unchanged")
@@ -430,6 +440,8 @@ def register_admission() -> None:
     kopf.index(GROUP, VERSION, PLURAL, labels=labels)(admission_targets)
     # RBAC: limitranges list/watch (rbac.yaml); kopf serves no review until it is listed
     kopf.index("", "v1", "limitranges")(limit_ranges)
+    # RBAC: resourcequotas list/watch (rbac.yaml); their status is the room admission keeps to
+    kopf.index("", "v1", "resourcequotas")(resource_quotas)
     # RBAC: workloadprofiles list/watch; the operator's own checkpoint objects
     kopf.index(GROUP, VERSION, PROFILE_PLURAL)(workload_profiles)
     kopf.on.mutate("", "v1", "pods", id=WEBHOOK_PATH.strip("/"), operations=["CREATE"],

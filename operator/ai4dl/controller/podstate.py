@@ -41,7 +41,8 @@ import math
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -53,13 +54,23 @@ MAX_RECORD_BYTES = 64 * 1024
 
 
 class StateKey:
-    """An HMAC key: ``seal`` a record for a scope, ``open`` it again."""
+    """An HMAC key: ``seal`` a record for a scope, ``open`` it again. ``previous`` keys (a
+    rotation, issue 43) still open what they sealed; every new record is sealed with ``key``."""
 
-    def __init__(self, key: bytes):
+    def __init__(self, key: bytes, previous: Sequence[bytes] = ()):
         if len(key) < 16:
             raise ValueError(f"the state key must have at least 16 bytes (got {len(key)})")
         self._key = bytes(key)
-        self.kid = hashlib.sha256(b"ai4dl-state-key-id\0" + self._key).hexdigest()[:12]
+        self.kid = _kid(self._key)
+        for old in previous:
+            if len(old) < 16:
+                raise ValueError(f"the previous state key must have at least 16 bytes (got "
+                                 f"{len(old)})")
+        self._previous = {_kid(bytes(k)): bytes(k) for k in previous if bytes(k) != self._key}
+
+    @property
+    def previous_kids(self) -> tuple[str, ...]:
+        return tuple(self._previous)
 
     @classmethod
     def generate(cls) -> "StateKey":
@@ -67,20 +78,21 @@ class StateKey:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "StateKey":
-        """The file's bytes (surrounding whitespace stripped: a key written by ``echo``)."""
+        """The file's bytes (surrounding whitespace stripped: a key written by ``echo``), and,
+        when the same folder holds a file named ``previous`` (a Secret's ``previous`` entry,
+        mounted beside its ``key``), that key too: a rotation (README, "Rotating the state
+        key")."""
+        data = _read_key(path)
+        old = Path(path).with_name(PREVIOUS_KEY_FILE)
+        previous = [_read_key(old)] if old.is_file() and old != Path(path) else []
         try:
-            with open(path, "rb") as f:
-                data = f.read().strip()
-        except OSError as err:
-            raise ValueError(f"state key file {path}: {err.strerror or err}") from None
-        try:
-            return cls(data)
+            return cls(data, previous)
         except ValueError as err:
             raise ValueError(f"state key file {path}: {err}") from None
 
-    def _mac(self, scope: str, payload: str) -> str:
-        digest = hmac.new(self._key, scope.encode() + b"\0" + payload.encode(),
-                          hashlib.sha256).digest()
+    def _mac(self, scope: str, payload: str, key: bytes | None = None) -> str:
+        digest = hmac.new(self._key if key is None else key,
+                          scope.encode() + b"\0" + payload.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     def seal(self, scope: str, data: Any) -> str:
@@ -89,7 +101,8 @@ class StateKey:
         return _canonical({"data": data, "kid": self.kid, "mac": self._mac(scope, payload)})
 
     def open(self, scope: str, text: str | None) -> "Opened":
-        """The record's data when it verifies for ``scope``, else why not (``Opened.problem``)."""
+        """The record's data when it verifies for ``scope``, else why not (``Opened.problem``).
+        A record sealed by a previous key verifies with it (``detail`` says so)."""
         if text is None:
             return Opened(None, "absent")
         if len(text) > MAX_RECORD_BYTES:
@@ -100,13 +113,32 @@ class StateKey:
             return Opened(None, "malformed", "not JSON")
         if not isinstance(sealed, dict) or "mac" not in sealed or "data" not in sealed:
             return Opened(None, "unsigned", "no signature")
-        if sealed.get("kid") != self.kid:
-            return Opened(None, "other-key", f"sealed by key {str(sealed.get('kid'))[:20]!r}")
+        kid = sealed.get("kid")
+        key = self._key if kid == self.kid else self._previous.get(kid) \
+            if isinstance(kid, str) else None
+        if key is None:
+            return Opened(None, "other-key", f"sealed by key {str(kid)[:20]!r}")
         mac = sealed.get("mac")
         if not isinstance(mac, str) or not hmac.compare_digest(
-                mac, self._mac(scope, _canonical(sealed["data"]))):
+                mac, self._mac(scope, _canonical(sealed["data"]), key)):
             return Opened(None, "forged", "the signature does not match")
-        return Opened(sealed["data"], None)
+        return Opened(sealed["data"], None, "" if kid == self.kid else "sealed by the previous key")
+
+
+#: The file beside the state key holding the key it replaced (a rotation).
+PREVIOUS_KEY_FILE = "previous"
+
+
+def _kid(key: bytes) -> str:
+    return hashlib.sha256(b"ai4dl-state-key-id\0" + key).hexdigest()[:12]
+
+
+def _read_key(path: str | os.PathLike) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read().strip()
+    except OSError as err:
+        raise ValueError(f"state key file {path}: {err.strerror or err}") from None
 
 
 @dataclass(frozen=True)

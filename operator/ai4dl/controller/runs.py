@@ -37,26 +37,44 @@ class RunInProgress:
     started: float                    # the container's start (unix s)
     restarts: int                     # its restart count when this run began
     complete: bool                    # watched from its first window
-    early: list[np.ndarray] = field(default_factory=list)
+    #: per run-relative window (its index: seconds since ``started`` ÷ the window's length),
+    #: the largest sample seen in it
+    early: dict[int, np.ndarray] = field(default_factory=dict)
     peak: np.ndarray | None = None
     peak_at: np.ndarray | None = None
     last_window: float | None = None  # the end of the last window it was fed
 
-    def add(self, usage: np.ndarray, window_end: float, step: float) -> None:
-        """One window's samples (W, R), the last at ``window_end``."""
+    def add(self, usage: np.ndarray, window_end: float, step: float,
+            window_seconds: float) -> None:
+        """One window's samples (W, R), the last at ``window_end``.
+
+        The early peaks are kept per window of the *run* (``window_seconds`` from the
+        container's start), not of the operator's window grid: the first request of the next
+        run must hold from its start until its first resize, which comes at most one window
+        later wherever the grid falls; the grid's first window of a run is only the part of one
+        in which it started (5 s in one run, 25 s in the next). The trainer's batch fill
+        (:func:`~ai4dl.policy.workload_profile.summarise`) counts from the start too. Samples
+        from before the container started (more than a step: a restarted container's
+        predecessor) are not its run's."""
         u = np.asarray(usage, np.float64)
         if self.last_window == window_end or u.ndim != 2 or not len(u):
             return
         self.last_window = window_end
-        seen = np.isfinite(u)
+        times = window_end - step * np.arange(len(u) - 1, -1, -1, dtype=np.float64)
+        mine = times >= self.started - step
+        seen = np.isfinite(u) & mine[:, None]
         if not seen.any():
             return
-        top = np.where(seen, u, -np.inf).max(0)
+        masked = np.where(seen, u, -np.inf)
+        top = masked.max(0)
         top = np.where(np.isfinite(top), top, 0.0)
-        if len(self.early) < EARLY_WINDOWS:
-            self.early.append(top)
-        times = window_end - step * np.arange(len(u) - 1, -1, -1, dtype=np.float64)
-        at = times[np.argmax(np.where(seen, u, -np.inf), axis=0)] - self.started
+        index = (np.maximum(times - self.started, 0.0) // float(window_seconds)).astype(int)
+        for k in np.unique(index[mine & (index < EARLY_WINDOWS) & seen.any(1)]):
+            part = masked[index == k].max(0)
+            part = np.where(np.isfinite(part), part, 0.0)
+            have = self.early.get(int(k))
+            self.early[int(k)] = part if have is None else np.maximum(have, part)
+        at = times[np.argmax(masked, axis=0)] - self.started
         if self.peak is None:
             self.peak, self.peak_at = top.copy(), np.maximum(at, 0.0)
         else:
@@ -64,11 +82,21 @@ class RunInProgress:
             self.peak = np.where(higher, top, self.peak)
             self.peak_at = np.where(higher, np.maximum(at, 0.0), self.peak_at)
 
+    def early_windows(self) -> list[np.ndarray]:
+        """The early peaks from the run's first window on, in order; a window with no sample
+        (a scrape gap) carries the one before it (at least what the run had reached)."""
+        if 0 not in self.early:
+            return []
+        out = []
+        for k in range(max(self.early) + 1):
+            out.append(self.early.get(k, out[-1] if out else None))
+        return out
+
     def summary(self, run_id: str, end: float, oom_killed: bool,
                 memory_index: int | None) -> RunSummary | None:
-        if not self.complete or not self.early or self.peak is None:
+        early = self.early_windows()
+        if not self.complete or not early or self.peak is None:
             return None
-        early = [np.asarray(w) for w in self.early]
         peak = self.peak
         if oom_killed:
             early = [bump_for_oom(w, memory_index, True) for w in early]
@@ -116,7 +144,7 @@ class RunTracker:
                         pod.workload, container_run_id(pod.namespace, pod.name, c.name), started,
                         pod.restarts.get(c.name, 0),
                         complete=started >= first_sample - step - START_SLACK_SECONDS)
-                run.add(c.usage, window_end, step)
+                run.add(c.usage, window_end, step, window_samples * step)
 
     def ended(self, listed: Sequence[PodInfo], now: float) -> list[EndedRun]:
         """The runs that ended since the last call: those of ``listed`` pods that ended or

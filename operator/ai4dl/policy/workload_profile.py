@@ -188,8 +188,8 @@ class WorkloadProfile:
         age = np.array([max(now - r.end, 0.0) for r in self.runs], np.float64)
         return np.power(0.5, age / self.half_life_s)
 
-    def first_request(self, now: float, max_increase: float | None = None,
-                      covered: int = 1) -> np.ndarray | None:
+    def first_request(self, now: float, max_increase: float | None = None
+                      ) -> np.ndarray | None:
         """The first request for the workload's next execution, per resource, with VPA's
         safety margin (``RECOMMENDATION_MARGIN``); None when it has no run.
 
@@ -200,13 +200,12 @@ class WorkloadProfile:
         would leave the next windows short whatever a policy proposed, since the layer could
         not raise it fast enough. Then the weighted upper percentile over the runs.
 
-        ``covered``: how many early windows the start must hold in full, before the first
-        resize can move it (1 when a request may be exceeded for a window — usage over a
-        request is risk, not death; 2 for a Guaranteed pod, whose request is its limit: its
-        first resize comes at the end of its first whole window, and the run's first "window"
-        in the profile is the part of one in which it started, whose length differs from run
-        to run)."""
-        return self.compact().first_request(now, max_increase, covered)
+        The early windows are the run's own (counted from its start, not the operator's grid),
+        so the first one is what the start must hold until the first resize, which comes at
+        most one window after the start: a Guaranteed pod, whose request is its limit, needs
+        no more than that (from the first resize on, the workload's hold, :meth:`hold`, keeps
+        its memory at its runs' peak)."""
+        return self.compact().first_request(now, max_increase)
 
     @property
     def n_runs(self) -> int:
@@ -234,13 +233,19 @@ class WorkloadProfile:
 
     def hold(self, now: float, resource: str = "memory") -> tuple[float, float] | None:
         """What the safety layer holds for a new run of the workload: (the peak its runs
-        reached of ``resource``, the latest point in a run — seconds from its start — where a
-        run reached its own), or None without a run or the resource."""
+        reached of ``resource`` with VPA's safety margin, the latest point in a run — seconds
+        from its start — where a run reached its own), or None without a run or the resource.
+
+        The margin is the first request's (``RECOMMENDATION_MARGIN``), for the same reason: a
+        re-run's peak varies with its seed, and the largest of a few runs is exceeded by the
+        next one about once in (runs + 1). Held as a limit (a Guaranteed pod), the bare peak
+        was an OOM kill: on the real node a transformer run peaked at 808 MiB over its one
+        earlier run's 775 MiB, held at 793 MiB (docs/results/real-node.md, 2026-12-04)."""
         got = self.peak(now)
         if got is None or resource not in self.resources:
             return None
         j = self.resources.index(resource)
-        return float(got[0][j]), float(got[1][j])
+        return float(got[0][j]) * (1.0 + RECOMMENDATION_MARGIN), float(got[1][j])
 
     # ------------------------------------------------------------------ storage
     def to_dict(self) -> dict:
@@ -336,18 +341,17 @@ class CompactProfile:
     def n_runs(self) -> int:
         return len(self.ends)
 
-    def first_request(self, now: float, max_increase: float | None = None,
-                      covered: int = 1) -> np.ndarray | None:
+    def first_request(self, now: float, max_increase: float | None = None
+                      ) -> np.ndarray | None:
         """See :meth:`WorkloadProfile.first_request` (which calls this)."""
         if not len(self.ends):
             return None
-        covered = max(1, min(int(covered), self.early.shape[1]))
-        need = np.fmax.reduce(self.early[:, :covered, :], axis=1)     # NaN: no such window
-        if max_increase is not None and self.early.shape[1] > covered:
+        need = self.early[:, 0, :]
+        if max_increase is not None and self.early.shape[1] > 1:
             # from the first resize on, the layer can raise it by (1 + max_increase) a window
             growth = np.power(1.0 + float(max_increase),
-                              np.arange(1, self.early.shape[1] - covered + 1))[None, :, None]
-            need = np.fmax(need, np.fmax.reduce(self.early[:, covered:, :] / growth, axis=1))
+                              np.arange(1, self.early.shape[1]))[None, :, None]
+            need = np.fmax(need, np.fmax.reduce(self.early[:, 1:, :] / growth, axis=1))
         weights = np.power(0.5, np.maximum(now - self.ends, 0.0) / self.half_life_s)
         return weighted_upper(need, weights) * (1.0 + RECOMMENDATION_MARGIN)
 

@@ -67,13 +67,28 @@ class FeatureQuery:
 
     name: str
     promql: str
+    #: whether the text sent is checked to hold the selector's matchers in every selector
+    #: (False only where the operator runs with ``--allow-free-promql``)
+    confined: bool = True
 
     def render(self, selector: str, rate_window: str = DEFAULT_RATE_WINDOW) -> str:
+        """The query sent for ``selector``: the template's tokens substituted
+        (:func:`~ai4dl.sources.promql.render_template`, never ``str.format``) and, ``confined``,
+        the exact text checked to hold the selector's matchers in every selector
+        (:func:`~ai4dl.sources.promql.sent_problem`); :class:`PrometheusQueryError` naming the
+        feature otherwise."""
+        from ai4dl.sources.promql import TemplateError, render_template, sent_problem
+
         try:
-            return self.promql.format(selector=selector, rate_window=rate_window)
-        except (KeyError, IndexError, ValueError) as e:
-            raise PrometheusQueryError(None, f"feature {self.name!r}: {self.promql!r}: "
-                                       f"{type(e).__name__}: {e}") from None
+            query = render_template(self.promql, selector, rate_window)
+        except TemplateError as e:
+            raise PrometheusQueryError(None, f"feature {self.name!r}: query is not a template: "
+                                       f"{e}") from None
+        problem = sent_problem(query, selector) if self.confined else None
+        if problem is not None:
+            raise PrometheusQueryError(None, f"feature {self.name!r}: query {problem} (refused "
+                                       f"before it was sent)")
+        return query
 
 
 def default_feature_queries(names: Iterable[str] = ("cpu", "memory")) -> list[FeatureQuery]:

@@ -15,17 +15,31 @@ of matchers). Besides, ``offset`` and ``@`` are refused (they read other times t
 the operator asked for: never what a feature of a window means), and a template must read at
 least one selector (a constant relabelled onto pods would be usage made up).
 
-Rendering the real selector gives the same AST as the probe: the real matchers' values (DNS
-names, an alternation of regex-escaped pod names) are string literals exactly where the
-token's are, so what is checked is what is sent.
+A template is not a Python format string (issue 43: ``{selector[19]}`` was a hex digit of the
+probe's token when checked and the closing quote of ``namespace="tenant-a"`` when sent, so one
+text was a string literal to the check and live PromQL to Prometheus). :func:`render_template`
+substitutes exactly two tokens, ``{selector}`` and ``{rate_window}``, and the escapes ``{{`` and
+``}}``; any other brace is refused. The probe and the real selector then land at the same
+places as whole string literals, and the operator checks the exact text it sends as well
+(:func:`sent_problem`, the real matchers in every selector), so what is checked is what is sent.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 
 #: Duration put in for ``{rate_window}`` when a template is checked.
 _PROBE_RATE_WINDOW = "1m"
+#: The longest range a template may read (a range vector or a subquery): the longest window a
+#: PhaseModel may have (``windowSeconds`` ≤ 86,400). A feature describes the usage of a window;
+#: ``count_over_time(x[30d:1ms])`` describes nothing a window needs and costs Prometheus
+#: minutes (issue 43: 41.7 s a query, another namespace's windows starved).
+MAX_RANGE_SECONDS = 86_400
+#: The most points a subquery may evaluate per point of the grid (range ÷ step): its cost
+#: grows with it, not with the data. A subquery without a step is evaluated at Prometheus'
+#: global interval, which the template cannot know: a step is required.
+MAX_SUBQUERY_POINTS = 1_000
 
 
 def _probe_matchers(token: str) -> list[tuple[str, str, str]]:
@@ -38,22 +52,80 @@ def _matcher_text(name: str, op: str, value: str) -> str:
     return f'{name}{"=" if op == "Equal" else "=~"}"{value}"'
 
 
+#: The template language, token by token: the two substitutions, the two escapes, and any other
+#: brace (refused). The CRD's CEL rule spells the same language (``TEMPLATE_RE2``).
+_TOKENS = re.compile(r"\{\{|\}\}|\{(selector|rate_window)\}|[{}]")
+#: The same language as an RE2 pattern for the CRD's CEL rule (brace classes, no backslashes).
+TEMPLATE_RE2 = "^([^{}]|[{][{]|[}][}]|[{]selector[}]|[{]rate_window[}])*$"
+
+
+class TemplateError(ValueError):
+    """A template that is not one: a brace outside ``{selector}``, ``{rate_window}``, ``{{``,
+    ``}}`` (one line, naming the character)."""
+
+
+def render_template(template: str, selector: str, rate_window: str) -> str:
+    """``template`` with ``{selector}`` and ``{rate_window}`` replaced and ``{{``/``}}`` made
+    single braces: nothing else is interpreted (no attribute, index or format spec, as
+    ``str.format`` would); :class:`TemplateError` for any other brace."""
+    out, pos = [], 0
+    for m in _TOKENS.finditer(template):
+        out.append(template[pos:m.start()])
+        token = m.group(0)
+        if token == "{{" or token == "}}":
+            out.append(token[0])
+        elif m.group(1) == "selector":
+            out.append(selector)
+        elif m.group(1) == "rate_window":
+            out.append(rate_window)
+        else:
+            raise TemplateError(f"a {token!r} at character {m.start() + 1} that is not part of "
+                                f"{{selector}}, {{rate_window}}, {{{{ or }}}} (literal braces "
+                                f"are doubled; nothing else is filled in)")
+        pos = m.end()
+    out.append(template[pos:])
+    return "".join(out)
+
+
 def template_problem(template: str) -> str | None:
     """Why ``template`` may not be sent for a PhaseModel (one line), or None when every
     selector in it is confined to the PhaseModel's own pods. Pure: no I/O."""
     import promql_parser
 
-    if not isinstance(template, str) or "{selector}" not in template:
-        return ("has no {selector}: the operator must put its own namespace and pod matchers "
-                "into every selector (e.g. metric{{{selector}}})")
+    if not isinstance(template, str):
+        return "is not a string"
     token = secrets.token_hex(8)
     probe = _probe_matchers(token)
     selector = ",".join(_matcher_text(*m) for m in probe)
     try:
-        rendered = template.format(selector=selector, rate_window=_PROBE_RATE_WINDOW)
-    except (KeyError, IndexError, ValueError) as e:
-        return (f"is not a template ({type(e).__name__}: {e}; only {{selector}} and "
-                f"{{rate_window}} are filled in, literal braces are doubled)")
+        rendered = render_template(template, selector, _PROBE_RATE_WINDOW)
+    except TemplateError as e:
+        return f"is not a template: {e}"
+    if "{selector}" not in template:
+        return ("has no {selector}: the operator must put its own namespace and pod matchers "
+                "into every selector (e.g. metric{{{selector}}})")
+    return _unconfined(rendered, set(probe), selector)
+
+
+def sent_problem(query: str, selector: str) -> str | None:
+    """Why the rendered ``query`` may not be sent (one line), or None when every selector in
+    it holds every matcher of ``selector`` (the real one: the PhaseModel's namespace and its
+    pods): the check of the exact text that goes to Prometheus."""
+    import promql_parser
+
+    try:
+        node = promql_parser.parse(f"ai4dl_probe{{{selector}}}")
+    except Exception as e:   # the parser's own error type: one line
+        return f"has a selector that is not PromQL: {' '.join(str(e).split())[:200]}"
+    want = {(m.name, str(m.op).rpartition(".")[2], m.value) for m in node.matchers.matchers}
+    return _unconfined(query, want, selector)
+
+
+def _unconfined(rendered: str, want: set, selector: str) -> str | None:
+    """Why ``rendered`` is not confined to the matchers ``want`` (the text of ``selector``,
+    shown as ``{selector}`` in a message), or None."""
+    import promql_parser
+
     try:
         expr = promql_parser.parse(rendered)
     except Exception as e:   # the parser's own error type (ValueError today): one line
@@ -62,7 +134,7 @@ def template_problem(template: str) -> str | None:
     selectors = 0
 
     def shown(node) -> str:
-        return str(node).replace(selector, "{selector}")
+        return str(node).replace(selector, "{selector}")[:300]
 
     def visit(node) -> None:
         nonlocal selectors
@@ -74,6 +146,8 @@ def template_problem(template: str) -> str | None:
             if getattr(node, "at", None) is not None:
                 problems.append(f"{shown(node)} has an @ modifier (reads another time than the "
                                 f"window)")
+        if kind in ("MatrixSelector", "SubqueryExpr"):
+            problems.extend(_cost_problems(node, kind, shown))
         if kind != "VectorSelector":
             return
         selectors += 1
@@ -84,7 +158,7 @@ def template_problem(template: str) -> str | None:
             return
         # MatchOp is neither hashable nor named: compared by its text, "MatchOp.Equal"
         have = {(m.name, str(m.op).rpartition(".")[2], m.value) for m in ms.matchers}
-        if not all(m in have for m in probe):
+        if not want <= have:
             problems.append(f"selector {shown(node)} lacks {{selector}}: a PhaseModel's "
                             f"query may read only its own namespace's pods")
 
@@ -94,6 +168,25 @@ def template_problem(template: str) -> str | None:
     if not selectors:
         return "reads no series (a template must select its pods' metrics with {selector})"
     return None
+
+
+def _cost_problems(node, kind: str, shown) -> list[str]:
+    """A range vector's or subquery's range above ``MAX_RANGE_SECONDS``; a subquery without a
+    step or of more than ``MAX_SUBQUERY_POINTS`` points."""
+    out = []
+    span = node.range.total_seconds() if node.range is not None else 0.0
+    if span > MAX_RANGE_SECONDS:
+        out.append(f"{shown(node)} reads a range of {span:g} s, more than {MAX_RANGE_SECONDS:,} "
+                   f"s (the longest window; a query's cost grows with its range)")
+    if kind == "SubqueryExpr":
+        step = node.step.total_seconds() if node.step is not None else 0.0
+        if step <= 0:
+            out.append(f"{shown(node)} is a subquery without a step (give one: its cost is "
+                       f"range ÷ step)")
+        elif span / step > MAX_SUBQUERY_POINTS:
+            out.append(f"{shown(node)} evaluates {span / step:,.0f} points per point of the "
+                       f"grid (range ÷ step), more than {MAX_SUBQUERY_POINTS:,}")
+    return out
 
 
 def check_template(template: str, feature: str = "") -> None:

@@ -25,15 +25,26 @@ def _too_many(label: str, rows: int, max_rows: int, what: str = "data rows") -> 
                       f"the input", path=label)
 
 
+def line_ends(chunk: bytes, after_cr: bool = False) -> int:
+    r"""Line ends in ``chunk`` as the CSV parsers count them: ``\n``, ``\r\n`` and a bare
+    ``\r`` (issue 43: counting only ``\n``, a file of bare-CR line ends was one "row" to the
+    bound and five million to the parser). ``after_cr``: the chunk before ended with ``\r``
+    (a ``\r\n`` split between chunks counts once)."""
+    n = chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n")
+    return n - 1 if after_cr and chunk.startswith(b"\n") else n
+
+
 def _count_lines(stream, label: str, budget: int, max_rows: int, counted: int = 0) -> int:
-    """Newlines read from ``stream`` (chunk by chunk: nothing is held) added to ``counted``;
-    TraceError as soon as they pass ``budget``."""
+    """Line ends read from ``stream`` (chunk by chunk: nothing is held; :func:`line_ends`)
+    added to ``counted``; TraceError as soon as they pass ``budget``."""
+    after_cr = False
     try:
         while True:
             chunk = stream.read(_CHUNK)
             if not chunk:
                 return counted
-            counted += chunk.count(b"\n")
+            counted += line_ends(chunk, after_cr)
+            after_cr = chunk.endswith(b"\r")
             if counted > budget:
                 raise _too_many(label, counted - (budget - max_rows), max_rows)
     except (OSError, EOFError, zlib.error, tarfile.TarError):
@@ -41,7 +52,7 @@ def _count_lines(stream, label: str, budget: int, max_rows: int, counted: int = 
 
 
 def _file_rows(path: Path, max_rows: int) -> None:
-    """A CSV file (gzip or not) has at most ``max_rows`` data rows (newlines - the header)."""
+    """A CSV file (gzip or not) has at most ``max_rows`` data rows (line ends - the header)."""
     try:
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
@@ -69,7 +80,7 @@ def _tar_rows(paths: Sequence[Path], label: str, max_rows: int) -> None:
 def check_rows(path: Path, fmt: str, max_rows: int) -> None:
     """Refuse, before any parsing, an input holding more than ``max_rows`` rows: one line
     naming the file and the bound (TraceError). Counted by streaming (no row is kept):
-    newlines of CSVs and tar members, Parquet's own row count."""
+    line ends of CSVs and tar members (:func:`line_ends`), Parquet's own row count."""
     if fmt in ("ai4dl", "long"):
         _file_rows(path, max_rows)
     elif fmt == "corpus":
