@@ -685,3 +685,35 @@ def test_the_runtime_holds_a_known_workloads_peak_until_its_time():
     assert runner._held([p], WINDOW_START + 301.0) == {}       # past where the runs peaked
     p.workload = "Job/other"
     assert runner._held([p], WINDOW_START) == {}
+
+
+def test_a_window_that_changes_nothing_writes_no_status():
+    """Issue 43: 1,000 idle PhaseModels made a status PATCH each per window. Written on change
+    only (lastWindowTime alone is no change); a new process writes at its first window."""
+    from ai4dl.controller.runtime import WindowRunner
+    from ai4dl.controller.runtime_window import WindowReport
+
+    class Custom:
+        def __init__(self):
+            self.patches = []
+
+        def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, body):
+            self.patches.append(body["status"])
+
+    custom = Custom()
+    runner = WindowRunner(None, custom, None, "ns", "pm", key=KEY)
+    body = {"metadata": {"generation": 1}, "status": {}}
+    for start in (600.0, 1200.0, 1800.0):
+        runner._status(body, WindowReport(start), ready=True, reason="WindowProcessed",
+                       message="0 pods, 0 resized", per_phase={})
+    assert len(custom.patches) == 1 and custom.patches[0]["lastWindowTime"]
+    runner._status(body, WindowReport(2400.0), ready=True, reason="WindowProcessed",
+                   message="1 pods, 0 resized", per_phase={"0": 1})
+    assert len(custom.patches) == 2 and custom.patches[1]["podsTracked"] == 0
+    runner._status(body, WindowReport(3000.0), ready=False, reason="PrometheusUnavailable",
+                   message="down")
+    assert len(custom.patches) == 3
+    again = WindowRunner(None, custom, None, "ns", "pm", key=KEY)      # a restart
+    again._status(body, WindowReport(3600.0), ready=False, reason="PrometheusUnavailable",
+                  message="down")
+    assert len(custom.patches) == 4

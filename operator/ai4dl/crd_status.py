@@ -136,7 +136,10 @@ class PhaseModelStatus(_Base):
     pods_per_phase: dict[str, int] = Field(default_factory=dict, alias="podsPerPhase")
     phase_summary: str = Field("", alias="phaseSummary",
                                description="pods per phase, e.g. '0:3 2:5'")
-    last_window_time: str | None = Field(None, alias="lastWindowTime")
+    last_window_time: str | None = Field(None, alias="lastWindowTime",
+                                         description="the last window that changed the "
+                                                     "status (a window that changes nothing "
+                                                     "writes nothing)")
     last_error: str | None = Field(None, alias="lastError")
     training: TrainingStatus | None = None
     novelty: NoveltyStatus | None = None

@@ -33,6 +33,10 @@ PROFILES_DELETED = Counter("ai4dl_profiles_deleted_total",
                            "WorkloadProfiles deleted past the bound per PhaseModel "
                            "(--max-workloads-per-phasemodel; the least recently ended)",
                            ["namespace", "phasemodel"], registry=REGISTRY)
+STATUS_WRITES = Counter("ai4dl_status_writes_total",
+                        "PhaseModel status writes per window: written (something changed) or "
+                        "unchanged (no write)", ["namespace", "phasemodel", "outcome"],
+                        registry=REGISTRY)
 PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel",
                      ["namespace", "phasemodel"], registry=REGISTRY)
 PODS_SKIPPED = Gauge("ai4dl_pods_skipped",

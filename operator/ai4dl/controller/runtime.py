@@ -10,6 +10,7 @@ the writes to the pods (:class:`~ai4dl.controller.runtime_writes.PodWrites`, a b
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -95,6 +96,10 @@ class WindowRunner(PodWrites):
         # per (workload, container): the memory hold of its profile (level, until in a run)
         self.holds: dict[tuple[str, str], tuple[float, float]] = {}
         self._profiles_listed = -math.inf
+        # The status last written (its JSON without lastWindowTime): a window that changes
+        # nothing writes nothing (issue 43: 1,000 idle PhaseModels made 6,088 status PATCHes
+        # in 6 minutes). After a restart the first window writes.
+        self._status_written: str | None = None
 
     # ------------------------------------------------------------------ one window
     def list_pods(self, spec: PhaseModelSpec) -> list[PodInfo]:
@@ -232,8 +237,9 @@ class WindowRunner(PodWrites):
         workloads = self._profile_runs(body, spec, ended, mine, plan, start, W, now)
         amounts = window_amounts(plan.pods, plan.resources, spec.policy.mode,
                                  max(spec.window_seconds, self.period_seconds), originals)
+        # a window with nothing to count adds nothing (and writes no status for it)
         savings = add_window((body.get("status") or {}).get("savings"), amounts, start,
-                             now_iso(start))
+                             now_iso(start)) if amounts else None
         if savings is not None:
             for r, (orig, held) in amounts.items():
                 m.REQUEST_SECONDS.labels(*labels, r, "original").inc(orig)
@@ -466,9 +472,18 @@ class WindowRunner(PodWrites):
             status["savings"] = savings
         if workloads is not None:
             status["workloads"] = workloads
+        # written on change only: lastWindowTime is the last window that changed the status
+        # (the operator's liveness is its metrics and health endpoint, not a write per window)
+        seen = json.dumps({k: v for k, v in status.items() if k != "lastWindowTime"},
+                          sort_keys=True, default=str)
+        if seen == self._status_written:
+            m.STATUS_WRITES.labels(self.namespace, self.name, "unchanged").inc()
+            return
         try:
             self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": status})
+            self._status_written = seen
+            m.STATUS_WRITES.labels(self.namespace, self.name, "written").inc()
         except ApiException as err:
             if err.status != 404:
                 log.warning("status of %s/%s not written: %s", self.namespace, self.name,
