@@ -219,3 +219,25 @@ def test_committed_workload_profile_crd_matches_the_pydantic_models():
     path = CRD_FILE.parent / "workloadprofiles.ai4dl.io.yaml"
     assert path.read_text() == profile_crd_yaml(), (
         "crds/workloadprofiles.ai4dl.io.yaml is out of date: run `make generate`")
+
+
+def test_kopfs_own_annotation_never_carries_the_model():
+    """Issue 43: kopf keeps a PhaseModel's essence in an annotation; with a model inside, a
+    valid PhaseModel passed the API server's 256 KiB annotation limit and kopf retried the
+    refused patch for ever. The operator's settings leave the models out of it."""
+    import asyncio
+    import json as _json
+
+    import kopf
+    from kopf._cogs.structs import bodies
+
+    from ai4dl.controller import handlers
+
+    settings = kopf.OperatorSettings()
+    asyncio.run(handlers.configure(settings))
+    big = {"weights": "x" * 400_000}
+    body = bodies.Body({"metadata": {"name": "pm", "annotations": {}},
+                        "spec": {"stepSeconds": 15, "model": big, "previousModel": big}})
+    essence = settings.persistence.diffbase_storage.build(body=body)
+    assert essence == {"spec": {"stepSeconds": 15}}
+    assert len(_json.dumps(essence)) < 1000

@@ -38,6 +38,8 @@ CONFIG: dict = {"prometheus_url": os.environ.get("AI4DL_PROMETHEUS_URL", ""),
                 "max_series_per_query": 0, "min_window_seconds": 60.0,
                 "window_workers": 4, "window_late_seconds": 5.0}
 _TASKS: list[asyncio.Task] = []
+#: Fields of a PhaseModel left out of kopf's last-handled-configuration annotation.
+DIFFBASE_IGNORED = ("spec.model", "spec.previousModel")
 
 
 @kopf.on.startup()
@@ -48,6 +50,12 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     # before the operator (the chart does it) and the namespaces are given, so the operator
     # needs no cluster-wide read of either (least privilege; a new CRD needs a restart).
     settings.scanning.disabled = True
+    # kopf keeps the object's essence in an annotation (last-handled-configuration) for its
+    # change detection; with a model inside, a valid PhaseModel's essence passed the API
+    # server's 256 KiB limit on annotations, and kopf retried the refused patch for ever
+    # (issue 43). The models are not what the handlers react to: left out of it.
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        ignored_fields=DIFFBASE_IGNORED)
     if CONFIG.get("orphan_check_seconds"):
         _TASKS.append(asyncio.create_task(_orphan_sweeps(CONFIG["orphan_check_seconds"])))
     if CONFIG.get("webhook"):
