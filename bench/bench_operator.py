@@ -198,8 +198,32 @@ def main(argv=None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    why = measured_nothing(results, args.pods)
+    if why:
+        log(f"measured nothing, no table: {why}")
+        return 1
     report(args, results)
     return 0
+
+
+def measured_nothing(results: dict, pods: int) -> str:
+    """Why the run measured nothing ("" when it measured something): no window served every
+    pod created, a measured window served fewer, or none resized anything (issue 44: a model
+    the operator refused read "0 pods, 0 resized" in every window, and a table was printed)."""
+    op = results.get("op") or {}
+    measured = op.get("measured") or []
+    if op.get("first_full") is None:
+        seen = max((r["pods"] for r in op.get("records") or []), default=0)
+        return f"no window served all {pods} pods created (at most {seen})"
+    if not measured:
+        return "no window measured after the first full one"
+    short = [r for r in measured if r["pods"] < pods]
+    if short:
+        return (f"{len(short)} of {len(measured)} measured windows served fewer than the "
+                f"{pods} pods created (e.g. {short[0]['pods']})")
+    if not any(r["resized"] for r in [*op.get("records", [])]):
+        return "no window resized any pod (a refused model serves nothing)"
+    return ""
 
 
 if __name__ == "__main__":

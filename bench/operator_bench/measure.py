@@ -263,8 +263,8 @@ def breakdown_window(args, api_admin, op_kubeconfig: Path, prom_url: str,
 
 
 def whatif_patches(api_op, patches: list[tuple[str, str, dict]], threads: int) -> list[list]:
-    """The window's annotation patches again (plus a changing key, so every one is a real
-    write): sequentially, and through a pool of ``threads``, with and without deserializing
+    """The window's annotation patches again (with a changing ``ai4dl.io/phase-since``, so
+    every one is a real write): sequentially, and through a pool of ``threads``, with and without deserializing
     the answer into client models, and with ``_preload_content=False`` but the raw answer never
     read (then urllib3 never gets the connection back: a new TLS connection per request)."""
     from kubernetes import client
@@ -291,7 +291,9 @@ def whatif_patches(api_op, patches: list[tuple[str, str, dict]], threads: int) -
 
         def one(p, preload=preload, read=read, stamp=stamp):
             name, ns, body = p
-            ann = dict(body["metadata"]["annotations"], **{"bench.ai4dl.io/replay": stamp})
+            # the changing value goes into one of the operator's own annotations: the chart's
+            # admission policy refuses it any other key (ai4dl-operator-pod-writes)
+            ann = dict(body["metadata"]["annotations"], **{"ai4dl.io/phase-since": stamp})
             r = core.patch_namespaced_pod(name, ns, {"metadata": {"annotations": ann}},
                                           _preload_content=preload)
             if not preload and read:
