@@ -18,8 +18,9 @@ from ai4dl.crd import PROMQL_UNCHECKED, PhaseModelSpec, crd_manifest, default_fe
 from ai4dl.sources.prometheus import PrometheusSource, pod_selector
 from ai4dl.sources.prometheus_types import (DEFAULT_QUERIES, FeatureQuery, PodRef,
                                             PrometheusQueryError, SeriesLimitExceeded)
-from ai4dl.sources.promql import (TEMPLATE_RE2, TemplateError, check_template, render_template,
-                                  sent_problem, template_problem)
+from ai4dl.crd_spec import TEMPLATE_RE2
+from ai4dl.sources.promql import (TemplateError, check_template, render_template, sent_problem,
+                                  template_problem)
 
 # What a namespace owner could write to read elsewhere, and why each is refused.
 REFUSED = [

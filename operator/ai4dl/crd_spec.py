@@ -11,7 +11,6 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from ai4dl.method.document import PhaseModelDocument
 from ai4dl.policy.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
-from ai4dl.sources.promql import TEMPLATE_RE2
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 # Durations as Prometheus writes them, without fractions: 90s, 15m, 12h, 7d, 2w, 1d12h
@@ -84,6 +83,10 @@ MAX_FEATURES = 16
 # (--allow-free-promql): that the operator's matchers go into the query at all. Which
 # selectors carry them takes a PromQL parser (ai4dl.sources.promql: pydantic, and the operator
 # at run time, for objects stored before this rule existed).
+#: A query template's language as an RE2 pattern, for the CEL rule below: any character but a
+#: brace, the escapes {{ and }}, and the tokens {selector} and {rate_window}. The renderer
+#: (ai4dl.sources.promql.render_template) reads the same language; a test holds them together.
+TEMPLATE_RE2 = "^([^{}]|[{][{]|[}][}]|[{]selector[}]|[{]rate_window[}])*$"
 _FEATURE_CEL = [{
     "rule": "self.query.contains('{selector}')",
     "message": "query must contain {selector}: the operator puts the PhaseModel's namespace and "

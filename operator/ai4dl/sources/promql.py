@@ -53,10 +53,8 @@ def _matcher_text(name: str, op: str, value: str) -> str:
 
 
 #: The template language, token by token: the two substitutions, the two escapes, and any other
-#: brace (refused). The CRD's CEL rule spells the same language (``TEMPLATE_RE2``).
+#: brace (refused). The CRD's CEL rule spells the same language (``ai4dl.crd_spec.TEMPLATE_RE2``).
 _TOKENS = re.compile(r"\{\{|\}\}|\{(selector|rate_window)\}|[{}]")
-#: The same language as an RE2 pattern for the CRD's CEL rule (brace classes, no backslashes).
-TEMPLATE_RE2 = "^([^{}]|[{][{]|[}][}]|[{]selector[}]|[{]rate_window[}])*$"
 
 
 class TemplateError(ValueError):
