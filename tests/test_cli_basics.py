@@ -118,3 +118,46 @@ def test_synthetic_by_default_writes_the_demos_training_jobs(tmp_path):
     assert [e.name for e in written] == [e.name for e in demo]
     for w, d in zip(written, demo):
         np.testing.assert_allclose(w.values, d.values, rtol=1e-6)
+
+
+def test_range_and_output_slips_are_one_line_before_any_work(tmp_path, capsys):
+    """Issue 45: --phases 0, --k-range 5-2, -o naming a folder (train) or a file (plot) were
+    tracebacks, the first two after the CRBM fit, the third losing the finished fit."""
+    from ai4dl.cli.main import main
+
+    traces = tmp_path / "missing.csv"           # never read: the flags are checked first
+    cases = [(["train", str(traces), "--phases", "0"], "--phases 0: at least 1 phase"),
+             (["train", str(traces), "--k-range", "5-2"], "--k-range 5-2: LOW-HIGH with 1 <="),
+             (["train", str(traces), "-o", str(tmp_path)], "is a folder; give a file name"),
+             (["train", str(traces), "-o", str(tmp_path / "no" / "m.json")],
+              "does not exist"),
+             (["plot", str(tmp_path / "model.json"), str(traces), "-o", str(__file__)],
+              "is a file; give a folder")]
+    for args, words in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_a_missing_extra_and_ctrl_c_are_one_line(monkeypatch, capsys):
+    """Issue 45: a plain ``pip install .`` (the operator image's) ran ``ai4dl train`` into a
+    ModuleNotFoundError traceback; a Ctrl-C during the imports was a traceback too."""
+    import importlib
+
+    from ai4dl import command
+
+    cli_main = importlib.import_module("ai4dl.cli.main")    # the module (the package's
+    # ``main`` attribute is the function it exports)
+
+    def missing(argv):
+        raise ModuleNotFoundError("No module named 'tqdm'", name="tqdm")
+    monkeypatch.setattr(cli_main, "main", missing)
+    assert command.main(["train", "x.csv"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("ai4dl: error: this command needs the 'train' extra (module tqdm is not "
+                   "installed): pip install 'ai4dl-operator[train]'\n")
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_main, "main", interrupted)
+    assert command.main([]) == 130 and capsys.readouterr().err == "ai4dl: interrupted\n"

@@ -2,6 +2,6 @@
 
 import sys
 
-from ai4dl.cli import main
+from ai4dl.command import main
 
 sys.exit(main())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Sequence
+from pathlib import Path
 
 from ai4dl.errors import Ai4dlError
 
@@ -109,6 +110,29 @@ def load_from_args(args: argparse.Namespace, model=None):
     return traces
 
 
+# ----------------------------------------------------------------------------- outputs
+def output_file(path: str | Path, flag: str = "-o") -> Path:
+    """``path`` as a file to write, checked before any work (issue 45: ``train -o DIR`` lost
+    its finished fit to a traceback): not a folder, and its folder exists."""
+    p = Path(path)
+    if p.is_dir():
+        raise Ai4dlError(f"{flag} {path}: is a folder; give a file name (e.g. "
+                         f"{p / 'model.json'})")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise Ai4dlError(f"{flag} {path}: folder {parent} does not exist")
+    return p
+
+
+def output_folder(path: str | Path, flag: str = "-o") -> Path:
+    """``path`` as a folder to write into (made if missing), checked before any work: not a
+    file."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise Ai4dlError(f"{flag} {path}: is a file; give a folder (it is made if missing)")
+    return p
+
+
 # ----------------------------------------------------------------------------- commands
 def _model_from_args(args: argparse.Namespace):
     from ai4dl.method.model import PhaseModel
@@ -124,6 +148,12 @@ def _model_from_args(args: argparse.Namespace):
         lo, hi = (int(v) for v in args.k_range.split("-"))
     except ValueError:
         raise Ai4dlError(f"--k-range expects LOW-HIGH, got {args.k_range!r}") from None
+    # ranges checked before any data is read or any fit starts (issue 45: these were a
+    # traceback after the CRBM fit)
+    if n_phases != "auto" and n_phases < 1:
+        raise Ai4dlError(f"--phases {n_phases}: at least 1 phase (or 'auto')")
+    if not 1 <= lo <= hi:
+        raise Ai4dlError(f"--k-range {args.k_range}: LOW-HIGH with 1 <= LOW <= HIGH (e.g. 2-10)")
     from ai4dl.method.document import MAX_HIDDEN, MAX_HISTORY, MAX_PHASES
 
     # a model document holds at most these (ai4dl.method.document): refused before any data is read
