@@ -435,3 +435,25 @@ def test_to_execution_and_gpu_queries():
         np.testing.assert_allclose(ex.values, [[0.5, 1e9], [0.5, 1e9]])
     finally:
         stub.close()
+
+
+def test_a_container_scraped_twice_is_not_counted_twice(executions, trace_exporter,
+                                                        prometheus_server):
+    """Issue 43 item 6: one container scraped by two jobs is two equal series; the default
+    templates summed them (1001m/2253Mi against 501m/1127Mi). They take the max now."""
+    pod = PodRef("dup", "twice-0", "main")
+    exp = trace_exporter({pod: executions[0]}, speed=SPEED)
+    srv = prometheus_server([exp.url, exp.url.replace("127.0.0.1", "localhost")],
+                            scrape_interval="1s")
+    srv.wait_for_samples("container_memory_working_set_bytes", 8, timeout=60,
+                         selector='namespace="dup"')
+    raw = srv.query('container_memory_working_set_bytes{namespace="dup"}')
+    assert len(raw) == 2                                   # two scrape targets, one container
+    src = PrometheusSource(srv.url, timeout=10.0, rate_window=RATE_WINDOW)
+    start, end = _window(5)
+    got = src.fetch(["cpu", "memory"], [pod], start, end, 1.0)
+    mem = got[pod].values[:, 1]
+    t = float(got.times[-1])
+    at = srv.query(f'max(container_memory_working_set_bytes{{namespace="dup"}} @ {t:.3f})')
+    assert not got.duplicated and np.isfinite(mem[-1])
+    assert mem[-1] == pytest.approx(float(at[0]["value"][1]))   # one container's, not two

@@ -124,11 +124,12 @@ class FeatureSource(_Base):
 
 def default_features() -> list[FeatureSource]:
     return [
+        # max over a container's series, not the sum (DEFAULT_QUERIES says why)
         FeatureSource(name="cpu", unit="cores",
-                      query="sum by (namespace, pod, container) "
+                      query="max by (namespace, pod, container) "
                             "(rate(container_cpu_usage_seconds_total{{{selector}}}[1m]))"),
         FeatureSource(name="memory", unit="bytes",
-                      query="sum by (namespace, pod, container) "
+                      query="max by (namespace, pod, container) "
                             "(container_memory_working_set_bytes{{{selector}}})"),
     ]
 

@@ -17,12 +17,16 @@ from ai4dl.method.traces import CANONICAL_UNITS, Execution
 DEFAULT_RATE_WINDOW = "1m"
 
 # Templates: ``{selector}`` -> label matchers, ``{rate_window}`` -> a PromQL duration; literal
-# braces are doubled (str.format). Every expression must keep the labels namespace, pod and
-# container and give at most one series per container.
+# braces are doubled (ai4dl.sources.promql.render_template). Every expression must keep the
+# labels namespace, pod and container and give at most one series per container.
+# cpu and memory take the max over a container's series, not the sum (issue 43 item 6): one
+# container scraped by two jobs is two equal series (a sum doubled it), and cAdvisor goes on
+# exporting an exited container's last values for a minute or more beside its successor's (a
+# container restarted in place, a pod re-created under its name: a sum added the dead one's).
 DEFAULT_QUERIES: dict[str, str] = {
-    "cpu": "sum by (namespace, pod, container) "
+    "cpu": "max by (namespace, pod, container) "
            "(rate(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}]))",
-    "memory": "sum by (namespace, pod, container) "
+    "memory": "max by (namespace, pod, container) "
               "(container_memory_working_set_bytes{{{selector}}})",
     # Percent 0-100: a container with several GPUs gets their mean.
     "gpu_util": "avg by (namespace, pod, container) (DCGM_FI_DEV_GPU_UTIL{{{selector}}})",
