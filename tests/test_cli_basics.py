@@ -161,3 +161,19 @@ def test_a_missing_extra_and_ctrl_c_are_one_line(monkeypatch, capsys):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli_main, "main", interrupted)
     assert command.main([]) == 130 and capsys.readouterr().err == "ai4dl: interrupted\n"
+
+
+def test_evaluate_refuses_a_window_no_execution_outlasts(tmp_path, capsys):
+    """Issue 45: --window 2000 on runs of 356-1,014 samples fitted, then printed n/a lines at
+    exit 0. Refused before any fit, naming the run lengths."""
+    from ai4dl.cli.main import main
+
+    path = tmp_path / "t.csv"
+    assert main(["-q", "synthetic", "-o", str(path), "--executions", "3", "--seed", "1",
+                 "--no-gpu"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(path), "--window", "100000", "--policies",
+                 "adaptive-max"]) == 2
+    err = capsys.readouterr().err
+    assert "a window of 100000 samples leaves nothing to score: the executions are " in err
+    assert "Traceback" not in err and err.count("\n") == 1, err

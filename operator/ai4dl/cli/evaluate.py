@@ -42,6 +42,21 @@ def check_workload_key(key: str, traces) -> None:
                      f"{', '.join(have) or 'none'}; or 'group')")
 
 
+def check_window_fits(window: int, traces) -> None:
+    """Refuse, before any fit, a window no execution outlasts (issue 45: ``--window 2000`` on
+    runs of 356-1,014 samples fitted for 22 s, then printed 150 lines of n/a at exit 0): a
+    policy acts from the second window on, so such a window leaves nothing to score. The
+    error names the run lengths and a window that would do."""
+    lengths = sorted(len(e) for e in traces)
+    if not lengths or lengths[-1] > window:
+        return
+    step = f" ({lengths[0] * traces.step:g}-{lengths[-1] * traces.step:g} s at "\
+        f"{traces.step:g} s)" if traces.step else ""
+    raise Ai4dlError(f"a window of {window} samples leaves nothing to score: the executions "
+                     f"are {lengths[0]}-{lengths[-1]} samples long{step}, none longer than one "
+                     f"window; pass --window {max(1, lengths[-1] // 2)} or less")
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ai4dl.evaluation import report, report_json, report_sweep
     from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
@@ -74,6 +89,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   "is not used", file=sys.stderr)
     traces = load_from_args(args, model if phase_policies else None)
     kw["window"] = window_in_samples(args, traces.step)
+    check_window_fits(kw["window"], traces)
     resources = _evaluation_resources(args, traces)
     check_workload_key(kw["workload_by"], traces)
     other = [r for r in resources if r not in ("cpu", "memory")]
