@@ -163,9 +163,8 @@ def test_record_forwards_sigterm_and_finishes_the_file(tmp_path):
 def test_record_appends_runs_as_separate_executions(tmp_path):
     out = tmp_path / "trace.csv"
     sleep = [sys.executable, "-c", "import time; time.sleep(1.3)"]
-    for _ in range(2):
+    for _ in range(2):      # back to back: names carry the start to the microsecond and pid
         assert record("-i", 0.4, "-o", out, "--append", "--", *sleep).returncode == 0
-        time.sleep(1.0)  # default names carry the start second
     names = [row["execution"] for row in rows(out)]
     assert len(set(names)) == 2 and all(n.startswith("python") for n in names)
     assert out.read_text().count("execution,") == 1
@@ -177,3 +176,25 @@ def test_the_default_interval_keeps_a_short_job(tmp_path):
     r = record("-o", out, "--", sys.executable, "-c", "import time; time.sleep(3.5)")
     assert r.returncode == 0, r.stderr
     assert 2 <= len(rows(out)) <= 5
+
+
+def test_a_second_recorder_of_one_file_is_refused_and_the_first_keeps_its_rows(tmp_path):
+    """Issue 45: two ``record -o same.csv`` at once (ranks of one DDP job) lost one run, or
+    corrupted the file with --append. The second is refused at once, in one line."""
+    out = tmp_path / "trace.csv"
+    sleep = [sys.executable, "-c", "import time; time.sleep(2.5)"]
+    first = subprocess.Popen([*AI4DL, "record", "-i", "0.3", "-o", str(out), "--", *sleep],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 20
+        while not (out.exists() and out.stat().st_size) and time.time() < deadline:
+            time.sleep(0.1)
+        for extra in ((), ("--append",)):
+            second = record("-i", 0.3, "-o", out, *extra, "--", *sleep)
+            assert second.returncode == 2, second.stderr
+            assert "is being written by another 'ai4dl record'" in second.stderr
+            assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
+    finally:
+        assert first.wait(timeout=30) == 0
+    got = rows(out)
+    assert len(got) >= 3 and len({r["execution"] for r in got}) == 1

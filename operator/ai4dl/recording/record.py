@@ -75,13 +75,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def default_name(command: list[str], start: float) -> str:
-    """``python cnn.py@20250101T120000``: the program, its script when it has one, and the
-    start time, so several recordings appended to one file stay separate executions."""
+def default_name(command: list[str], start: float, pid: int | None = None) -> str:
+    """``python cnn.py@20250101T120000.123456-4242``: the program, its script when it has
+    one, the start time to the microsecond and the recorder's pid, so several recordings
+    appended to one file stay separate executions, even the ranks of one job started in the
+    same second (issue 45: names unique only to the second)."""
     parts = [Path(command[0]).name]
     if len(command) > 1 and not command[1].startswith("-"):
         parts.append(Path(command[1]).name)
-    return " ".join(parts) + "@" + time.strftime("%Y%m%dT%H%M%S", time.localtime(start))
+    micro = int(round((start - int(start)) * 1e6)) % 1_000_000
+    return (" ".join(parts) + "@" + time.strftime("%Y%m%dT%H%M%S", time.localtime(start))
+            + f".{micro:06d}-{os.getpid() if pid is None else pid}")
+
+
+def _lock(fh, out: Path) -> None:
+    """Hold ``out`` for this recording (an advisory lock, released when the file closes): a
+    second ``ai4dl record`` to the same file is refused at once, in one line, instead of
+    truncating the first one's rows or interleaving with them (issue 45: two ranks of one DDP
+    job recording to one file lost a run)."""
+    import fcntl
+
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise Ai4dlError(f"{out} is being written by another 'ai4dl record': give each "
+                         f"recording its own -o (e.g. one per rank), then join them") from None
 
 
 def _say(args: argparse.Namespace, msg: str) -> None:
@@ -145,7 +164,10 @@ def run(args: argparse.Namespace) -> int:
     gpu = _open_gpu(args, head)
     out.parent.mkdir(parents=True, exist_ok=True)
     new = head is None
-    fh = open(out, "w" if new else "a", newline="")
+    fh = open(out, "a", newline="")         # truncated below, once the lock is held
+    _lock(fh, out)
+    if new:
+        fh.truncate(0)
 
     # Signals are taken synchronously (sigtimedwait) rather than by handlers: the loop then
     # waits for "next sample, child exited or signal" in one call, and sees who sent a signal.
