@@ -685,6 +685,10 @@ def test_the_runtime_holds_a_known_workloads_peak_until_its_time():
     assert runner._held([p], WINDOW_START + 301.0) == {}       # past where the runs peaked
     p.workload = "Job/other"
     assert runner._held([p], WINDOW_START) == {}
+    # a Guaranteed pod: what is held is also its limit, with VPA's margin on the peak
+    g = pod("g", {"cpu": "1", "memory": "2Gi"}, {"cpu": "1", "memory": "2Gi"})
+    g.workload, g.started = "Job/train", {"main": WINDOW_START - 300.0}
+    assert runner._held([g], WINDOW_START) == {("g-uid", "main"): pytest.approx(8 * GiB * 1.15)}
 
 
 def test_a_window_that_changes_nothing_writes_no_status():

@@ -192,9 +192,8 @@ class TestServedStarts:
         assert [s[1] / GiB for s in starts] == pytest.approx([1.15, 1.15, 3.0])
         assert list(starts[0]) == pytest.approx([1.15, 1.15 * GiB])
         assert counts.get("profile") == 2 and counts.get("pooled") == 1 and counts.total == 3
-        # memory held at a1's 5 GiB peak + VPA's 15 % margin, until where it came in a1
-        # (the fifth sample, 60 s in)
-        assert holds[0] == pytest.approx((5 * GiB * 1.15, 60.0)) and holds[2] is None
+        # memory held at a1's 5 GiB peak until where it came in a1 (the fifth sample, 60 s in)
+        assert holds[0] == pytest.approx((5 * GiB, 60.0)) and holds[2] is None
 
     def test_later_runs_learn_from_all_earlier_ones(self):
         runs = [execution(f"a/{k}", "a", 1000.0 * k, [(k + 1) * GiB] * 8) for k in range(3)]

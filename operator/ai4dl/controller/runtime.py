@@ -34,7 +34,8 @@ from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
 from ai4dl.controller.profiles import ProfileStore
 from ai4dl.controller.runs import RunTracker, oom_floors
 from ai4dl.policy.workload_profile import held_level
-from ai4dl.controller.pods import A_ADMITTED, A_STATE, PodInfo, pod_info, verify_pod
+from ai4dl.controller.pods import (A_ADMITTED, A_STATE, PodInfo, pod_info, qos_class,
+                                   verify_pod)
 from ai4dl.crd import GROUP, PLURAL, PROMQL_UNCHECKED, VERSION, PhaseModelSpec
 from ai4dl.errors import Ai4dlError
 
@@ -289,11 +290,13 @@ class WindowRunner(PodWrites):
         evaluator's own rule)."""
         out = {}
         for p in mine:
+            # a Guaranteed pod's limits follow its requests: what is held is also a limit
+            as_limit = qos_class(p.containers) == "Guaranteed"
             for c in p.containers:
                 hold, began = self.holds.get((p.workload, c.name)), p.started.get(c.name)
                 if hold is None or began is None:
                     continue
-                level = held_level(hold, start - began)
+                level = held_level(hold, start - began, as_limit)
                 if math.isfinite(level):
                     out[(p.uid, c.name)] = level
         return out

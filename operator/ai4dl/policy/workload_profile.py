@@ -95,14 +95,25 @@ def container_run_id(namespace: str, pod: str, container: str) -> str:
     return hashlib.sha256(f"{namespace}\0{pod}\0{container}".encode()).hexdigest()[:16]
 
 
-def held_level(hold: tuple[float, float] | None, elapsed: float) -> float:
+def held_level(hold: tuple[float, float] | None, elapsed: float,
+               as_limit: bool = False) -> float:
     """The level a hold keeps for the window that starts ``elapsed`` seconds into a run: the
     held peak while that window starts at or before the point where the runs peaked (the
     window that holds that point is held too), NaN afterwards and without a hold. The window
-    loop and the evaluator's replay both ask this function."""
+    loop and the evaluator's replay both ask this function.
+
+    ``as_limit``: the request held is also the container's limit (a Guaranteed pod, whose
+    limits follow its requests): the peak gets VPA's safety margin (``RECOMMENDATION_MARGIN``),
+    since a re-run's peak varies with its seed and the largest of a few runs is exceeded by the
+    next one about once in (runs + 1). Usage over a request is a window at risk, which the
+    policy's own objective prices; usage over a limit is an OOM kill. On the real node the bare
+    peak was one: a transformer run peaked at 808 MiB over its one earlier run's 775 MiB, held
+    at 793 MiB (docs/results.md §9). The evaluator replays requests only (risk), so it asks
+    without the margin; priced there, the margin cost 5-15 % on the synthetic re-runs and
+    GCD (docs/results/starts.py, 2026-12-04)."""
     if hold is None or elapsed > hold[1]:
         return math.nan
-    return hold[0]
+    return hold[0] * (1.0 + RECOMMENDATION_MARGIN) if as_limit else hold[0]
 
 
 def bump_for_oom(values: np.ndarray, memory_index: int | None, bytes_unit: bool) -> np.ndarray:
@@ -233,19 +244,14 @@ class WorkloadProfile:
 
     def hold(self, now: float, resource: str = "memory") -> tuple[float, float] | None:
         """What the safety layer holds for a new run of the workload: (the peak its runs
-        reached of ``resource`` with VPA's safety margin, the latest point in a run — seconds
-        from its start — where a run reached its own), or None without a run or the resource.
-
-        The margin is the first request's (``RECOMMENDATION_MARGIN``), for the same reason: a
-        re-run's peak varies with its seed, and the largest of a few runs is exceeded by the
-        next one about once in (runs + 1). Held as a limit (a Guaranteed pod), the bare peak
-        was an OOM kill: on the real node a transformer run peaked at 808 MiB over its one
-        earlier run's 775 MiB, held at 793 MiB (docs/results/real-node.md, 2026-12-04)."""
+        reached of ``resource``, the latest point in a run — seconds from its start — where a
+        run reached its own), or None without a run or the resource. :func:`held_level` reads
+        it per window (with VPA's margin where the request is also a limit)."""
         got = self.peak(now)
         if got is None or resource not in self.resources:
             return None
         j = self.resources.index(resource)
-        return float(got[0][j]) * (1.0 + RECOMMENDATION_MARGIN), float(got[1][j])
+        return float(got[0][j]), float(got[1][j])
 
     # ------------------------------------------------------------------ storage
     def to_dict(self) -> dict:
