@@ -41,8 +41,12 @@ REFUSED = [
     # cannot see, a selector without {selector} beside one with it, the operator refuses at
     # run time: tests/test_tenancy_promql.py)
     ({"features": [{"name": "cpu", "query": 'sum by (namespace, pod, container) (rate('
-                    'container_cpu_usage_seconds_total{namespace="other"}[1m]))'}]},
+                    'container_cpu_usage_seconds_total{{namespace="other"}}[1m]))'}]},
      "query must contain {selector}", "has no {selector}"),
+    # issue 43: a template is not a format string: a brace outside the language is refused
+    ({"features": [{"name": "cpu", "query": 'sum by (namespace, pod, container) (rate('
+                    'container_cpu_usage_seconds_total{{{selector[19]}}}[1m]))'}]},
+     "query is not a template", "is not a template"),
 ]
 ACCEPTED = [
     {"policy": {"resources": {"memory": {"floor": "1Gi", "ceiling": "1Gi"}}}},

@@ -191,7 +191,9 @@ class WindowRunner(PodWrites):
             end = start
             begin = start - (W + n_context - 1) * step
             try:
-                got = self.source.fetch([FeatureQuery(f.name, f.query) for f in spec.features],
+                got = self.source.fetch([FeatureQuery(f.name, f.query,
+                                                      confined=not self.allow_free_promql)
+                                         for f in spec.features],
                                         refs, begin, end, step)
             except SeriesLimitExceeded as err:
                 m.ERRORS.labels(*labels, "too-many-series").inc()
