@@ -265,8 +265,8 @@ def breakdown_window(args, api_admin, op_kubeconfig: Path, prom_url: str,
 def whatif_patches(api_op, patches: list[tuple[str, str, dict]], threads: int) -> list[list]:
     """The window's annotation patches again (with a changing ``ai4dl.io/phase-since``, so
     every one is a real write): sequentially, and through a pool of ``threads``, with and
-    without deserializing the answer into client models, and with ``_preload_content=False`` but the raw answer never
-    read (then urllib3 never gets the connection back: a new TLS connection per request)."""
+    without deserializing the answer into client models, and with ``_preload_content=False``
+    but the raw answer never read (then urllib3 never gets the connection back: a new TLS connection per request)."""
     from kubernetes import client
 
     api_op.configuration.connection_pool_maxsize = 2 * threads + 2

@@ -316,7 +316,8 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     the pod in; never the pod's own metadata, which whoever sends a review writes);
     ``limit_ranges``, ``resource_quotas``: the LimitRanges and ResourceQuotas of that
     namespace (a request is never raised past a quota's room left). ``workload``
-    (ai4dl.kube.workload) is written on the pod; ``profiles`` are its workload's, per container (verified: a
+    (ai4dl.kube.workload) is written on the pod; ``profiles`` are its workload's, per
+    container (verified: a
     :class:`ai4dl.controller.profiles.StoredProfiles`' containers): a container with one
     starts from its own runs, the others from the PhaseModel's pooled level."""
     meta = pod.get("metadata") or {}
