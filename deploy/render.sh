@@ -17,6 +17,7 @@ HELM="${HELM:-${AI4DL_CACHE:-$HOME/.cache/ai4dl}/bin/helm}"
 RELEASE=ai4dl-operator
 NAMESPACE=ai4dl-system
 PLACEHOLDER_URL=http://prometheus-server.monitoring.svc:9090
+PLACEHOLDER_IMAGE=ai4dl-operator     # the image you build and push (no registry publishes one)
 CHART="$ROOT/charts/ai4dl-operator"
 
 header() {
@@ -28,8 +29,9 @@ template() { "$HELM" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" "$@" 
 
 mkdir -p "$OUT"
 {
-  header "--include-crds --set prometheus.url=$PLACEHOLDER_URL --set operator.stateKey.existingSecret=$RELEASE-state-key"
-  printf '# Edit the Prometheus URL (--prometheus-url below), then: kubectl apply --server-side -f deploy/ai4dl-operator.yaml\n'
+  header "--include-crds --set prometheus.url=$PLACEHOLDER_URL --set image.repository=$PLACEHOLDER_IMAGE --set operator.stateKey.existingSecret=$RELEASE-state-key"
+  printf '# Edit the Prometheus URL (--prometheus-url below) and the image (image: below, the one you built and pushed:\n'
+  printf '# docker build --target operator -t REGISTRY/ai4dl-operator:TAG .), then: kubectl apply --server-side -f deploy/ai4dl-operator.yaml\n'
   printf '# and make the key that seals the operator'"'"'s records on pods (once; the operator reads no Secret, the kubelet mounts it):\n'
   printf '#   kubectl -n %s create secret generic %s-state-key --from-literal=key="$(head -c 32 /dev/urandom | base64)"\n' "$NAMESPACE" "$RELEASE"
   cat <<NS
@@ -43,11 +45,11 @@ metadata:
 ---
 NS
   template --include-crds --set "prometheus.url=$PLACEHOLDER_URL" \
-    --set "operator.stateKey.existingSecret=$RELEASE-state-key"
+    --set "image.repository=$PLACEHOLDER_IMAGE" --set "operator.stateKey.existingSecret=$RELEASE-state-key"
 } > "$OUT/ai4dl-operator.yaml.tmp"
 {
   header "--show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml --show-only templates/admissionpolicy.yaml"
-  template --set "prometheus.url=$PLACEHOLDER_URL" \
+  template --set "prometheus.url=$PLACEHOLDER_URL" --set "image.repository=$PLACEHOLDER_IMAGE" \
     --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml \
     --show-only templates/admissionpolicy.yaml
 } > "$OUT/rbac.yaml.tmp"

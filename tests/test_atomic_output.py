@@ -115,3 +115,47 @@ def _small_evaluation():
     traces, _ = synthetic.generate(8, seed=3)
     cfg = EvaluationConfig(window=8, policies=("static", "adaptive-max"), seed=0)
     return run_evaluation(traces, cfg)
+
+
+def test_one_plot_writer_per_folder_and_its_stale_figures_go(fitted_model, synthetic_test,
+                                                              tmp_path, capsys):
+    """Issue 45: two `plot -o DIR` at once mixed their figures, and a figure of an execution
+    no longer drawn stayed. A second writer is refused in one line while the first holds the
+    folder (as a second process would be: the lock is the kernel's); a later plot removes
+    the figures of the previous set it did not redraw, and nothing it never wrote."""
+    import fcntl
+
+    from ai4dl.cli import main
+    from ai4dl.io.modelfile import save_model
+    from ai4dl.io.writers import write_long_csv
+
+    traces, _ = synthetic_test
+    model = str(save_model(fitted_model, tmp_path / "m.json"))
+    data = str(write_long_csv(traces, tmp_path / "t.csv"))
+    out = tmp_path / "plots"
+    out.mkdir()
+    (out / "notes.png").write_bytes(b"mine")          # the user's, never ours to remove
+    first, second = traces[0].name, traces[1].name
+
+    def plot(name):
+        capsys.readouterr()
+        code = main(["-q", "plot", model, data, "-o", str(out), "--execution", name])
+        return code, capsys.readouterr().err
+
+    def safe(name):
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+    assert plot(first)[0] == 0
+    assert (out / f"trace-{safe(first)}.png").is_file()
+    with open(out / ".ai4dl-figures.lock", "a") as held:      # another writer holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, err = plot(second)
+    assert code == 2 and err.strip() == (f"ai4dl: error: {out} is being written by another "
+                                         f"'ai4dl plot': give each its own -o folder"), err
+    assert not (out / f"trace-{safe(second)}.png").exists()
+    assert plot(second)[0] == 0
+    assert (out / f"trace-{safe(second)}.png").is_file()
+    assert not (out / f"trace-{safe(first)}.png").exists()      # stale: removed
+    assert (out / "notes.png").read_bytes() == b"mine"
+    assert json.loads((out / ".ai4dl-figures.json").read_text())["figures"] == sorted(
+        ["distributions.png", "phase-graph.png", "report.png", f"trace-{safe(second)}.png"])

@@ -219,7 +219,8 @@ def trainer(kube_cluster, crd, tmp_path_factory):  # noqa: F811
     ns, elsewhere = new_namespace(kube_cluster, "trained"), new_namespace(kube_cluster, "else")
     rendered = subprocess.run(
         [str(helm), "template", release, str(CHART), "--namespace", home,
-         "--set", "prometheus.url=http://127.0.0.1:9", "--set", "trainer.enabled=true",
+         "--set", "prometheus.url=http://127.0.0.1:9",
+         "--set", "image.repository=ai4dl-operator", "--set", "trainer.image.repository=ai4dl-trainer", "--set", "trainer.enabled=true",
          "--set-json", "trainer.phaseModels=" + json.dumps(
              [{"name": "listed", "namespace": ns, "selector": f'namespace="{ns}"'}]),
          "--show-only", "templates/trainer.yaml"],

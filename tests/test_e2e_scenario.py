@@ -125,6 +125,8 @@ def test_helm_history_trainer_operator_resizes_real_workloads(
         selector = f'namespace="{ns}",container="main"'
         run([*helm_cmd, "install", release, CHART, "--namespace", release_ns,
              "--create-namespace", "--set", f"prometheus.url={prom.url}",
+             "--set", "image.repository=ai4dl-operator",
+             "--set", "trainer.image.repository=ai4dl-trainer",
              "--set", f"metrics.port={free_port()}", "--set", f"probes.port={free_port()}",
              "--set", f"webhook.port={free_port()}",
              "--set", f"operator.settleSeconds={SETTLE}", "--set", "trainer.enabled=true",

@@ -37,6 +37,9 @@ REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "ai4dl-operator"
 ALL_FEATURES = CHART / "ci" / "all-features-values.yaml"
 URL = "http://prometheus.example:9090"
+#: The chart names no published image (issue 45): every render here names one.
+IMAGE = "registry.example/ai4dl-operator"
+WITH_IMAGE = ("--set", f"image.repository={IMAGE}")
 
 
 def _ci() -> bool:
@@ -74,7 +77,8 @@ def run(cmd, env=None, check=True, timeout=120) -> subprocess.CompletedProcess:
 
 
 def template(helm, helm_env, *args, release="ai4dl-operator", namespace="ai4dl-system"):
-    out = run([helm, "template", release, CHART, "--namespace", namespace, *args], helm_env).stdout
+    out = run([helm, "template", release, CHART, "--namespace", namespace, *WITH_IMAGE, *args],
+              helm_env).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -92,7 +96,7 @@ def test_chart_crd_is_the_generated_crd():
         p.name for p in (REPO / "crds").iterdir())
 
 
-@pytest.mark.parametrize("values", [["--set", f"prometheus.url={URL}"],
+@pytest.mark.parametrize("values", [["--set", f"prometheus.url={URL}", *WITH_IMAGE],
                                     ["-f", str(ALL_FEATURES)]], ids=["defaults", "all-features"])
 def test_helm_lint(helm, helm_env, values):
     r = run([helm, "lint", CHART, "--strict", *values], helm_env)
@@ -119,9 +123,28 @@ def test_helm_lint(helm, helm_env, values):
         "network-policy-without-sources", "ca-key-path", "host-network-not-a-boolean",
         "client-auth-without-names"])
 def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
-    r = run([helm, "template", "x", CHART, *args], helm_env, check=False)
+    r = run([helm, "template", "x", CHART, *WITH_IMAGE, *args], helm_env, check=False)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, what, target", [
+    (["--set", f"prometheus.url={URL}"], "image", "operator"),
+    (["--set", f"prometheus.url={URL}", *WITH_IMAGE, "--set", "trainer.enabled=true",
+      "--set-json", 'trainer.phaseModels=[{"name": "m", "selector": "namespace=\\"ml\\""}]'],
+     "trainer.image", "trainer"),
+], ids=["operator", "trainer"])
+def test_no_image_repository_fails_in_one_line_saying_how_to_build_one(helm, helm_env, args,
+                                                                      what, target):
+    """No registry publishes the image: a chart that rendered a placeholder would install and
+    sit in ImagePullBackOff (issue 45). One line, naming the value and how to build it."""
+    r = run([helm, "template", "x", CHART, *args], helm_env, check=False)
+    assert r.returncode != 0
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("Error:")]
+    assert line.endswith(f"{what}.repository is required: no registry publishes the image; "
+                         f"build it (docker build --target {target} -t REGISTRY/ai4dl-{target} "
+                         f".), push it (or load it into the nodes), then --set "
+                         f"{what}.repository=REGISTRY/ai4dl-{target}"), r.stderr
 
 
 RESTRICTED = {"runAsNonRoot": True, "runAsUser": 65532, "readOnlyRootFilesystem": True,
@@ -332,7 +355,7 @@ def test_all_features_render(helm, helm_env):
         in c["volumeMounts"]
     assert next(v for v in tpod["volumes"] if v["name"] == "state-key")["secret"][
         "secretName"] == "r-ai4dl-operator-state-key"
-    assert c["image"].startswith("ghcr.io/ai4dl/ai4dl-trainer:")
+    assert c["image"].startswith("registry.example/ai4dl-trainer:")
     # peering: a KopfPeering per watched namespace, the pod name as kopf's identity
     assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["ml", "vision"]
     env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
@@ -672,7 +695,7 @@ def test_install_run_uninstall(kube_cluster, kubectl, crd_established, helm, hel
     op = None
     try:
         r = run([*helm_cmd, "install", release, CHART, "--namespace", ns, "--create-namespace",
-                 "--set", f"prometheus.url={dead_prometheus}",
+                 *WITH_IMAGE, "--set", f"prometheus.url={dead_prometheus}",
                  "--set", f"metrics.port={metrics_port}", "--set", f"probes.port={health_port}",
                  "--set", f"webhook.port={webhook_port}",
                  "--set", "operator.settleSeconds=0.2",
@@ -832,7 +855,7 @@ def test_peering_install_runs_with_its_rbac(kube_cluster, kubectl, crd_establish
     op = None
     try:
         run([*helm_cmd, "install", release, CHART, "--namespace", ns, "--create-namespace",
-             "--set", f"prometheus.url=http://127.0.0.1:{free_port()}",
+             *WITH_IMAGE, "--set", f"prometheus.url=http://127.0.0.1:{free_port()}",
              "--set", "peering.enabled=true", "--set", f"peering.name={peering}",
              "--set", f"metrics.port={free_port()}", "--set", f"probes.port={health_port}"],
             helm_env)

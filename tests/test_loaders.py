@@ -172,12 +172,12 @@ def test_long_csv_percent_of_core_and_auto(tmp_path):
     path = write(tmp_path / "p.csv", "execution,timestamp,cpu\nx,0,150\nx,15,50\n")
     ts = load_long_csv(path, units={"cpu": "percent-of-core"})
     assert ts[0].column("cpu").tolist() == [1.5, 0.5]
-    # auto -> long; 150 "cores" per container is a whole large machine: refused unless the
-    # unit is stated (ai4dl.method.plausibility)
+    # auto -> long; 150 "cores" per container, more than 16: refused unless the unit is
+    # stated, percent named (ai4dl.method.plausibility)
     with pytest.raises(TraceError) as ei:
         load_traces(path)
     one_line_error(ei, "p.csv: column 'cpu'", "99th percentile of 149 cores",
-                   "--unit cpu=m if it is millicores, or --unit cpu=cores")
+                   "--unit cpu=percent-of-core if it is percent of a core, or --unit cpu=cores")
     assert load_traces(path, units={"cpu": "cores"})[0].column("cpu").tolist() == [150, 50]
 
 
@@ -299,7 +299,7 @@ def test_not_utf8_and_gzipped_csv(tmp_path):
 
 def test_on_bad_drop(tmp_path):
     rows = ["execution,timestamp,cpu,memory"]
-    rows += [f"x,{15 * i},{-1 if 3 <= i < 5 else 1},{'nan' if 10 <= i < 22 else 7 * MB}"
+    rows += [f"x,{15 * i},{-1 if 3 <= i < 5 else 1},{'nan' if 10 <= i < 22 else 700 * MB}"
              for i in range(30)]
     path = write(tmp_path / "d.csv", "\n".join(rows) + "\n")
     with pytest.raises(TraceError) as ei:
@@ -468,3 +468,27 @@ def test_regularise_names_segments():
                        max_gap_steps=2, group="g", meta={"k": 1})
     assert [(e.name, e.group, e.step, e.meta) for e in execs] == [
         ("job", "g", 10, {"k": 1}), ("job#2", "g", 10, {"k": 1})]
+
+
+def test_two_containers_under_one_execution_name_are_refused_naming_the_rows(tmp_path):
+    """Issue 45: duplicated timestamps with conflicting values were averaged, which is
+    nonsense when the duplicates are two containers (or ranks) under one execution name: a
+    series of neither. Refused in one line naming the execution and two rows; one repeated
+    instant (a scrape at a boundary), or repeats of the same values, still load."""
+    rows = ["execution,timestamp,cpu,memory"]
+    for i in range(20):
+        rows.append(f"job,{15 * i},1.0,{(1 + i) * 100 * MB}")      # the trainer
+        rows.append(f"job,{15 * i},0.2,{300 * MB}")                # its sidecar
+    path = write(tmp_path / "two.csv", "\n".join(rows) + "\n")
+    with pytest.raises(TraceError) as ei:
+        load_long_csv(path)
+    one_line_error(ei, "two.csv", "execution 'job' gives 20 of its 20 timestamps twice with "
+                   "different values (rows 2 and 3)", "two containers or ranks under one "
+                   "execution name?", "--column execution=")
+    few = ["execution,timestamp,cpu,memory"] + [
+        f"job,{15 * i},1.0,{500 * MB}" for i in range(20)] + ["job,150,3.0,500000000"]
+    ts = load_long_csv(write(tmp_path / "few.csv", "\n".join(few) + "\n"))
+    assert len(ts) == 1 and ts[0].column("cpu").max() == 2.0        # averaged, as documented
+    again = ["execution,timestamp,cpu,memory"] + 2 * [
+        f"job,{15 * i},1.0,{500 * MB}" for i in range(20)]
+    assert len(load_long_csv(write(tmp_path / "same.csv", "\n".join(again) + "\n"))[0]) == 20

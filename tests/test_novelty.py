@@ -42,3 +42,15 @@ def test_a_window_is_counted_once_and_empty_windows_not_at_all():
     assert again.status["recent"] == v.status["recent"]
     empty = update_novelty(v.status, "m1", 1200.0, 0, 0, REFIT)      # no container classified
     assert empty.status["recent"] == v.status["recent"]
+
+
+def test_most_windows_novel_say_what_it_usually_means():
+    """Issue 45: most windows novel from the first is data in other units or the wrong model,
+    not a drift to refit for: the condition says so, with the share, before the full span."""
+    early = run([(9, 10)])
+    assert early.reason == "TooFewWindows" and not early.recommended
+    assert "90.0% of container windows are novel for this model" in early.message
+    assert "other units than the model's, or a model of another workload?" in early.message
+    full = run([(9, 10), (10, 10), (8, 10)])
+    assert full.recommended and "90.0% of container windows are novel" in full.message
+    assert "novel for this model" not in run([(5, 10), (5, 10), (5, 10)]).message   # 50 %: not most

@@ -103,7 +103,7 @@ def test_memory_below_a_page_is_refused_naming_the_unit(tmp_path, capsys):
             "pass --unit memory=MiB")
     path = write_long(tmp_path / "mib.csv", jobs(2), memory=lambda m: m / 2 ** 20)
     refused(["train", path, "-o", str(out)], capsys, "mib.csv: column 'memory'",
-            "less than a program with its libraries (1 MiB)", "pass --unit memory=MiB",
+            "less than a Python process with numpy (32 MiB)", "pass --unit memory=MiB",
             "or --unit memory=bytes if it really is bytes")
     assert not out.exists()
     from ai4dl.io.loaders import load_traces
@@ -116,10 +116,96 @@ def test_memory_below_a_page_is_refused_naming_the_unit(tmp_path, capsys):
         assert json.loads(out.read_text())["features"][1] == {"name": "memory", "unit": "bytes"}
 
 
+def test_memory_in_kib_is_refused_naming_kib(tmp_path, capsys):
+    """Issue 45: jobs of 0.6-11 GiB exported in KiB are 0.6-11 "MiB" of bytes, which passed
+    the 1 MiB rule and made a 5.8 MiB model. Below a Python process (32 MiB): refused unless
+    stated, naming KiB; stated, the data may be right."""
+    path = write_long(tmp_path / "kib.csv", jobs(3), memory=lambda m: m / 1024)
+    out = tmp_path / "m.json"
+    refused(["train", path, "-o", str(out)], capsys, "kib.csv: column 'memory'",
+            "less than a Python process with numpy (32 MiB), let alone a DL job",
+            "pass --unit memory=KiB", "--unit memory=bytes if it really is bytes")
+    assert not out.exists()
+    code, _ = run(["-q", "train", path, "-o", str(out), "--epochs", "1", "--no-policy",
+                   "--unit", "memory=KiB"], capsys)
+    assert code == 0
+    levels = [p["p99"][1] for p in json.loads(out.read_text())["phases"]]
+    assert max(levels) > 2 ** 30             # GiB again, as the jobs were
+
+
+def test_cpu_in_percent_is_refused_naming_percent(tmp_path, capsys):
+    """Issue 45: a 0.05-0.6-core job in percent of a core is a 5-60 "core" job, which passed
+    the 64-core rule. Above 16 cores: refused unless stated, naming percent-of-core."""
+    small = jobs(3)
+    for e in small:
+        e.values[:, 0] = 0.05 + 0.55 * (e.values[:, 0] - e.values[:, 0].min()) / np.ptp(
+            e.values[:, 0])
+    path = write_long(tmp_path / "pct.csv", small, cpu=lambda c: 100 * c)
+    out = tmp_path / "m.json"
+    refused(["train", path, "-o", str(out)], capsys, "pct.csv: column 'cpu'",
+            "more than 16 per container", "pass --unit cpu=percent-of-core if it is percent "
+            "of a core", "or --unit cpu=cores if it really is cores")
+    code, _ = run(["-q", "train", path, "-o", str(out), "--epochs", "1", "--no-policy",
+                   "--unit", "cpu=percent-of-core"], capsys)
+    assert code == 0
+    assert max(p["p99"][0] for p in json.loads(out.read_text())["phases"]) <= 0.6 * 1.001
+
+
+def test_a_cumulative_cpu_counter_is_refused_whatever_its_unit(tmp_path, capsys):
+    """Issue 45: container_cpu_usage_seconds_total exported without rate(): the old hint said
+    millicores, and following it fitted the counter's ramp at exit 0. The counter is named,
+    with or without --unit, and a fit of any TraceSet refuses it too."""
+    counters = jobs(3)
+    for e in counters:
+        e.values[:, 0] = np.cumsum(e.values[:, 0] * e.step)      # core-seconds so far
+    path = write_long(tmp_path / "counter.csv", counters)
+    out = tmp_path / "m.json"
+    for extra in ([], ["--unit", "cpu=m"], ["--unit", "cpu=cores"]):
+        refused(["train", path, "-o", str(out), *extra], capsys, "counter.csv: column 'cpu'",
+                "never falls, as a cumulative counter does", "give its rate")
+    assert not out.exists()
+    with pytest.raises(TraceError, match="cumulative counter"):
+        PhaseModel(epochs=1).fit(counters)
+    check_levels(jobs(3), flags=True)       # a rate that climbs in an epoch is no counter
+
+
+def test_the_operator_refuses_a_model_of_kib_read_as_bytes(fitted_model):
+    """A model fitted on KiB read as bytes (a 5.8 MiB "DL job") is valid JSON: the operator's
+    spec check refuses it (Degraded/InvalidModel, no plan), so admission would not ask for a
+    few MB per pod either (it reads the model through the same check)."""
+    from ai4dl.controller.runtime import WindowRunner
+    from ai4dl.crd import PhaseModelSpec
+
+    doc = json.loads(fitted_model.to_document().model_dump_json(by_alias=True))
+    j = [f["name"] for f in doc["features"]].index("memory")
+    for p in doc["phases"]:
+        for key in ("mean", "std", "min", "max", "p50", "p90", "p95", "p99"):
+            p[key][j] /= 1024
+    doc["scaler"]["mean"][j] /= 1024
+    doc["scaler"]["scale"][j] /= 1024
+    features = [{"name": f["name"], "query": f["name"] + "{{{selector}}}"}
+                for f in doc["features"]]
+    spec = {"stepSeconds": 15, "windowSeconds": 600, "model": doc, "features": features,
+            "selector": {"matchLabels": {"app": "x"}}}
+    with pytest.raises(ValueError, match=r"spec.model: the model's 'memory' reaches only "
+                                         r"[0-9.]+ MiB .* fitted on KiB read as bytes"):
+        PhaseModelSpec.model_validate(spec).validated_model()
+
+    class Custom:
+        def patch_namespaced_custom_object_status(self, *a, **kw):
+            pass
+
+    runner = WindowRunner(core_api=None, custom_api=Custom(), source=None, namespace="ml",
+                          name="pm")
+    report = runner.run({"metadata": {"namespace": "ml", "name": "pm"}, "spec": spec}, pods=[])
+    assert report.degraded_reason == "InvalidModel" and report.plan is None
+    assert "fitted on KiB read as bytes" in report.error
+
+
 def test_millicores_are_refused_before_the_fit(tmp_path, capsys):
-    """Millicores read as cores: above any machine (p99 > 1024) refused outright; above a
-    large machine (64) refused unless the unit is stated. Both before the fit (the issue: 22 s
-    of training, then a 24-line traceback)."""
+    """Millicores read as cores: above any machine (p99 > 1024) refused outright; above 16
+    cores refused unless the unit is stated. Both before the fit (the issue: 22 s of
+    training, then a 24-line traceback)."""
     traces = jobs(3)
     beyond = write_long(tmp_path / "big.csv", traces, cpu=lambda c: 1000 * c)
     out = tmp_path / "m.json"
@@ -129,7 +215,7 @@ def test_millicores_are_refused_before_the_fit(tmp_path, capsys):
             "more than any machine has (1024)", "pass --unit cpu=m")
     large = write_long(tmp_path / "large.csv", traces, cpu=lambda c: 100 * c)
     refused(["train", large, "-o", str(out)], capsys, "large.csv: column 'cpu'",
-            "a whole large machine (64)", "--unit cpu=m if it is millicores",
+            "more than 16 per container", "--unit cpu=percent-of-core if it is percent",
             "--unit cpu=cores if it really is cores")
     assert not out.exists()
     code, _ = run(["-q", "train", beyond, "-o", str(out), "--epochs", "1", "--no-policy",
@@ -200,6 +286,24 @@ def gcd_tar(path, days: int = 3, n: int = 40):
             info.size = len(data.encode())
             tf.addfile(info, io.BytesIO(data.encode()))
     return str(path)
+
+
+def test_detect_warns_when_most_samples_are_novel(model_1s, tmp_path, capsys):
+    """Issue 45: `detect` on data the model does not describe (here: jobs with 3x the cpu and
+    40x the memory of its training jobs, in its own units) said "novel 92-100 %" and nothing
+    else: now a warning line with the share and the likely causes, even with -q; on its own
+    kind of data, none."""
+    out = str(tmp_path / "d.csv")
+    big = write_long(tmp_path / "big.csv", jobs(3, step=1.0, seed=5), cpu=lambda c: 3 * c,
+                     memory=lambda m: 40 * m)
+    code, err = run(["-q", "detect", model_1s, big, "-o", out, "--step", "1"], capsys)
+    assert code == 0
+    (line,) = [x for x in err.splitlines() if x.startswith("ai4dl: warning:")]
+    assert "% of samples are novel for this model" in line
+    assert "other units than the model's, or a model of another workload?" in line
+    same = write_long(tmp_path / "same.csv", jobs(3, step=1.0, seed=5))
+    code, err = run(["-q", "detect", model_1s, same, "-o", out, "--step", "1"], capsys)
+    assert code == 0 and "warning" not in err, err
 
 
 def test_detect_reads_at_the_model_step_and_refuses_another(model_1s, tmp_path, capsys):
@@ -361,3 +465,36 @@ def test_a_pydantic_error_from_user_input_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_describe", raises)
     refused(["describe", "m.json"], capsys, "invalid PhaseModelSpec: stepSeconds: Input "
             "should be greater than or equal to 1")
+
+
+# ----------------------------------------------------------------------------- phases vs data
+def test_phases_the_data_cannot_support_are_refused_before_the_crbm(tmp_path, capsys):
+    """Issue 45: 8 phases were fitted from 39 samples and 3 from 20 (the README's record
+    flow). A fixed count needs 10 samples and a distinct sample per phase: refused in one line
+    before the CRBM's fit, naming the most it supports; 'auto' lowers the top of its range."""
+    from ai4dl.method.plausibility import phases_supported
+
+    rng = np.random.default_rng(0)
+    assert phases_supported(3, (2, 10), rng.uniform(size=(30, 2))) == (3, 3)
+    with pytest.raises(TraceError, match=r"20 samples \(20 distinct\) cannot support 3 phases: "
+                                         r"a phase needs 10 samples and a distinct one; ask "
+                                         r"for at most 2 \(--phases 2\), or record for longer"):
+        phases_supported(3, (2, 10), rng.uniform(size=(20, 2)))
+    assert phases_supported("auto", (2, 10), rng.uniform(size=(39, 2))) == (2, 3)
+    assert phases_supported("auto", (2, 10), rng.uniform(size=(500, 2))) == (2, 10)
+    flat = np.ones((200, 2))                       # one distinct sample: one phase at most
+    with pytest.raises(TraceError, match="200 samples .1 distinct. cannot support at least 2 "
+                                         "phases .--k-range."):
+        phases_supported("auto", (2, 10), flat)
+    assert phases_supported(1, (2, 10), flat) == (1, 1)
+    # through the CLI: exit 2, one line, no model, no CRBM epoch run
+    t = 1.7e9 + np.arange(20.0)
+    short = TraceSet([Execution("job", t, np.column_stack([rng.uniform(0.5, 2, 20),
+                                                           rng.uniform(1, 2, 20) * GiB]),
+                                ("cpu", "memory"), ("cores", "bytes"), step=1.0)])
+    path = write_long(tmp_path / "short.csv", short)
+    out = tmp_path / "m.json"
+    err = refused(["train", path, "-o", str(out), "--phases", "3", "--step", "1", "--no-policy"],
+                  capsys,
+                  "cannot support 3 phases", "--phases 2")
+    assert "epoch" not in err and not out.exists()

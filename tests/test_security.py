@@ -275,7 +275,8 @@ def test_watch_namespaces_grant_nothing_elsewhere(kube_cluster, tmp_path, pods):
     ensure_namespace(kube_cluster, home)
     rendered = subprocess.run(
         [str(helm), "template", release, str(CHART), "--namespace", home,
-         "--set", "prometheus.url=http://127.0.0.1:9", "--set", f"operator.watchNamespaces={{{watched}}}",
+         "--set", "prometheus.url=http://127.0.0.1:9",
+         "--set", "image.repository=ai4dl-operator", "--set", f"operator.watchNamespaces={{{watched}}}",
          "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
          "--show-only", "templates/admissionpolicy.yaml"],
         capture_output=True, text=True, check=True, timeout=60).stdout

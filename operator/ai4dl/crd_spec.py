@@ -376,5 +376,11 @@ class PhaseModelSpec(_Base):
             if f.unit != "unknown" and mf.unit != f.unit:
                 raise ValueError(f"spec.model's '{f.name}' is in {mf.unit}, "
                                  f"spec.features[{f.name}].unit is {f.unit}")
+        # a model of data in the wrong unit is valid JSON: its levels tell (issue 45)
+        from ai4dl.method.plausibility import model_level_problem
+
+        problem = model_level_problem(doc)
+        if problem is not None:
+            raise ValueError(f"spec.model: {problem}")
         return doc
 

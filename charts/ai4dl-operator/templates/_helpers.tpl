@@ -50,8 +50,10 @@ app.kubernetes.io/part-of: ai4dl
 {{- required "prometheus.url is required: helm install ... --set prometheus.url=http://PROMETHEUS:9090" .Values.prometheus.url }}
 {{- end }}
 
+{{/* An image no registry publishes is an ImagePullBackOff: refuse to render without one. */}}
 {{- define "ai4dl.image" -}}
-{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) }}
+{{- $repository := required (printf "%s.repository is required: no registry publishes the image; build it (docker build --target %s -t REGISTRY/ai4dl-%s .), push it (or load it into the nodes), then --set %s.repository=REGISTRY/ai4dl-%s" .what .target .target .what .target) .image.repository }}
+{{- printf "%s:%s" $repository (default .appVersion .image.tag) }}
 {{- end }}
 
 {{/* The operator's command-line arguments (the entrypoint is ai4dl-operator). */}}

@@ -24,7 +24,7 @@ from ai4dl.cli.common import (_model_from_args, add_trace_args, fit_with_progres
 from ai4dl.cli.evaluate import _add_evaluate_args, cmd_evaluate
 from ai4dl import __version__
 from ai4dl.errors import Ai4dlError, one_line
-from ai4dl.io.writers import atomic_output, save_figure, write_text_atomic
+from ai4dl.io.writers import atomic_output, figure_folder, save_figure, write_text_atomic
 
 EXIT_INPUT = 2
 EXIT_UNAVAILABLE = 3
@@ -129,6 +129,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def cmd_detect(args: argparse.Namespace) -> int:
     from ai4dl.io.modelfile import load_model
+    from ai4dl.method.phases import mostly_novel_warning
 
     model = load_model(args.model)
     traces = load_from_args(args, model)
@@ -153,6 +154,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
     shares = ", ".join(f"{j}: {100 * np.mean(labels == j):.1f}%" for j in range(model.n_phases_))
     say(args, f"{len(traces)} executions, {len(labels)} samples; phase shares {shares}; "
          f"novel {100 * novel.mean():.2f}%")
+    warning = mostly_novel_warning(float(novel.mean()) if len(novel) else 0.0)
+    if warning:                  # even with -q: the output above is mostly noise
+        print(f"ai4dl: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -205,9 +209,6 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
     logged itself, drawn under the detected ones."""
     import matplotlib.pyplot as plt
 
-    from ai4dl.reporting import plots
-
-    outdir.mkdir(parents=True, exist_ok=True)
     by_name = {e.name: e for e in traces}
     if names:
         missing = [n for n in names if n not in by_name]
@@ -218,16 +219,24 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
     else:
         # The longest executions show the most phases.
         chosen = sorted(traces, key=len, reverse=True)[:max_executions]
-    labels = model.predict(traces)
-    chosen_labels = model.predict(chosen)
-    values = np.concatenate([e.select(model.features_).values for e in traces])
-    all_labels = np.concatenate(labels)
-    written = []
+    with figure_folder(outdir) as written:     # one writer at a time; stale figures go
+        labels = model.predict(traces)
+        chosen_labels = model.predict(chosen)
+        values = np.concatenate([e.select(model.features_).values for e in traces])
+        all_labels = np.concatenate(labels)
 
-    def save(fig, name: str) -> None:
-        path = save_figure(fig, outdir / name)
-        plt.close(fig)
-        written.append(path)
+        def save(fig, name: str) -> None:
+            path = save_figure(fig, outdir / name)
+            plt.close(fig)
+            written.append(path)
+
+        _draw(model, chosen, chosen_labels, values, all_labels, save, title, logged)
+    return written
+
+
+def _draw(model, chosen, chosen_labels, values, all_labels, save, title, logged) -> None:
+    """The figures of :func:`write_plots`, each handed to ``save`` with its file name."""
+    from ai4dl.reporting import plots
 
     for ex, lab in zip(chosen, chosen_labels):
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in ex.name)
@@ -241,7 +250,6 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
     save(plots.report_figure(model, [e.select(model.features_) for e in chosen[:2]],
                              chosen_labels[:2], values, all_labels, title, shown_logged),
          "report.png")
-    return written
 
 
 def cmd_synthetic(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ai4dl.crd import RefitPolicy
+from ai4dl.method.phases import mostly_novel_warning
 
 CONDITION = "RefitRecommended"
 
@@ -44,15 +45,18 @@ def update_novelty(previous: dict | None, model_key: str, window: float, novel: 
     n_total = sum(w["total"] for w in recent)
     share = n_novel / n_total if n_total else 0.0
     status = {"model": model_key, "lastWindow": last, "recent": recent, "share": round(share, 6)}
+    # most windows novel from the first: say what that usually means, not only the count
+    warning = mostly_novel_warning(share, "container windows") if n_total else None
+    tail = f"; {warning}" if warning else ""
     if len(recent) < refit.windows:
         return NoveltyVerdict(status, False, "TooFewWindows",
                               f"{len(recent)} of {refit.windows} windows counted under this "
-                              f"model (novel share so far {share:.3f})")
+                              f"model (novel share so far {share:.3f}){tail}")
     if share >= refit.novelty_share:
         return NoveltyVerdict(status, True, "NoveltyAbove",
                               f"novel share {share:.3f} over the last {len(recent)} windows "
                               f"({n_novel} of {n_total} container windows) ≥ "
-                              f"{refit.novelty_share:g}")
+                              f"{refit.novelty_share:g}{tail}")
     return NoveltyVerdict(status, False, "NoveltyBelow",
                           f"novel share {share:.3f} over the last {len(recent)} windows < "
                           f"{refit.novelty_share:g}")

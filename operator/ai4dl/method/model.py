@@ -21,7 +21,7 @@ from ai4dl.method.document import (SCHEMA_VERSION, CRBMWeights, Feature, FitRepo
                                    KSelectionReport, PhaseModelDocument, PhaseStats, Prototype,
                                    Scaler, to_list)
 from ai4dl.errors import Ai4dlError, ModelError
-from ai4dl.method.plausibility import check_before_fit
+from ai4dl.method.plausibility import check_before_fit, phases_supported
 from ai4dl.method.traces import Execution, TraceSet
 
 Inputs = TraceSet | Sequence[Execution] | Execution | np.ndarray | Sequence[np.ndarray]
@@ -84,6 +84,9 @@ class PhaseModel:
         allx = np.concatenate(raw).astype(np.float64)
         if not np.all(np.isfinite(allx)):
             raise Ai4dlError("traces contain NaN or Inf values; load them with a NaN rule")
+        # phases the data cannot support are refused before the CRBM's minutes (issue 45)
+        k_lo, k_hi = phases_supported(self.n_phases, self.k_range, allx,
+                                      traces.source or None)
         self.mean_ = allx.mean(0)
         std = allx.std(0)
         # A constant feature carries no phase information: scale 1 keeps it at 0, finite.
@@ -101,9 +104,8 @@ class PhaseModel:
         seed = self.random_state
         self.k_selection_ = None
         if self.n_phases == "auto":
-            lo, hi = self.k_range
-            self.k_selection_, cents = ph.select_k(all_codes, range(lo, hi + 1), seed, self.k_rule,
-                                                   self.kmeans_samples)
+            self.k_selection_, cents = ph.select_k(all_codes, range(k_lo, k_hi + 1), seed,
+                                                   self.k_rule, self.kmeans_samples)
             centroids = cents[self.k_selection_.chosen_k]
         else:
             centroids = ph.fit_kmeans(all_codes, int(self.n_phases), seed, self.kmeans_samples)

@@ -256,3 +256,20 @@ def novelty_thresholds(labels: np.ndarray, distances: np.ndarray, k: int,
     overall = float(np.quantile(distances, quantile)) if len(distances) else 0.0
     return np.array([float(np.quantile(distances[labels == j], quantile))
                      if np.any(labels == j) else overall for j in range(k)])
+
+
+#: Past this share of novel samples (or windows) the model does not describe the data: by
+#: construction about 1 % of its own training samples are novel (``novelty_quantile`` 0.99), so
+#: a majority means data in other units, another workload, or the wrong model (issue 45:
+#: `detect` on data in other units said "novel 92-100 %" and nothing else).
+MOSTLY_NOVEL = 0.5
+
+
+def mostly_novel_warning(share: float, what: str = "samples") -> str | None:
+    """One line when ``share`` of ``what`` are novel for the model beyond ``MOSTLY_NOVEL``,
+    else None (the CLI's ``detect`` and the operator's novelty condition both say it)."""
+    if not share > MOSTLY_NOVEL:
+        return None
+    return (f"{100 * share:.1f}% of {what} are novel for this model (about 1% of its own "
+            f"training data are): data in other units than the model's, or a model of "
+            f"another workload?")

@@ -12,11 +12,16 @@ fact rather than a threshold tuned to data:
   execution;
 * most executions being one sample long means the step or the time unit is wrong;
 * memory that is in use at all holds at least one page (4096 bytes): a 99th percentile below
-  that is not bytes; below a MiB (less than any program with its libraries mapped) a trace
-  whose unit was not stated is refused too, since ``--unit memory=bytes`` says it is right;
+  that is not bytes; below 32 MiB (less than a Python process with numpy loaded, let alone a
+  DL job: PyTorch alone maps over 100 MiB) a trace whose unit was not stated is refused too,
+  since ``--unit memory=bytes`` says it is right: KiB or KB read as bytes look like this;
 * no machine has more than 1024 cores: a 99th percentile above that is not cores (millicores,
-  or percent of a core); above 64 cores (a whole large machine for one container) a trace whose
-  unit was not stated is refused too, since ``--unit cpu=cores`` says the data is right.
+  or percent of a core); above 16 cores a trace whose unit was not stated is refused too,
+  since ``--unit cpu=cores`` says the data is right: percent of a core read as cores looks
+  like this (a 0.05-0.6-core job becomes 5-60 "cores");
+* a usage rate goes up and down: cpu that rises at nearly every sample of nearly every long
+  execution is a cumulative counter (``container_cpu_usage_seconds_total`` exported without
+  ``rate()``), whatever its unit.
 
 And a model applied to data must have been fitted on the same features, in the same units, at
 the same step (:func:`check_model_fits`).
@@ -39,12 +44,19 @@ MAX_EPOCH_SECONDS = 1e11
 MAX_SPACING_STEPS = 100
 #: The smallest memory anything uses: one page.
 PAGE_BYTES = 4096
-#: Less than a running program with its libraries mapped: refused unless the unit was stated.
-PROGRAM_BYTES = 2 ** 20
+#: Less than a Python process with numpy loaded (about 30 MiB resident), let alone a DL job:
+#: refused unless the unit was stated (issue 45: jobs of 0.6-11 GiB in KiB are 0.6-11 "MiB").
+PROCESS_BYTES = 32 * 2 ** 20
 #: More cores than any machine has (the largest sold have under 1,000).
 MAX_MACHINE_CORES = 1024
-#: More cores than one container uses on a large machine: refused unless the unit was stated.
-LARGE_MACHINE_CORES = 64
+#: More cores than a DL container's data loaders keep busy on most nodes: refused unless the
+#: unit was stated (issue 45: percent of a core read as cores; ``--unit cpu=cores`` says not).
+MANY_CORES = 16
+#: A counter: in this share of a trace's long executions, cpu rises at this share of samples
+#: (and never falls); a rate, even a steady one, falls now and then.
+COUNTER_SHARE = 0.9
+#: Executions shorter than this (samples) say nothing about a counter.
+COUNTER_MIN_SAMPLES = 10
 
 _BYTE_FEATURES = ("memory", "gpu_memory")
 
@@ -86,8 +98,9 @@ def check_timestamps(label: str, times: np.ndarray, codes: np.ndarray, step: flo
 
 def check_levels(traces, *, label: str | None = None, units_given: Sequence[str] = (),
                  flags: bool = True) -> None:
-    """Memory below a page, cpu above any machine (module docstring). ``units_given``: the
-    features whose unit the user stated (--unit), which lifts the large-machine cpu rule."""
+    """Memory below a page, cpu above any machine, a counter (module docstring).
+    ``units_given``: the features whose unit the user stated (--unit), which lifts the rules
+    that real data could break (a small process, a many-core job)."""
     label = label if label is not None else (traces.source or None)
     for j, (feature, unit) in enumerate(zip(traces.features, traces.units)):
         col = np.concatenate([e.values[:, j] for e in traces]).astype(np.float64)
@@ -100,23 +113,51 @@ def check_levels(traces, *, label: str | None = None, units_given: Sequence[str]
             raise TraceError(f"'{feature}' in bytes has a 99th percentile of {p99:.4g}, below "
                              f"one page ({PAGE_BYTES} bytes): not bytes{flag('MiB')} (or the "
                              f"unit it is in: KiB, GiB...)", path=label, column=feature)
-        if unit == "bytes" and feature in _BYTE_FEATURES and 0 < p99 < PROGRAM_BYTES and \
+        if unit == "bytes" and feature in _BYTE_FEATURES and 0 < p99 < PROCESS_BYTES and \
                 flags and feature not in units_given:
-            raise TraceError(f"'{feature}' has a 99th percentile of {p99:.4g} bytes, less than "
-                             f"a program with its libraries (1 MiB): pass --unit "
-                             f"{feature}=MiB (or the unit it is in: KiB, GiB...), or --unit "
-                             f"{feature}=bytes if it really is bytes", path=label,
+            likely = "KiB" if p99 >= 2 ** 20 else "MiB"
+            raise TraceError(f"'{feature}' has a 99th percentile of {p99:.4g} bytes "
+                             f"({p99 / 2 ** 20:.3g} MiB), less than a Python process with "
+                             f"numpy (32 MiB), let alone a DL job: pass --unit "
+                             f"{feature}={likely} (or the unit it is in: KiB, KB, MiB...), or "
+                             f"--unit {feature}=bytes if it really is bytes", path=label,
                              column=feature)
         if unit == "cores" and feature == "cpu":
+            check_counter(traces, j, label=label)
             if p99 > MAX_MACHINE_CORES:
                 raise TraceError(f"'cpu' in cores has a 99th percentile of {p99:.4g}, more than "
                                  f"any machine has ({MAX_MACHINE_CORES}): not cores"
                                  f"{flag('m')} (millicores)", path=label, column=feature)
-            if p99 > LARGE_MACHINE_CORES and flags and feature not in units_given:
-                raise TraceError(f"'cpu' has a 99th percentile of {p99:.4g} cores, a whole "
-                                 f"large machine ({LARGE_MACHINE_CORES}) per container: pass "
-                                 f"--unit cpu=m if it is millicores, or --unit cpu=cores if "
-                                 f"it really is cores", path=label, column=feature)
+            if p99 > MANY_CORES and flags and feature not in units_given:
+                likely = "m" if p99 > 100 * MANY_CORES else "percent-of-core"
+                raise TraceError(f"'cpu' has a 99th percentile of {p99:.4g} cores, more than "
+                                 f"{MANY_CORES} per container: pass --unit cpu={likely} if it "
+                                 f"is {'millicores' if likely == 'm' else 'percent of a core'}"
+                                 f", or --unit cpu=cores if it really is cores", path=label,
+                                 column=feature)
+
+
+def check_counter(traces, j: int, *, label: str | None = None) -> None:
+    """Refuse a feature that behaves as a cumulative counter (module docstring): in at least
+    ``COUNTER_SHARE`` of the executions of ``COUNTER_MIN_SAMPLES`` samples or more, it never
+    falls and rises at ``COUNTER_SHARE`` of the samples. The unit does not matter: no --unit
+    turns a counter into a rate."""
+    feature = traces.features[j]
+    long_runs = [e.values[:, j].astype(np.float64) for e in traces
+                 if len(e) >= COUNTER_MIN_SAMPLES]
+    if not long_runs:
+        return
+    counting = 0
+    for v in long_runs:
+        d = np.diff(v[np.isfinite(v)])
+        if len(d) and (d >= 0).all() and (d > 0).mean() >= COUNTER_SHARE:
+            counting += 1
+    if counting >= COUNTER_SHARE * len(long_runs):
+        raise TraceError(f"'{feature}' rises at nearly every sample of {counting} of "
+                         f"{len(long_runs)} executions and never falls, as a cumulative "
+                         f"counter does (container_cpu_usage_seconds_total): give its rate "
+                         f"(in PromQL rate(...[1m])), not the counter", path=label,
+                         column=feature)
 
 
 def check_runs(traces, *, label: str | None = None, max_gap_steps: float | None = None) -> None:
@@ -160,3 +201,73 @@ def check_model_fits(model, traces, *, what: str = "the data") -> None:
         raise ModelError(f"{source}: the model was fitted at a step of {mine:g} s, the data is "
                          f"at {step:g} s: pass --step {mine:g} (its history and phases are "
                          f"counted in its own steps)")
+
+
+def model_level_problem(doc) -> str | None:
+    """What makes a model document's levels implausible, or None: a byte feature whose phases'
+    99th percentiles all stay below ``PROCESS_BYTES`` (a model fitted on KiB read as bytes
+    would have admission ask for a few MB per DL pod), cpu beyond any machine. One line."""
+    for j, f in enumerate(doc.features):
+        top = max((p.p99[j] for p in doc.phases), default=0.0)
+        if f.unit == "bytes" and f.name in _BYTE_FEATURES and 0 < top < PROCESS_BYTES:
+            return (f"the model's '{f.name}' reaches only {top / 2 ** 20:.3g} MiB (the phases' "
+                    f"99th percentile), less than a Python process with numpy (32 MiB): fitted "
+                    f"on KiB read as bytes? refit it with the data's unit")
+    return None
+
+
+#: Samples a phase needs at the least: its p90/p95/p99 of fewer than ten samples are its
+#: maximum, and k-means with fewer than ten points per cluster splits noise (the usual rule of
+#: thumb, ten observations per cluster). Issue 45: 8 phases were fitted from 39 samples.
+SAMPLES_PER_PHASE = 10
+
+
+def phases_supported(n_phases: int | str, k_range: tuple[int, int], values: np.ndarray,
+                     label: str | None = None) -> tuple[int, int]:
+    """The phase counts a fit may try on ``values`` (samples × features, all executions): a
+    fixed ``n_phases`` as (k, k), ``"auto"`` as ``k_range`` with its top lowered to what the
+    data supports (``SAMPLES_PER_PHASE`` samples and one distinct sample per phase). A
+    :class:`~ai4dl.errors.TraceError` in one line, before the CRBM's fit, when not even the
+    fewest phases asked for fit."""
+    n = int(len(values))
+    distinct = int(len(np.unique(values, axis=0))) if n else 0
+    room = min(n // SAMPLES_PER_PHASE, distinct)
+    lo, hi = (int(n_phases), int(n_phases)) if n_phases != "auto" else tuple(map(int, k_range))
+    if lo <= 1 or room >= lo:
+        return lo, max(lo, min(hi, room))
+    asked = f"{lo} phases" if n_phases != "auto" else f"at least {lo} phases (--k-range)"
+    most = (f"at most {room} (--phases {room})" if room >= 1 else "--phases 1")
+    raise TraceError(f"{n} samples ({distinct} distinct) cannot support {asked}: a phase needs "
+                     f"{SAMPLES_PER_PHASE} samples and a distinct one; ask for {most}, or "
+                     f"record for longer", path=label)
+
+
+def check_duplicates(label: str, times: np.ndarray, values: np.ndarray, codes: np.ndarray,
+                     names, rows: np.ndarray | None = None) -> None:
+    """Refuse an execution most of whose timestamps are given more than once with different
+    values: one container reports one value per instant, so that is two containers (or ranks)
+    under one execution name, which resampling would average into a series of neither (issue
+    45). Repeats with equal values, or a few conflicting ones (a scrape at a boundary), pass
+    and are averaged as documented. ``rows``: each row's line in the file, to name two."""
+    if not len(times):
+        return
+    order = np.lexsort((times, codes))
+    t, c, v = times[order], codes[order], values[order]
+    same = (np.diff(t) == 0) & (c[1:] == c[:-1])
+    conflict = same & np.any(v[1:] != v[:-1], axis=1)
+    if not conflict.any():
+        return
+    per_exec_conflicts = np.bincount(c[1:][conflict], minlength=len(names))
+    per_exec_instants = np.bincount(c, minlength=len(names)) - np.bincount(
+        c[1:][same], minlength=len(names))
+    bad = np.flatnonzero(2 * per_exec_conflicts >= per_exec_instants)
+    if not len(bad):
+        return
+    j = int(bad[0])
+    i = int(np.flatnonzero(conflict & (c[1:] == j))[0])
+    where = (f" (rows {int(rows[order[i]])} and {int(rows[order[i + 1]])})"
+             if rows is not None else "")
+    raise TraceError(f"execution {names[j]!r} gives {per_exec_conflicts[j]} of its "
+                     f"{per_exec_instants[j]} timestamps twice with different values{where}: "
+                     f"two containers or ranks under one execution name? give each its own "
+                     f"(--column execution=COLUMN that tells them apart)", path=label)

@@ -11,7 +11,8 @@ import numpy as np
 from ai4dl.errors import TraceError
 from ai4dl.io.loaders.common import (_assemble, _check_args, _codes, _floats, _locator, _names,
                                      _parse_csv, _read_bytes, _screen, _why)
-from ai4dl.method.plausibility import check_levels, check_runs, check_timestamps
+from ai4dl.method.plausibility import (check_duplicates, check_levels, check_runs,
+                                        check_timestamps)
 from ai4dl.method.traces import (CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS,
                                  TraceSet)
 
@@ -167,6 +168,7 @@ def _load_table(label: str, header: list[str], get: Callable[[str], object], row
     # Units here are the user's word (a flag or nothing): implausible numbers are refused
     # before they become executions, naming the --unit that fixes them (ai4dl.method.plausibility).
     check_timestamps(label, times[keep], codes, step, units.get("timestamp"))
+    check_duplicates(label, times[keep], values, codes, names, np.asarray(rows)[keep])
     executions = [(n, str(g), {}) for n, g in zip(names, group[keep][first])]
     ts = _assemble(label, codes, times[keep], values, executions, features,
                    [u for _, u in scales], step=step, max_gap_steps=max_gap_steps,
