@@ -1,6 +1,6 @@
 """A newcomer's small things (issue 28, item 7): ``--version`` on both commands, ``python -m
-ai4dl``, the model file functions exported beside the loaders, and the README's library snippet's
-document serialisable as JSON the way its comment says."""
+ai4dl``, the model file functions exported beside the loaders, and the reference's library
+snippet's document serialisable as JSON the way its comment says."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_model_files_are_exported_with_the_loaders(tmp_path):
     path = save_model(model, tmp_path / "m.json")
     assert load_model(path).n_phases_ == 2
     doc = model.to_document()
-    # the README's snippet: the document is pydantic; JSON through model_dump(mode="json")
+    # the reference's snippet: the document is pydantic; JSON through model_dump(mode="json")
     text = json.dumps(doc.model_dump(mode="json", by_alias=True, exclude_none=True))
     assert json.loads(text)["schemaVersion"].startswith("ai4dl.io/phase-model/")
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
@@ -65,13 +65,13 @@ def test_model_files_are_exported_with_the_loaders(tmp_path):
         io.nothing  # noqa: B018
 
 
-def test_the_readme_library_snippet_runs_as_written(tmp_path, monkeypatch):
-    readme = (REPO / "README.md").read_text()
-    snippet = readme.split("Library use (scikit-learn style):", 1)[1]
+def test_the_reference_library_snippet_runs_as_written(tmp_path, monkeypatch):
+    reference = (REPO / "docs" / "reference.md").read_text()
+    snippet = reference.split("Library use (scikit-learn style):", 1)[1]
     snippet = snippet.split("```python", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(snippet, "README.md (library use)", "exec"), scope)
+    exec(compile(snippet, "docs/reference.md (library use)", "exec"), scope)
     assert len(scope["phases"]) == len(scope["test"]) > 0
     assert (tmp_path / "model.json").is_file()
     assert json.loads(scope["doc"].model_dump_json(by_alias=True))["schemaVersion"]

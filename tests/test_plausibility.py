@@ -495,6 +495,30 @@ def test_phases_the_data_cannot_support_are_refused_before_the_crbm(tmp_path, ca
     path = write_long(tmp_path / "short.csv", short)
     out = tmp_path / "m.json"
     err = refused(["train", path, "-o", str(out), "--phases", "3", "--step", "1", "--no-policy"],
-                  capsys,
-                  "cannot support 3 phases", "--phases 2")
+                  capsys, "cannot support 3 phases", "--phases 2")
     assert "epoch" not in err and not out.exists()
+
+
+def test_what_prometheus_returned_is_checked_before_the_trainers_fit():
+    """Issue 45: the same unit checks when the trainer reads Prometheus. A spec's template is
+    its author's word: a memory query returning KiB, or a cpu counter without rate(), is
+    refused naming the PhaseModel's queries; cAdvisor's bytes and rates pass."""
+    from ai4dl.method.plausibility import check_queried_levels
+
+    where = "PhaseModel ml/resnet's queries"
+    check_queried_levels(jobs(3), where)
+    kib = jobs(3)
+    for e in kib:
+        e.values[:, 1] /= 1024
+    with pytest.raises(TraceError) as ei:
+        check_queried_levels(kib, where)
+    msg = str(ei.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{where}: column 'memory': 'memory' as queried has a 99th "
+                          f"percentile of"), msg
+    assert "does spec.features[memory].query return KiB or another unit than bytes?" in msg
+    counter = jobs(3)
+    for e in counter:
+        e.values[:, 0] = np.cumsum(e.values[:, 0] * e.step)
+    with pytest.raises(TraceError, match="cumulative counter"):
+        check_queried_levels(counter, where)

@@ -1,7 +1,8 @@
 """The chart on the real node: the operator runs as a pod, from the image built here without a
 Docker engine or a registry (``e2e/node/operator_image.sh``: the Dockerfile's ``operator``
-target, buildah, a local Debian root), installed by ``helm install charts/ai4dl-operator``, and
-resizes a pod beside it in place.
+target, buildah, a local Debian root), installed by ``helm install charts/ai4dl-operator`` with
+the README quick start's values (tests/test_readme_quickstart.py), and resizes a pod beside it
+in place.
 
 Runs with ``AI4DL_REAL_NODE=1`` like tests/test_real_node.py (root; ``make e2e-deps`` builds
 the image once: about 2.5 min cold, then a 0.1 s check). An image that cannot be built skips
@@ -46,6 +47,7 @@ from e2e_fixtures_node import NodePods, _unavailable
 from e2e_fixtures_operator import crd, free_port, wait_for, write_report  # noqa: F401 (fixtures)
 from test_helm import CHART, helm, helm_env, run  # noqa: F401 (fixtures)
 from test_operator_integration import make_phasemodel, model_doc, stack  # noqa: F401
+from test_readme_quickstart import helm_install_sets
 from test_real_node import cgroup_matches_spec, jobs, opted_in_pod  # noqa: F401
 
 from e2e.controlplane import cluster as _cp
@@ -181,10 +183,13 @@ def release(real_node, operator_image, kube_cluster, crd, stack, helm, helm_env)
     metrics_port, health_port = free_port(), free_port()
     api_port = kube_cluster.control_plane.port
     helm_cmd = [helm, "--kubeconfig", kube_cluster.kubeconfig]
+    # the README quick start's own values (issue 45), its image and Prometheus mapped to the
+    # ones built and started here; then what this harness lacks (the module's docstring)
+    readme = {**helm_install_sets(), "image.repository": repo, "image.tag": tag,
+              "prometheus.url": prom.url}
     run([*helm_cmd, "install", name, CHART, "--namespace", ns, "--timeout", "60s",
-         "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
+         *[a for k, v in readme.items() for a in ("--set", f"{k}={v}")],
          "--set", "image.pullPolicy=Never",
-         "--set", f"prometheus.url={prom.url}",
          "--set", f"operator.watchNamespaces={{{work}}}",
          "--set", "operator.hostNetwork=true",
          # no kube-proxy: the in-cluster config's Service address, replaced by the API server's

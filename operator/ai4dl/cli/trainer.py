@@ -392,6 +392,10 @@ def train_phasemodel(args: argparse.Namespace) -> int:
                                f"PhaseModel {ns}/{name}'s spec.windowSeconds")
     if problem:                             # before the fit, not after it
         raise Ai4dlError(problem)
+    if args.prometheus:                     # a template's unit is the spec author's word
+        from ai4dl.method.plausibility import check_queried_levels
+
+        check_queried_levels(TraceSet(executions), f"PhaseModel {ns}/{name}'s queries")
     log.info("fit-start", f"fitting on {len(train)} executions, {len(held)} held out for "
              f"scoring", executions=len(train), heldOut=len(held))
     fit_with_progress(candidate, TraceSet(train), quiet=log.json or args.quiet)

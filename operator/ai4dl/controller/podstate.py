@@ -80,8 +80,8 @@ class StateKey:
     def from_file(cls, path: str | os.PathLike) -> "StateKey":
         """The file's bytes (surrounding whitespace stripped: a key written by ``echo``), and,
         when the same folder holds a file named ``previous`` (a Secret's ``previous`` entry,
-        mounted beside its ``key``), that key too: a rotation (README, "Rotating the state
-        key")."""
+        mounted beside its ``key``), that key too: a rotation (docs/reference.md, "Rotating
+        the state key")."""
         data = _read_key(path)
         old = Path(path).with_name(PREVIOUS_KEY_FILE)
         previous = [_read_key(old)] if old.is_file() and old != Path(path) else []

@@ -271,3 +271,22 @@ def check_duplicates(label: str, times: np.ndarray, values: np.ndarray, codes: n
                      f"{per_exec_instants[j]} timestamps twice with different values{where}: "
                      f"two containers or ranks under one execution name? give each its own "
                      f"(--column execution=COLUMN that tells them apart)", path=label)
+
+
+def check_queried_levels(traces, where: str) -> None:
+    """What a Prometheus query returned, before a fit: memory below ``PROCESS_BYTES`` (a query
+    that divides by 1024, or another exporter's KiB) and a cpu counter without ``rate()``,
+    named by ``where`` (the PhaseModel whose queries ran). The trainer's own queries are in
+    bytes and cores; a spec's template may not be."""
+    check_levels(traces, label=where, flags=False)      # counters, pages, beyond any machine
+    for j, (feature, unit) in enumerate(zip(traces.features, traces.units)):
+        if unit != "bytes" or feature not in _BYTE_FEATURES:
+            continue
+        col = np.concatenate([e.values[:, j] for e in traces]).astype(np.float64)
+        col = col[np.isfinite(col)]
+        p99 = float(np.percentile(col, 99)) if len(col) else 0.0
+        if 0 < p99 < PROCESS_BYTES:
+            raise TraceError(f"'{feature}' as queried has a 99th percentile of {p99 / 2 ** 20:.3g} "
+                             f"MiB, less than a Python process with numpy (32 MiB): does "
+                             f"spec.features[{feature}].query return KiB or another unit than "
+                             f"bytes?", path=where, column=feature)

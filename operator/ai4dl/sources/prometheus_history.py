@@ -29,7 +29,7 @@ at gaps longer than ``max_gap_steps`` steps (rows where a feature is missing cou
 shorter gaps are interpolated, as :func:`ai4dl.method.traces.regularise` does for trace files).
 Pieces shorter than ``min_samples`` are dropped. Two edges of a container run are not
 measurements and are dropped too, so that every Prometheus-API store reads the same samples
-(README, "Past one Prometheus"):
+(docs/reference.md, "Past one Prometheus"):
 
 * the first rate window of a run (``warmup``: the longest ``[range]`` of the templates): a
   ``rate()`` whose window starts before the container's first sample is extrapolated by
