@@ -56,7 +56,7 @@ def main() -> int:
 
     from kubernetes import client, config
 
-    from ai4dl.controller.admission import A_ADMITTED
+    from ai4dl.controller.admission import A_ADMISSION
     from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
     from e2e.controlplane.cluster import ControlPlane, ensure_binaries
     from e2e_fixtures_operator import Operator, free_port, install_for_operator, wait_for
@@ -90,10 +90,15 @@ def main() -> int:
                                              "resources": {"requests": {"cpu": "4",
                                                                         "memory": "32Gi"}}}]}}
 
+        def set_by_admission(got) -> bool:
+            # the note, not the sealed record: this webhook authenticates no caller, so it
+            # seals nothing (issue 43)
+            return (got.metadata.annotations or {}).get(A_ADMISSION, "").startswith("set by")
+
         def admitted():
             got = core.create_namespaced_pod("bench", pod(f"probe-{uuid.uuid4().hex[:6]}"),
                                              dry_run="All")
-            return A_ADMITTED in (got.metadata.annotations or {})
+            return set_by_admission(got)
         wait_for(admitted, 60, what="the webhook admitting pods")
 
         def series(prefix):
@@ -102,7 +107,7 @@ def main() -> int:
                 t = time.perf_counter()
                 got = core.create_namespaced_pod("bench", pod(f"{prefix}-{i}"))
                 out.append(time.perf_counter() - t)
-                mutated += A_ADMITTED in (got.metadata.annotations or {})
+                mutated += set_by_admission(got)
             return out, mutated
 
         series("warm")                                   # connections, caches

@@ -58,6 +58,31 @@ def test_burstable_pod_gets_the_learned_levels_and_keeps_its_original():
     assert p["metadata"]["annotations"][MODEL_ANNOTATION] == "pm"      # nothing else touched
 
 
+def test_without_client_authentication_nothing_is_sealed_and_the_note_keeps_the_originals():
+    """Issue 43: with no client authentication (the default) anyone who reaches the webhook
+    gets any "originals" sealed, and sealed they verify. The handler admits with
+    ``seal=False`` then: the pod is still sized, no ``ai4dl.io/admitted`` record is written
+    (the savings count from the requests at the operator's first write), and the note keeps
+    the author's requests for people; with client authentication the record is sealed for
+    this pod's identity."""
+    from ai4dl.controller.podstate import StateKey, admitted_identity, admitted_scope
+
+    key = StateKey(b"k" * 32)
+    p = pod(("main", copy.deepcopy(BURSTABLE)))
+    a = admission.admit(p, target(), None, key, namespace="ml", seal=False)
+    a.apply(p)
+    ann = p["metadata"]["annotations"]
+    assert requests_of(p) == {"cpu": "1500m", "memory": "3072Mi"} and A_ADMITTED not in ann
+    assert ann[A_ADMISSION].endswith("; the author's: main cpu 4, main memory 32Gi (not "
+                                     "sealed: no client authentication)"), ann[A_ADMISSION]
+    sealed = pod(("main", copy.deepcopy(BURSTABLE)))
+    admission.admit(sealed, target(), None, key, namespace="ml").apply(sealed)
+    opened = key.open(admitted_scope("ml", "pm", admitted_identity(sealed["metadata"])),
+                      sealed["metadata"]["annotations"][A_ADMITTED])
+    assert opened.problem is None and opened.data == {"main": {"cpu": "4", "memory": "32Gi"}}
+    assert "not sealed" not in sealed["metadata"]["annotations"][A_ADMISSION]
+
+
 def test_floor_ceiling_physical_maximum_and_limit_bound_the_level():
     p = pod(("main", {"requests": {"cpu": "4", "memory": "32Gi"},
                       "limits": {"memory": "2000M"}}))

@@ -8,12 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from ai4dl.controller.podstate import (StateKey, admitted_scope, parse_state, peek,
-                                       state_scope)
+from ai4dl.controller.podstate import (StateKey, admitted_identity, admitted_scope,
+                                       parse_state, peek, state_scope)
 from ai4dl.controller.pods import A_ADMITTED, A_STATE, pod_info, verify_pod
 from ai4dl.crd import MODEL_ANNOTATION
 
 KEY = StateKey(b"s" * 32)
+#: admission's record of pod "p" of PhaseModel ml/pm (no generated name, no owner)
+ADMITTED_SCOPE = admitted_scope("ml", "pm", admitted_identity({"name": "p"}))
 SCOPE = state_scope("ml", "p", "uid-1")
 
 
@@ -97,7 +99,7 @@ def test_a_sealed_state_is_still_checked_field_by_field():
 
 def test_verify_pod_reads_only_the_operators_records():
     good = pod({A_STATE: KEY.seal(SCOPE, {"window": 1800.0}),
-                A_ADMITTED: KEY.seal(admitted_scope("ml", "pm"), {"main": {"cpu": "4"}})})
+                A_ADMITTED: KEY.seal(ADMITTED_SCOPE, {"main": {"cpu": "4"}})})
     assert good.state() == {"window": 1800.0} and good.state_problem is None
     assert good.admitted == {"main": {"cpu": "4"}} and good.admitted_problem is None
     # the probe: "soon" in one pod's state; forged admitted of 1000 cores
@@ -150,3 +152,36 @@ def test_a_pod_with_a_rejected_record_is_planned_as_new_and_holds_its_decreases(
     # the forged record is replaced at once by the operator's own (sealed by the runtime)
     assert A_STATE in by["forged"].annotations
     assert json.loads(by["forged"].annotations[A_STATE])["window"] == WINDOW_START
+
+
+def test_an_admitted_record_verifies_only_on_pods_of_the_identity_it_was_sealed_for():
+    """Issue 43: a sealed admission record copied between pods of one PhaseModel verified (it
+    was bound to the namespace and PhaseModel only) and inflated the savings. Now it is bound
+    to the pod as admission saw it: its generateName (or name) and its controllers' uids.
+    Pods of one Job share it (and their template's requests); another Job's pod does not."""
+    def job_pod(generate, owner, record, name):
+        return verify_pod(pod_info({
+            "metadata": {"name": name, "generateName": generate, "namespace": "ml",
+                         "uid": f"uid-{name}",
+                         "ownerReferences": [{"kind": "Job", "name": generate.rstrip("-"),
+                                              "uid": owner, "controller": True}],
+                         "annotations": {MODEL_ANNOTATION: "pm", A_ADMITTED: record}},
+            "spec": {"containers": [{"name": "main",
+                                     "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Running"}}), KEY)
+
+    # what admission saw: no name yet, the generateName and the Job as owner
+    seen = {"generateName": "train-", "ownerReferences": [
+        {"kind": "Job", "name": "train", "uid": "job-1", "controller": True}]}
+    record = KEY.seal(admitted_scope("ml", "pm", admitted_identity(seen)),
+                      {"main": {"cpu": "4"}})
+    assert job_pod("train-", "job-1", record, "train-abcde").admitted == {"main": {"cpu": "4"}}
+    assert job_pod("train-", "job-1", record, "train-fghij").admitted_problem is None  # same Job
+    other_job = job_pod("train-", "job-2", record, "train-zzzzz")
+    assert other_job.admitted is None and other_job.admitted_problem == "forged"
+    other_name = job_pod("eval-", "job-1", record, "eval-aaaaa")
+    assert other_name.admitted is None and other_name.admitted_problem == "forged"
+    # a non-controller owner reference (a garbage-collection link) does not change it
+    assert admitted_identity({**seen, "ownerReferences": [
+        *seen["ownerReferences"], {"kind": "ConfigMap", "uid": "cm", "controller": False}]}) \
+        == admitted_identity(seen)

@@ -256,9 +256,10 @@ class TestAdmissionFromProfile:
         note = p["metadata"]["annotations"][A_ADMISSION]
         assert "(limits with them: the pod is Guaranteed)" in note, note
         # the author's requests are kept, sealed, for the savings and to undo
-        from ai4dl.controller.podstate import admitted_scope
+        from ai4dl.controller.podstate import admitted_identity, admitted_scope
 
-        opened = KEY.open(admitted_scope("ml", "pm"), p["metadata"]["annotations"][A_ADMITTED])
+        opened = KEY.open(admitted_scope("ml", "pm", admitted_identity(p["metadata"])),
+                          p["metadata"]["annotations"][A_ADMITTED])
         assert opened.data == {"main": {"cpu": "4", "memory": "32Gi"}}
 
     def test_a_guaranteed_pod_keeps_a_resource_its_limit_range_or_pod_bounds(self):

@@ -155,7 +155,8 @@ def test_tree_with_a_child_that_exits(nvml, tmp_path, capsys):
 
     from ai4dl.io import load_traces
 
-    traces = load_traces(out, step=0.25)
+    # a test process of 11 MiB, not a DL job: its unit is stated (ai4dl.method.plausibility)
+    traces = load_traces(out, step=0.25, units={"memory": "bytes"})
     assert list(traces.features) == ["cpu", "memory", "gpu_util", "gpu_memory"]
 
 

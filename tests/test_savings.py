@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 
 from ai4dl.controller.plan_types import ContainerPlan, PodPlan
-from ai4dl.controller.podstate import StateKey, admitted_scope, state_scope
+from ai4dl.controller.podstate import (StateKey, admitted_identity, admitted_scope,
+                                       state_scope)
 from ai4dl.controller.pods import A_ADMITTED, A_STATE, pod_info, verify_pod
 from ai4dl.crd import MODEL_ANNOTATION
 from ai4dl.controller.savings import add_window, original_requests, summary, window_amounts
 
 
 KEY = StateKey(b"k" * 32)
+#: admission's record of pod "p" of PhaseModel ml/pm (no generated name, no owner)
+ADMITTED_SCOPE = admitted_scope("ml", "pm", admitted_identity({"name": "p"}))
 
 
 def pod(requests, annotations=None, seal=True):
@@ -21,7 +24,7 @@ def pod(requests, annotations=None, seal=True):
     if seal and A_STATE in ann:
         ann[A_STATE] = KEY.seal(state_scope("ml", "p", "u"), json.loads(ann[A_STATE]))
     if seal and A_ADMITTED in ann:
-        ann[A_ADMITTED] = KEY.seal(admitted_scope("ml", "pm"), json.loads(ann[A_ADMITTED]))
+        ann[A_ADMITTED] = KEY.seal(ADMITTED_SCOPE, json.loads(ann[A_ADMITTED]))
     return verify_pod(pod_info({
         "metadata": {"name": "p", "namespace": "ml", "uid": "u",
                      "annotations": {MODEL_ANNOTATION: "pm", **ann}},
@@ -65,7 +68,7 @@ def test_forged_records_never_become_a_baseline():
     assert p.state_problem == "unsigned" and original_requests(p)["main"] == {"cpu": 1.0}
     # sealed by a key this process does not hold (an earlier process): the operator's own, but
     # unknown: no baseline from it
-    old = StateKey(b"o" * 32).seal(admitted_scope("ml", "pm"), {"main": {"cpu": "4"}})
+    old = StateKey(b"o" * 32).seal(ADMITTED_SCOPE, {"main": {"cpu": "4"}})
     p = pod({"cpu": "1"}, {A_ADMITTED: old}, seal=False)
     assert p.admitted_problem == "other-key" and original_requests(p)["main"] == {}
 
@@ -96,3 +99,17 @@ def test_add_window_sums_counts_each_window_once_and_summarises():
     assert s2["summary"] == "cpu 50%, memory 0%"
     assert add_window(s2, {"cpu": (1.0, 1.0)}, 1200.0, "t1") is None    # counted already
     assert summary({"cpu": {"original": 0.0, "allocated": 0.0}}) == ""
+
+
+def test_originals_above_the_largest_container_are_counted_at_it():
+    """Issue 43: an honest `cpu: 1000` request is sealed as the original, and a pod admitted
+    at its workload's level runs: counted at 1000 cores the savings were about 1,000x the
+    truth. The sums count it at the largest a container can have (the operator's
+    --max-container-*), and say which were clamped; the record keeps what the author wrote."""
+    from ai4dl.controller.savings import clamp_originals
+
+    p = pod({"cpu": "1"}, {A_ADMITTED: json.dumps({"main": {"cpu": "1000", "memory": None}})})
+    assert original_requests(p)["main"] == {"cpu": 1000.0}          # as written
+    capped, clamped = clamp_originals(original_requests(p), {"cpu": 64.0, "memory": 2.0 ** 40})
+    assert capped == {"main": {"cpu": 64.0}} and clamped == [("main", "cpu", 1000.0)]
+    assert clamp_originals({"main": {"cpu": 4.0}}, {"cpu": 64.0}) == ({"main": {"cpu": 4.0}}, [])

@@ -55,7 +55,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ai4dl.controller.podstate import StateKey, admitted_scope
+from ai4dl.controller.podstate import StateKey, admitted_identity, admitted_scope
 from ai4dl.controller.pods import (A_ADMISSION, A_ADMITTED, A_WORKLOAD, Container, pod_info,
                                   qos_class)
 from ai4dl.crd import (MODEL_ANNOTATION, OPT_IN_LABEL, PROMQL_UNCHECKED, LabelSelector,
@@ -307,7 +307,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
           limit_ranges: tuple[LimitRangeRules, ...] | list = (),
           resource_quotas: tuple[QuotaRoom, ...] | list = (),
           workload: str = "", profiles: Mapping | None = None,
-          now: float | None = None) -> Admission:
+          now: float | None = None, seal: bool = True) -> Admission:
     """The decision for a pod being created (see the module doc). ``targets`` maps (namespace,
     PhaseModel name) to the PhaseModels this operator serves (only ``.get`` is used).
     ``key`` seals the record of the author's requests (``ai4dl.io/admitted``): without it the
@@ -319,7 +319,9 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     (ai4dl.kube.workload) is written on the pod; ``profiles`` are its workload's, per
     container (verified: a
     :class:`ai4dl.controller.profiles.StoredProfiles`' containers): a container with one
-    starts from its own runs, the others from the PhaseModel's pooled level."""
+    starts from its own runs, the others from the PhaseModel's pooled level. ``seal``: write
+    the sealed record of the author's requests (off where the webhook does not authenticate
+    its callers: :func:`_admitted_record`)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -359,7 +361,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     if qos == "Guaranteed" and any(containers[i].name in known for i in managed):
         return _admit_guaranteed(pod, target, containers, managed, known, max_value, key,
                                  namespace=namespace, limit_ranges=limit_ranges, shown=shown,
-                                 quotas=resource_quotas)
+                                 quotas=resource_quotas, seal=seal)
     if qos == "Guaranteed":
         return unchanged("the pod is Guaranteed and no managed container's workload has a "
                          "profile (a Guaranteed pod gets only its own workload's level, as "
@@ -426,7 +428,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
         return unchanged("setting the learned requests would change the pod's QoS class")
     return _decision(pod, pm, containers, {i: {r: q for r, q in new[i].items()
                                                if (i, r) not in keep} for i in managed},
-                     known, notes, key, shown, quotas=resource_quotas)
+                     known, notes, key, shown, quotas=resource_quotas, seal=seal)
 
 
 def _burstable_request(r: str, value: float, res: Mapping, container: Container,
@@ -474,7 +476,7 @@ def _decision(pod: Mapping, pm: str, containers: list[Container],
               new: Mapping[int, Mapping[str, str]], known: Mapping, notes: list[str],
               key: StateKey | None, shown: Mapping[str, str], *,
               limits_follow: bool = False,
-              quotas: tuple[QuotaRoom, ...] | list = ()) -> Admission:
+              quotas: tuple[QuotaRoom, ...] | list = (), seal: bool = True) -> Admission:
     """The admission of the requests ``new`` (container index -> resource -> quantity text):
     the changes, the sealed record of the author's requests they replace, and the note. A
     resource whose raise would exceed a ResourceQuota's room keeps every raised container's
@@ -507,10 +509,31 @@ def _decision(pod: Mapping, pm: str, containers: list[Container],
     moved = " (limits with them: the pod is Guaranteed)" if limits_follow else ""
     return Admission(changes, {
         **shown,
-        A_ADMITTED: (key.seal(admitted_scope(ns, pm), original) if key is not None
-                     else json.dumps(original, separators=(",", ":"), sort_keys=True)),
+        **_admitted_record(meta, ns, pm, original, key, seal),
         A_ADMISSION: f"set by PhaseModel {pm} ({source}){moved}: " + ", ".join(set_text)
-        + kept}, limits_follow=limits_follow)
+        + kept + ("" if seal else _authors_note(original))}, limits_follow=limits_follow)
+
+
+def _admitted_record(meta: Mapping, ns: str, pm: str, original: Mapping, key: StateKey | None,
+                     seal: bool) -> dict[str, str]:
+    """``ai4dl.io/admitted``: the author's requests, sealed for this pod (its identity as
+    admission sees it). None when ``seal`` is off: a webhook that does not authenticate its
+    callers would seal whatever originals anyone sent it (issue 43), so it writes none; the
+    savings then count from the pod's requests at the operator's first write."""
+    if not seal:
+        return {}
+    if key is None:
+        return {A_ADMITTED: json.dumps(original, separators=(",", ":"), sort_keys=True)}
+    return {A_ADMITTED: key.seal(admitted_scope(ns, pm, admitted_identity(meta)), original)}
+
+
+def _authors_note(original: Mapping) -> str:
+    """The author's requests, in the admission note, for people (nothing is lost; nothing
+    is trusted from it)."""
+    parts = [f"{c} {r} {q if q is not None else 'none'}" for c, rs in original.items()
+             for r, q in rs.items()]
+    return "; the author's: " + ", ".join(parts) + " (not sealed: no client authentication)"
+
 
 
 def _within_quotas(pod: Mapping, containers: list[Container],
@@ -540,7 +563,7 @@ def _admit_guaranteed(pod: Mapping, target: AdmissionTarget, containers: list[Co
                       key: StateKey | None, *, namespace: str,
                       limit_ranges: tuple[LimitRangeRules, ...] | list,
                       shown: Mapping[str, str],
-                      quotas: tuple[QuotaRoom, ...] | list = ()) -> Admission:
+                      quotas: tuple[QuotaRoom, ...] | list = (), seal: bool = True) -> Admission:
     """A Guaranteed pod of a known workload: each managed container with a profile gets its
     profile's first request as request and limit (Guaranteed stays Guaranteed; the window loop
     moves a Guaranteed pod's limits with its requests the same way). Only a profile's level:
@@ -589,4 +612,4 @@ def _admit_guaranteed(pod: Mapping, target: AdmissionTarget, containers: list[Co
         for i, q in wanted.items():
             new.setdefault(i, {})[r] = q
     return _decision(pod, pm, containers, new, known, notes, key, shown, limits_follow=True,
-                     quotas=quotas)
+                     quotas=quotas, seal=seal)

@@ -369,8 +369,9 @@ def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Ind
         profiles = _FirstOfEach(workload_profiles).get((namespace, pm, workload))
         decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"),
                          state_key(), namespace=namespace, limit_ranges=ranges,
-                         resource_quotas=quotas,
-                         workload=workload, profiles=profiles)
+                         resource_quotas=quotas, workload=workload, profiles=profiles,
+                         # only the API server's reviews get the author's requests sealed
+                         seal=bool((CONFIG.get("webhook") or {}).get("client_ca_file")))
     except Exception:   # a bug must not block pod creation: admit unchanged, say so in the log
         log.exception("admission of a pod failed: admitted unchanged")
         m.ADMISSIONS.labels("error").inc()

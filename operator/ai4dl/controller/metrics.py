@@ -42,6 +42,10 @@ PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel
 PODS_SKIPPED = Gauge("ai4dl_pods_skipped",
                      "Pods skipped in the last window for gaps or bad samples in their metrics",
                      ["namespace", "phasemodel", "reason"], registry=REGISTRY)
+ORIGINALS_CLAMPED = Counter("ai4dl_savings_originals_clamped_total",
+                            "Authors' requests above the largest a container can have, counted "
+                            "in the savings at that largest (per window)",
+                            ["namespace", "phasemodel", "resource"], registry=REGISTRY)
 STATE_REJECTED = Counter("ai4dl_pod_state_rejected_total",
                          "Records on pods (ai4dl.io/state, ai4dl.io/admitted) not sealed by "
                          "this operator's key, read as absent, per pod and window, by reason "

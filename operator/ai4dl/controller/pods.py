@@ -6,8 +6,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from ai4dl.controller.podstate import (StateKey, admitted_scope, parse_admitted, parse_state,
-                                      state_scope)
+from ai4dl.controller.podstate import (StateKey, admitted_identity, admitted_scope,
+                                       parse_admitted, parse_state, state_scope)
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION
 from ai4dl.kube.workload import workload_of
@@ -75,6 +75,8 @@ class PodInfo:
     state_detail: str = ""
     admitted: dict[str, dict[str, str | None]] | None = None
     admitted_problem: str | None = None
+    #: the pod as admission saw it (ai4dl.controller.podstate.admitted_identity)
+    identity: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -113,7 +115,7 @@ def verify_pod(pod: PodInfo, key: StateKey) -> PodInfo:
     pod._state = data
     pod.state_problem = None if problem == "absent" else problem
     pod.state_detail = detail
-    opened = key.open(admitted_scope(pod.namespace, pod.phasemodel),
+    opened = key.open(admitted_scope(pod.namespace, pod.phasemodel, pod.identity),
                       pod.annotations.get(A_ADMITTED))
     pod.admitted, problem = None, opened.problem
     if problem is None:
@@ -210,4 +212,5 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
         resize_message=message,
         resource_version=str(meta.get("resourceVersion") or ""), started=started,
         phase=str(status.get("phase") or ""), workload=workload_of(obj).key,
-        restarts=restarts, oom_killed=oom_killed, finished=finished)
+        restarts=restarts, oom_killed=oom_killed, finished=finished,
+        identity=admitted_identity(meta))

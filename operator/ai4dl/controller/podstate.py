@@ -158,11 +158,25 @@ def state_scope(namespace: str, name: str, uid: str) -> str:
     return f"state\0{namespace}\0{name}\0{uid}"
 
 
-def admitted_scope(namespace: str, phasemodel: str) -> str:
-    """Admission's record belongs to a namespace and PhaseModel (a pod has no uid, and a
-    generated name no name, when admission sees it); once the operator first writes the pod it
-    moves the originals into the pod's own state record, bound to its uid."""
-    return f"admitted\0{namespace}\0{phasemodel}"
+def admitted_scope(namespace: str, phasemodel: str, identity: str) -> str:
+    """Admission's record belongs to a namespace, a PhaseModel and the pod as admission sees it
+    (:func:`admitted_identity`: a pod has no uid, and a generated name no name, then); once the
+    operator first writes the pod it moves the originals into the pod's own state record,
+    bound to its uid. Bound to the pod's identity, a record copied onto a pod of another Job
+    (or a pod of another name) does not verify (issue 43: copied between pods of one
+    PhaseModel, it inflated the savings)."""
+    return f"admitted\0{namespace}\0{phasemodel}\0{identity}"
+
+
+def admitted_identity(metadata: Mapping) -> str:
+    """What names a pod both when admission sees it and ever after: its ``generateName`` (or
+    its name, when it has no generated one) and the uids of its controllers (the Job, the
+    ReplicaSet, ... that made it). Pods of one controller share it, and their template's
+    requests, so a record moved among them claims nothing they did not ask for."""
+    owners = sorted(str(o.get("uid", "")) for o in metadata.get("ownerReferences") or []
+                    if isinstance(o, Mapping) and o.get("controller"))
+    base = metadata.get("generateName") or metadata.get("name") or ""
+    return f"{base}\0{','.join(owners)}"
 
 
 def peek(text: str | None) -> dict:

@@ -27,7 +27,8 @@ from ai4dl.controller.plan_types import DATA_SKIPS, WindowPlan
 from ai4dl.controller.runtime_window import (ModelCache, WindowReport, label_selector,
                                              now_iso, window_start)
 from ai4dl.controller.runtime_writes import PodWrites
-from ai4dl.controller.savings import add_window, original_requests, window_amounts
+from ai4dl.controller.savings import (add_window, clamp_originals, original_requests,
+                                      window_amounts)
 from ai4dl.policy.serving import served_policy, window_samples
 from ai4dl.kube.raw import api_message, paged_items
 from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
@@ -230,7 +231,8 @@ class WindowRunner(PodWrites):
         self._rejected_records(plan)
         self._keep_histories(plan, model_key)
         # the authors' requests, read once per pod: for the metrics and the savings
-        originals = [original_requests(p.pod) if p.containers else {} for p in plan.pods]
+        originals = [self._capped_originals(p, labels) if p.containers else {}
+                     for p in plan.pods]
         self._apply(plan, spec, report, originals)
         report.seconds = time.perf_counter() - started
         m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)
@@ -334,6 +336,18 @@ class WindowRunner(PodWrites):
         known = self.profiled or set()
         return {"running": len(running), "profiled": len(running & known),
                 "stored": len(known), "profileWrites": self.profiles.writes}
+
+    def _capped_originals(self, p, labels) -> dict:
+        """The pod's authors' requests for the savings, none above the largest a container can
+        have (``clamp_originals``); each clamped one is counted and logged, naming the pod."""
+        originals, clamped = clamp_originals(original_requests(p.pod), self.max_value)
+        for container, resource, value in clamped:
+            m.ORIGINALS_CLAMPED.labels(*labels, resource).inc()
+            log.warning("PhaseModel %s/%s: pod %s container %s: its author's %s request %g is "
+                        "above the largest a container can have (%g): the savings count it at "
+                        "that", self.namespace, self.name, p.pod.name, container, resource,
+                        value, self.max_value[resource])
+        return originals
 
     def _rejected_records(self, plan: WindowPlan) -> None:
         """Records on a pod that are not the operator's: counted, and — when someone wrote them

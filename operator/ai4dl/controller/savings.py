@@ -54,6 +54,25 @@ def original_requests(pod) -> dict[str, dict[str, float]]:
     return out
 
 
+def clamp_originals(originals: Mapping[str, Mapping[str, float]], cap: Mapping[str, float]
+                    ) -> tuple[dict[str, dict[str, float]], list[tuple[str, str, float]]]:
+    """The originals no larger than ``cap`` (the largest a container can have: the operator's
+    ``--max-container-*``, your largest node's allocatable), and the (container, resource,
+    value) clamped. An author's ``cpu: 1000`` is sealed honestly, and a pod admitted at its
+    workload's level runs; counted at 1000 cores it made the savings about 1,000x the truth
+    (issue 43). The record keeps what the author wrote; only the sums are clamped."""
+    out, clamped = {}, []
+    for name, per in originals.items():
+        out[name] = {}
+        for r, v in per.items():
+            top = cap.get(r)
+            if top is not None and v is not None and v > top:
+                clamped.append((name, r, float(v)))
+                v = float(top)
+            out[name][r] = v
+    return out, clamped
+
+
 def window_amounts(plans: Sequence, resources: Sequence[str], mode: str,
                    window_seconds: float,
                    originals: Sequence[Mapping] | None = None) -> dict[str, tuple[float, float]]:
