@@ -1,4 +1,5 @@
-"""Benchmark of the phase-discovery core. Prints a markdown table; asserts nothing.
+"""Benchmark of the phase-discovery core. Prints a markdown table; asserts nothing, but
+measuring nothing (no sample, no detection) exits 1 with the reason and no table.
 
     .venv/bin/python bench/bench_core.py [--executions 1000] [--samples 2400] [--repeats 5]
 
@@ -12,8 +13,10 @@ detection throughput of the numpy encoder + nearest centroid on ONE thread (targ
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import statistics
+import sys
 import time
 
 from threadpoolctl import threadpool_limits
@@ -21,6 +24,7 @@ from threadpoolctl import threadpool_limits
 from ai4dl.method import synthetic
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.traces import TraceSet
+from measured import refuse
 
 
 def rss_mib() -> float:
@@ -50,12 +54,18 @@ def detection_throughput(model: PhaseModel, traces: TraceSet, pods: int, window:
     return statistics.median(rates["window"]), statistics.median(rates["whole"])
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--executions", type=int, default=1000)
     ap.add_argument("--samples", type=int, default=2400)
     ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
+    ap.add_argument("--epochs", type=int, default=60, help="CRBM epochs (the model's default)")
+    args = ap.parse_args(argv)
+    # the detection windows start 100 samples in and take 40 + the model's history (3)
+    if args.executions < 1 or args.samples < 143 or args.repeats < 1:
+        return refuse("bench_core", f"{args.executions} executions of {args.samples} samples, "
+                                    f"{args.repeats} repeats: at least 1 execution of 143 "
+                                    f"samples and 1 repeat are measured")
 
     rss_start = rss_mib()
     t = time.perf_counter()
@@ -63,7 +73,7 @@ def main() -> None:
     gen_s = time.perf_counter() - t
     rss_data = rss_mib()
 
-    model = PhaseModel(random_state=0)
+    model = PhaseModel(random_state=0, epochs=args.epochs)
     t = time.perf_counter()
     model.fit(traces)
     fit_s = time.perf_counter() - t
@@ -73,6 +83,9 @@ def main() -> None:
                                                 args.repeats)
 
     n = traces.n_samples
+    if not (n and all(math.isfinite(r) and r > 0 for r in (win_rate, whole_rate))):
+        return refuse("bench_core", f"{n} samples fitted, detection rates {win_rate:g} and "
+                                    f"{whole_rate:g} samples/s")
     rows = [
         ("data", f"{args.executions} executions x {args.samples} samples x "
                  f"{len(traces.features)} features = {n:,} samples (generated in {gen_s:.1f} s)",
@@ -96,7 +109,8 @@ def main() -> None:
     print("| measure | value | target |\n|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,7 +19,8 @@ loop, as kopf's handling of the watch event of the window's status write):
 Measured: how long after it was due the tenant's window work started (a PhaseModel with a 12 s
 window in another namespace, due at the same instants as the flood), and the latency of an
 admission stand-in (a 1 ms handler run in a 4-thread executor from the event loop, as kopf runs
-the sync webhook handler), every 50 ms. Medians and 95th percentiles.
+the sync webhook handler), every 50 ms. Medians and 95th percentiles. A scenario in which the
+tenant got no window or admission no call measured nothing: exit 1, the reason, no table.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
 from ai4dl.controller.fairness import WindowScheduler, period_seconds  # noqa: E402
 from ai4dl.controller.runtime import window_start  # noqa: E402
+from measured import refuse  # noqa: E402
 
 FLOOD_WINDOW = 4        # the smallest window the CRD allows
 TENANT_WINDOW = 12
@@ -126,6 +128,10 @@ def main(argv=None) -> int:
     rows = []
     for mode in ("before", "after"):
         tenant, admitted = asyncio.run(scenario(mode, args))
+        if not tenant or not admitted:
+            return refuse("bench_fairness", f"scenario {mode}: {len(tenant)} tenant windows, "
+                                            f"{len(admitted)} admissions in {args.seconds:g} s "
+                                            f"(the tenant's window is {TENANT_WINDOW} s)")
         rows.append((mode, len(tenant), statistics.median(tenant), pct(tenant, 0.95),
                      statistics.median(admitted) * 1000, pct(admitted, 0.95) * 1000))
     print(f"\n{args.flood} PhaseModels with {FLOOD_WINDOW} s windows in one namespace, one "

@@ -19,6 +19,9 @@ executions (its fit is the core benchmark's business, not this one's).
    --samples (out-of-fold selection and calibration included; target < 10 s), and the
    operator's call for 2,000 pods at once from their running statistics (target: well under
    5 % of a 600 s window). Medians of repeated runs.
+
+Too little data to measure (no execution, executions shorter than two windows) exits 1 with
+the reason and no table (issue 44: a benchmark that measured nothing must not print one).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -40,6 +44,7 @@ from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.online import OwnHistory, next_allocations
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.method.traces import TraceSet
+from measured import refuse
 
 
 def make(n: int, samples: int, seed: int) -> list:
@@ -206,23 +211,43 @@ def peak_bench(model, data, args) -> None:
     print()
 
 
-def main() -> None:
+def too_little(args) -> str:
+    """Why these sizes measure nothing ("" when they measure something): every section replays
+    or fits windows after a first one, on executions of the model's data as well."""
+    if args.samples < 2 * args.window:
+        return f"--samples {args.samples} < two windows of {args.window}: no window to score"
+    if args.fit_executions < 2 or args.model_executions < 2:
+        return (f"--fit-executions {args.fit_executions}, --model-executions "
+                f"{args.model_executions}: at least 2 of each")
+    if not args.skip_replay and args.executions < 1:
+        return f"--executions {args.executions}: nothing to replay"
+    return ""
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--executions", type=int, default=5000)
     ap.add_argument("--samples", type=int, default=2400)
     ap.add_argument("--window", type=int, default=40)
     ap.add_argument("--fit-executions", type=int, default=1000)
+    ap.add_argument("--model-executions", type=int, default=200,
+                    help="executions the phase model is fitted on beforehand")
+    ap.add_argument("--epochs", type=int, default=30, help="the phase model's CRBM epochs")
     ap.add_argument("--skip-replay", action="store_true",
                     help="only the head-room and peak-risk sections")
-    args = ap.parse_args()
-
-    model = PhaseModel(random_state=0, epochs=30).fit(TraceSet(make(200, args.samples, 1)))
+    args = ap.parse_args(argv)
+    why = too_little(args)
+    if why:
+        return refuse("bench_policies", why)
+    model = PhaseModel(random_state=0, epochs=args.epochs).fit(
+        TraceSet(make(args.model_executions, args.samples, 1)))
     train = headroom_bench(model, args)
     peak_bench(model, train, args)
     if not args.skip_replay:
         replay_bench(model, train, args)
     assert set(FITTED) >= {"phase-headroom", "burst-headroom"}
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
