@@ -1,4 +1,6 @@
-"""Benchmark of the admission webhook (issue 13). Prints markdown tables; asserts nothing.
+"""Benchmark of the admission webhook (issue 13). Prints markdown tables; asserts nothing, but
+a run in which the webhook did not size every pod it was sent measured nothing: exit 1, the
+reason, no table (issue 44).
 
     .venv/bin/python bench/bench_admission.py [--pods 200]
 
@@ -53,6 +55,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pods", type=int, default=200, help="pod creations per series (200)")
     args = ap.parse_args()
+    from measured import refuse
+
+    if args.pods < 1:
+        return refuse("bench_admission", f"--pods {args.pods}: nothing to create")
 
     from kubernetes import client, config
 
@@ -140,7 +146,13 @@ def main() -> int:
         if op is not None:
             op.stop()
         cp.stop()
+        import shutil
 
+        shutil.rmtree(work, ignore_errors=True)
+
+    if mutated < len(with_hook) or not direct:
+        return refuse("bench_admission", f"the webhook sized {mutated} of {len(with_hook)} pods "
+                                         f"created with it on (every one is asked for)")
     hist = {}
     for line in metrics.splitlines():
         if line.startswith("ai4dl_admission_duration_seconds_bucket"):

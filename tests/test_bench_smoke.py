@@ -49,3 +49,14 @@ def test_nothing_to_measure_is_no_table_and_exit_1(script, args, why):
     assert r.returncode == 1 and r.stdout.strip() == "", (r.stdout, r.stderr)
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith(f"{name}: measured nothing, no table: ") and why in line, line
+
+
+@pytest.mark.integration
+def test_the_admission_benchmark_sizes_every_pod_it_creates(kube_cluster):  # binaries built
+    r = bench("bench_admission.py", "--pods", "3")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    assert "pods mutated with the webhook on: 3 of 3" in r.stdout
+    r = bench("bench_admission.py", "--pods", "0")
+    assert r.returncode == 1 and r.stdout.strip() == ""
+    assert r.stderr.strip() == "bench_admission: measured nothing, no table: --pods 0: nothing " \
+                               "to create"
