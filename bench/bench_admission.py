@@ -26,6 +26,7 @@ import argparse
 import base64
 import http.client
 import json
+import shutil
 import ssl
 import statistics
 import sys
@@ -41,6 +42,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
+from measured import refuse  # noqa: E402
+
 
 def pct(values, q) -> float:
     return float(np.percentile(np.asarray(values) * 1000.0, q))
@@ -55,8 +58,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pods", type=int, default=200, help="pod creations per series (200)")
     args = ap.parse_args()
-    from measured import refuse
-
     if args.pods < 1:
         return refuse("bench_admission", f"--pods {args.pods}: nothing to create")
 
@@ -146,8 +147,6 @@ def main() -> int:
         if op is not None:
             op.stop()
         cp.stop()
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
 
     if mutated < len(with_hook) or not direct:

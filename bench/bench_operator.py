@@ -52,6 +52,7 @@ from operator_bench.measure import (breakdown_window, process_pids, run_operator
                                     scrape_stats, whatif_patches)
 from operator_bench.report import report
 from operator_bench.serving import serving_table
+from measured import refuse
 
 
 def main(argv=None) -> int:
@@ -200,8 +201,7 @@ def main(argv=None) -> int:
 
     why = measured_nothing(results, args.pods)
     if why:
-        log(f"measured nothing, no table: {why}")
-        return 1
+        return refuse("bench_operator", why)
     report(args, results)
     return 0
 
