@@ -138,10 +138,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
-    from dataclasses import fields
-
-    from ai4dl.evaluation.evaluate import POLICIES, EvaluationConfig
-    from ai4dl.policy.policies import PHASE_READERS, STATISTICS
+    """The evaluate command's options: traces, replay, evaluation, policy parameters, model
+    and output."""
+    from ai4dl.evaluation.evaluate import POLICIES
 
     from ai4dl.cli.replay import add_replay_args
 
@@ -190,7 +189,17 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
                    "on every policy but the oracle: none or the operator's defaults (default: "
                    "none for TRACES; operator with --prometheus, and the PhaseModel's own with "
                    "--phasemodel: what the operator would have done)")
-    g = p.add_argument_group("policy parameters")
+    _add_policy_parameter_args(p.add_argument_group("policy parameters"))
+    _add_model_and_output_args(p)
+
+
+def _add_policy_parameter_args(g) -> None:
+    """The phase policies' and adaptive-stat's parameters, and VPA's prewarm."""
+    from dataclasses import fields
+
+    from ai4dl.evaluation.evaluate import EvaluationConfig
+    from ai4dl.policy.policies import PHASE_READERS, STATISTICS
+
     g.add_argument("--statistic", choices=STATISTICS, default="mean+kstd",
                    help="phase level statistic (default mean+kstd)")
     g.add_argument("--k", type=float, default=2.0, help="k of mean + k·std, for the phase "
@@ -210,6 +219,10 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-vpa-prewarm", action="store_true", help="VPA starts empty instead of "
                    "with the training executions' history (and krr has no earlier executions "
                    "of the workload: it keeps the initial request)")
+
+
+def _add_model_and_output_args(p: argparse.ArgumentParser) -> None:
+    """The phase model's options and where the results go."""
     g = p.add_argument_group("phase model")
     g.add_argument("--model", help="a fitted model file to use (no fit)")
     g.add_argument("--phases", help="number of phases or 'auto' (default auto)")

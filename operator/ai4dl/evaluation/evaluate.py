@@ -328,26 +328,9 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
         say(f"policy {p.name}")
         own[p.name] = replay(data, p, cfg.window, None, cfg.vpa_prewarm)
         replays[p.name] = serve(data, own[p.name], cfg.window, cfg.safety)
-    per_target: dict = {}
-    autos: dict = {}
-    fitted: dict = {}
+    per_target, autos, fitted = _fit_per_target(cfg, fitted_names, train_data, data, model,
+                                                say)
     for name in fitted_names:
-        for t in cfg.targets:
-            say(f"policy {name}: fitting for {100 * t:g} % on the train side")
-            if name == "auto":
-                choice = choose_policy(train_data, cfg.window, model, t,
-                                       holdout=cfg.auto_holdout,
-                                       phase_options=phase_options(cfg, "execution"),
-                                       safety=cfg.safety)
-                autos[t] = choice
-                pol = choice.policy
-                say(f"auto at {100 * t:g} %: {choice.reason}")
-            else:
-                pol = build_policies(dataclasses.replace(cfg, policies=(name,)), model,
-                                     train_data, t)[0]
-            fitted.setdefault(name, {})[t] = pol
-            per_target.setdefault(name, {})[t] = replay(data, pol, cfg.window, cfg.safety,
-                                                        cfg.vpa_prewarm)
         replays[name] = per_target[name][primary(cfg.targets)]
     per_risk_own, auto_risk = _fit_for_risks(cfg, fitted_names, train_data, data, model, say)
     per_risk = {n: {s: serve(data, r, cfg.window, cfg.safety) for s, r in by.items()}
@@ -369,6 +352,34 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
                             train_data, per_target, autos, fitted, cold,
                             first_window_levels=levels, per_risk=per_risk, auto_risk=auto_risk,
                             own=own, per_risk_own=per_risk_own, starts=counts)
+
+
+def _fit_per_target(cfg: EvaluationConfig, fitted_names: Sequence[str], train_data, data,
+                    model, say) -> tuple[dict, dict, dict]:
+    """The policies fitted for a target, fitted on the train side once per scored target and
+    replayed on the held-out side. Returns (name -> target -> Replay, target -> AutoChoice,
+    name -> target -> policy)."""
+    per_target: dict = {}
+    autos: dict = {}
+    fitted: dict = {}
+    for name in fitted_names:
+        for t in cfg.targets:
+            say(f"policy {name}: fitting for {100 * t:g} % on the train side")
+            if name == "auto":
+                choice = choose_policy(train_data, cfg.window, model, t,
+                                       holdout=cfg.auto_holdout,
+                                       phase_options=phase_options(cfg, "execution"),
+                                       safety=cfg.safety)
+                autos[t] = choice
+                pol = choice.policy
+                say(f"auto at {100 * t:g} %: {choice.reason}")
+            else:
+                pol = build_policies(dataclasses.replace(cfg, policies=(name,)), model,
+                                     train_data, t)[0]
+            fitted.setdefault(name, {})[t] = pol
+            per_target.setdefault(name, {})[t] = replay(data, pol, cfg.window, cfg.safety,
+                                                        cfg.vpa_prewarm)
+    return per_target, autos, fitted
 
 
 def risk_objectives(resources: Sequence[str], share: float) -> dict:

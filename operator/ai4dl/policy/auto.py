@@ -40,8 +40,12 @@ import numpy as np
 from ai4dl.judge import (GiB, Replay, matched_risk_multiplier, replay, score,
                          served_risk_match, subset, through_safety, wins_at_risk, wins_over,
                          working_set_inputs)
+from ai4dl.policy import policies as P
+from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.objectives import Objective, resolve
 from ai4dl.policy.online import SERVABLE
+from ai4dl.policy.peak import PeakRiskPolicy
+from ai4dl.policy.policies import Calibrated, Oracle, PerResource
 
 #: What auto considers, in the order ties are broken (the baseline first).
 CANDIDATES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
@@ -94,8 +98,6 @@ class AutoChoice:
         """The fitted peak-risk tables among the winners (distinct; refit on all training
         executions, seen through a calibration): what the trainer stores in the model document
         (``risk_tables_``)."""
-        from ai4dl.policy.peak import PeakRiskPolicy
-
         out: list = []
         for p in getattr(self.policy, "policies", None) or (self.policy,):
             p = getattr(p, "policy", p)          # Calibrated wraps; peak-risk never is
@@ -107,8 +109,6 @@ class AutoChoice:
     def tables(self) -> list:
         """The fitted head-room tables among the winners (distinct; refit on all training
         executions): what the trainer stores in the model document (``policy_tables_``)."""
-        from ai4dl.policy.headroom import HeadroomPolicy
-
         out: list = []
         for p in getattr(self.policy, "policies", ()):
             if isinstance(p, HeadroomPolicy) and all(p is not q for q in out):
@@ -148,9 +148,6 @@ def build_candidate(name: str, train, window: int, model=None, target: float = D
     """One candidate policy, fitted on the executions ``only`` of ``train`` when it learns
     (the head-room tables: at ``target``). Phase policies take their levels from ``model``
     (execution scope unless ``phase_options`` says otherwise)."""
-    from ai4dl.policy import policies as P
-    from ai4dl.policy.headroom import HeadroomPolicy
-
     resources = tuple(train.resources)
     idx = list(range(len(train.usage))) if only is None else list(only)
     if name == "adaptive-max":
@@ -166,8 +163,6 @@ def build_candidate(name: str, train, window: int, model=None, target: float = D
             window, model.n_phases_ if use_phase else None, resources)
     if name in RISK_LEARNED:
         # fitted to a share of windows at risk: ``target`` is the share covered (1 − risk)
-        from ai4dl.policy.peak import PeakRiskPolicy
-
         use_phase = model is not None and all(train.phases[i] is not None for i in idx)
         # out-of-fold calibration by workload: a job's executions are never on both sides
         groups = [train.groups[i] for i in idx] if train.groups else None
@@ -419,24 +414,13 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     calibrated on what it realises through it. The layer's holds (a cool-down, memory held
     while the working set rises) put fewer windows at risk than the bare policy: calibrated
     without them, the choice would be served dearer and safer than its objective."""
-    from ai4dl.policy.policies import Calibrated, Oracle, PerResource
-
     if window < 1:
         raise ValueError(f"window must be at least 1 sample, got {window}")
     if not 0.0 < holdout < 1.0:
         raise ValueError(f"holdout must be in (0, 1), got {holdout:g}")
     resources = tuple(train.resources)
     objectives = resolve(target, resources)
-    candidates = list(dict.fromkeys(candidates))
-    unknown = [c for c in candidates if c not in CANDIDATES]
-    if unknown:
-        raise ValueError(f"unknown candidate policy {unknown[0]!r} (known: "
-                         f"{', '.join(CANDIDATES)})")
-    if BASELINE not in candidates:
-        candidates.insert(0, BASELINE)
-    if model is None or any(p is None for p in train.phases):
-        candidates = [c for c in candidates if c not in ("phase-headroom", "phase",
-                                                         "phase-proactive")]
+    candidates = _candidate_list(candidates, model, train)
     starts = train.starts or [0.0] * len(train.usage)
     fit_idx, val_idx = recent_split(starts, holdout)
     # executions that end inside their cold-start window are never scored
@@ -451,97 +435,143 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
         winners = [BASELINE] * len(resources)
         achieved = [{} for _ in resources]
     else:
-        # every execution is replayed (VPA's workload history stays warm) and the held-out
-        # ones scored; only the learned candidates depend on the objective
-        fixed = {"oracle": replay(train, Oracle(), window)}
-        for name in candidates:
-            if name not in LEARNED and name not in RISK_LEARNED:
-                pol = build_candidate(name, train, window, model, objectives[0].quantile,
-                                      phase_options, fit_idx)
-                fixed[name] = replay(train, pol, window)
-        by_objective: dict = {}
-        for o in dict.fromkeys((o.kind, o.value) for o in objectives):
-            kind, value = o
-            obj = Objective("x", kind, value)
-            replays = dict(fixed)
-            for name in candidates:
-                if name in LEARNED or (name in RISK_LEARNED and kind == "risk"):
-                    pol = build_candidate(name, train, window, model, obj.quantile,
+        by_objective = _candidate_replays(train, window, model, candidates, objectives,
                                           phase_options, fit_idx)
-                    replays[name] = replay(train, pol, window)
-            by_objective[o] = replays
         for j, (res, o) in enumerate(zip(resources, objectives)):
             replays = by_objective[(o.kind, o.value)]
             names = [c for c in candidates if c in replays]
-            if o.is_risk:
-                # each candidate calibrated on the executions it was fitted on; peak-risk
-                # calibrates itself out of fold (but not through a safety layer)
-                if safety is None:
-                    cal = {n: (replays[n] if n in RISK_LEARNED or n == "oracle" else
-                               _scaled(replays[n], calibration_factor(
-                                   train, replays[n], window, j, o.value, fit_idx)))
-                           for n in (*names, "oracle")}
-                    own = None
-                else:
-                    served = {n: served_calibration(train, replays[n], window, j, o.value,
-                                                    fit_idx, safety) for n in names}
-                    cal = {n: v[1] for n, v in served.items()}
-                    own = {n: v[2] for n, v in served.items()}
-                    cal["oracle"] = replays["oracle"]
-                # judged as the evaluator judges: matched in the served order under a layer
-                sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,),
-                           safety=safety, own=own)
-                won = []
-                for name in names:
-                    r = sc[name][j]
-                    win = name != BASELINE and bool(wins_at_risk(sc, name, j, o.value,
-                                                                 BASELINE))
-                    scores.append(CandidateScore(name, res, o.value,
-                                                 float(r.vs_oracle_risk_at[o.value]),
-                                                 float(r.oom_windows), float(r.risk_share),
-                                                 win))
-                    if win and (servable is None or name in servable):
-                        won.append(name)
-                best = pick_at_risk(train, cal, window, j, o.value, val_idx, won,
-                                    {n: sc[n][j].vs_oracle_risk_at[o.value] for n in won},
-                                    safety, own)
-                winners.append(best)
-                w = sc[best][j]
-                achieved.append({"fulfilment": float(w.fulfilment),
-                                 "riskWindows": float(w.risk_share)})
-                continue
-            t = o.value
-            if safety is not None:      # judged as served: through the layer
-                replays = {n: (r if n == "oracle" else Replay(
-                    r.policy, through_safety(train, r.allocations, window, safety)))
-                    for n, r in replays.items()}
-            sc = score(train, replays, window, targets=(t,), only=val_idx, risks=())
-            eligible = [BASELINE]
-            for name in names:
-                r = sc[name][j]
-                win = name != BASELINE and bool(wins_over(sc, name, j, t, BASELINE))
-                if win and o.max_short_windows is not None:
-                    win = bool(r.short_window_share_at[t] <= o.max_short_windows)
-                scores.append(CandidateScore(name, res, t, float(r.vs_oracle_at[t]),
-                                             float(r.short_windows_at[t]),
-                                             float(r.short_window_share_at[t]), win))
-                if win:
-                    eligible.append(name)
-            winners.append(pick_winner(sc, eligible, j, t, servable=servable))
-            w = sc[winners[-1]][j]
-            achieved.append({"fulfilment": float(w.fulfilment),
-                             "riskWindows": float(w.risk_share)})
-        reason = "; ".join(
-            f"{res}: {w}" + ("" if w != BASELINE else " (no servable candidate was cheaper "
-                             + ("at matched risk)" if o.is_risk else
-                                "with no more windows short)"))
-            for res, w, o in zip(resources, winners, objectives))
-        reason = (f"scored on the {len(val_idx)} most recent of {len(train.usage)} training "
-                  f"executions ({'; '.join(f'{o.resource} {o.label()}' for o in objectives)})"
-                  f": {reason}")
+            choose = _choose_at_risk if o.is_risk else _choose_at_fulfilment
+            best, found, realised = choose(train, replays, window, j, res, o, names,
+                                           fit_idx, val_idx, servable, safety)
+            scores += found
+            winners.append(best)
+            achieved.append(realised)
+        reason = _choice_reason(resources, winners, objectives, len(val_idx), len(train.usage))
+    policy, calibration = _refit_winners(train, window, model, resources, winners, objectives,
+                                         phase_options, safety)
+    return AutoChoice(resources, tuple(float(o.value) for o in objectives), tuple(winners),
+                      scores, len(fit_idx), len(val_idx), reason, policy, objectives,
+                      tuple(achieved), tuple(calibration))
 
-    # the winners, refit on every training execution; a resource judged by risk gets its
-    # calibration factor from every training execution
+
+def _candidate_list(candidates: Sequence[str], model, train) -> list[str]:
+    """The candidates asked for, checked, with the baseline; the phase candidates left out
+    without a model or a phase for every sample."""
+    candidates = list(dict.fromkeys(candidates))
+    unknown = [c for c in candidates if c not in CANDIDATES]
+    if unknown:
+        raise ValueError(f"unknown candidate policy {unknown[0]!r} (known: "
+                         f"{', '.join(CANDIDATES)})")
+    if BASELINE not in candidates:
+        candidates.insert(0, BASELINE)
+    if model is None or any(p is None for p in train.phases):
+        candidates = [c for c in candidates if c not in ("phase-headroom", "phase",
+                                                         "phase-proactive")]
+    return candidates
+
+
+def _candidate_replays(train, window: int, model, candidates: list[str], objectives,
+                       phase_options: dict | None, fit_idx: list[int]) -> dict:
+    """(objective kind, value) -> candidate -> its replay over every training execution (VPA's
+    workload history stays warm), fitted on ``fit_idx``; only the learned candidates depend on
+    the objective."""
+    fixed = {"oracle": replay(train, Oracle(), window)}
+    for name in candidates:
+        if name not in LEARNED and name not in RISK_LEARNED:
+            pol = build_candidate(name, train, window, model, objectives[0].quantile,
+                                  phase_options, fit_idx)
+            fixed[name] = replay(train, pol, window)
+    by_objective: dict = {}
+    for o in dict.fromkeys((o.kind, o.value) for o in objectives):
+        kind, value = o
+        obj = Objective("x", kind, value)
+        replays = dict(fixed)
+        for name in candidates:
+            if name in LEARNED or (name in RISK_LEARNED and kind == "risk"):
+                pol = build_candidate(name, train, window, model, obj.quantile,
+                                      phase_options, fit_idx)
+                replays[name] = replay(train, pol, window)
+        by_objective[o] = replays
+    return by_objective
+
+
+def _choose_at_risk(train, replays: dict, window: int, j: int, res: str, o: Objective,
+                    names: list[str], fit_idx, val_idx, servable, safety):
+    """Resource ``j`` judged by a share of windows at risk: each candidate calibrated on the
+    executions it was fitted on (peak-risk calibrates itself out of fold, but not through a
+    safety layer), matched in the served order under the layer as the evaluator judges.
+    Returns (winner, its CandidateScores, what the winner realised)."""
+    if safety is None:
+        cal = {n: (replays[n] if n in RISK_LEARNED or n == "oracle" else
+                   _scaled(replays[n], calibration_factor(
+                       train, replays[n], window, j, o.value, fit_idx)))
+               for n in (*names, "oracle")}
+        own = None
+    else:
+        served = {n: served_calibration(train, replays[n], window, j, o.value,
+                                        fit_idx, safety) for n in names}
+        cal = {n: v[1] for n, v in served.items()}
+        own = {n: v[2] for n, v in served.items()}
+        cal["oracle"] = replays["oracle"]
+    sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,),
+               safety=safety, own=own)
+    won, found = [], []
+    for name in names:
+        r = sc[name][j]
+        win = name != BASELINE and bool(wins_at_risk(sc, name, j, o.value, BASELINE))
+        found.append(CandidateScore(name, res, o.value, float(r.vs_oracle_risk_at[o.value]),
+                                    float(r.oom_windows), float(r.risk_share), win))
+        if win and (servable is None or name in servable):
+            won.append(name)
+    best = pick_at_risk(train, cal, window, j, o.value, val_idx, won,
+                        {n: sc[n][j].vs_oracle_risk_at[o.value] for n in won}, safety, own)
+    w = sc[best][j]
+    return best, found, {"fulfilment": float(w.fulfilment), "riskWindows": float(w.risk_share)}
+
+
+def _choose_at_fulfilment(train, replays: dict, window: int, j: int, res: str, o: Objective,
+                          names: list[str], fit_idx, val_idx, servable, safety):
+    """Resource ``j`` judged by a fulfilment of samples: matched margins, judged as served
+    (through the layer). Returns (winner, its CandidateScores, what the winner realised)."""
+    t = o.value
+    if safety is not None:
+        replays = {n: (r if n == "oracle" else Replay(
+            r.policy, through_safety(train, r.allocations, window, safety)))
+            for n, r in replays.items()}
+    sc = score(train, replays, window, targets=(t,), only=val_idx, risks=())
+    eligible, found = [BASELINE], []
+    for name in names:
+        r = sc[name][j]
+        win = name != BASELINE and bool(wins_over(sc, name, j, t, BASELINE))
+        if win and o.max_short_windows is not None:
+            win = bool(r.short_window_share_at[t] <= o.max_short_windows)
+        found.append(CandidateScore(name, res, t, float(r.vs_oracle_at[t]),
+                                    float(r.short_windows_at[t]),
+                                    float(r.short_window_share_at[t]), win))
+        if win:
+            eligible.append(name)
+    best = pick_winner(sc, eligible, j, t, servable=servable)
+    w = sc[best][j]
+    return best, found, {"fulfilment": float(w.fulfilment), "riskWindows": float(w.risk_share)}
+
+
+def _choice_reason(resources, winners, objectives, n_val: int, n_train: int) -> str:
+    """The choice in one line: where it was scored, and per resource its winner."""
+    reason = "; ".join(
+        f"{res}: {w}" + ("" if w != BASELINE else " (no servable candidate was cheaper "
+                         + ("at matched risk)" if o.is_risk else
+                            "with no more windows short)"))
+        for res, w, o in zip(resources, winners, objectives))
+    return (f"scored on the {n_val} most recent of {n_train} training "
+            f"executions ({'; '.join(f'{o.resource} {o.label()}' for o in objectives)})"
+            f": {reason}")
+
+
+def _refit_winners(train, window: int, model, resources, winners, objectives,
+                   phase_options: dict | None, safety):
+    """The winners refit on every training execution; a resource judged by risk gets its
+    calibration factor from every training execution. Returns (the served policy, per
+    resource its factor)."""
     fitted: dict = {}
     chosen = []
     calibration = []
@@ -565,7 +595,4 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
             pol = Calibrated(pol, tuple(float(f) for f in factors), name=w)
         calibration.append(factor)
         chosen.append(pol)
-    policy = PerResource(tuple(chosen), name="auto")
-    return AutoChoice(resources, tuple(float(o.value) for o in objectives), tuple(winners),
-                      scores, len(fit_idx), len(val_idx), reason, policy, objectives,
-                      tuple(achieved), tuple(calibration))
+    return PerResource(tuple(chosen), name="auto"), calibration

@@ -204,48 +204,60 @@ class PeakRiskPolicy:
         for r in range(R):
             cols = (rows.peak[:, r], rows.last[:, r], rows.code[:, r], rows.phase,
                     rows.target[:, r], rows.length)
-            best = None
-            report: dict = {"windows": float(len(fold))}
-            for ph, mw in candidates:
-                g, cost = 1.0, float("nan")
-                if n_folds >= 2 and (self.calibrate or len(candidates) > 1):
-                    alloc = np.empty(len(fold))
-                    for f in range(self.folds):
-                        test = fold == f
-                        if not test.any():
-                            continue
-                        tr = ~test
-                        st = self._states(cols, tr, mw, ph, k, state_risk)
-                        mult, est = cells_from_states(st, self.use_phase, k)[:2]
-                        alloc[test] = _lookup(mult, est, *(a[test] for a in cols[:4]))
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        q = np.where(alloc > 0, cols[4] / np.where(alloc > 0, alloc, 1.0),
-                                     np.where(cols[4] > 0, np.inf, 0.0))
-                    g = _order_statistic(q, 1.0 - self.max_risk)
-                    cost = g * float((alloc * cols[5]).sum())
-                    tag = f"{'_phase' if ph else ''}_mw{mw}"
-                    report[f"oof_cost{tag}"] = cost
-                    report[f"oof_factor{tag}"] = g
-                    if not np.isfinite(g):
-                        cost = float("inf")
-                if best is None or cost < best[2] or not np.isfinite(best[2]):
-                    best = (ph, mw, cost, g)
-            ph, mw, _, g = best
-            factor = g * (1.0 + _ULP) if (self.calibrate and np.isfinite(g) and g > 0) \
-                else 1.0
-            states = [st._replace(multiplier=st.multiplier * factor)
-                      for st in self._states(cols, None, mw, ph, k, state_risk)]
-            self.states_[r] = states
-            (self.multiplier_[r], self.estimator_[r], self.pooled_[r],
-             self.support_[r]) = cells_from_states(states, self.use_phase, k)
-            self.min_windows_[r] = mw
-            self.calibration_[r] = factor
-            fitted = _lookup(self.multiplier_[r], self.estimator_[r], *cols[:4])
-            report.update({"min_windows": float(mw), "calibration": float(factor),
-                           "phase": float(ph),
-                           "train_risk": float(np.mean(cols[4] > fitted))})
-            self.fit_report_[r] = report
+            self._fit_resource(r, cols, fold, n_folds, candidates, k, state_risk)
         return self
+
+    def _fit_resource(self, r: int, cols, fold: np.ndarray, n_folds: int, candidates, k: int,
+                      state_risk) -> None:
+        """Resource ``r``'s table: the (phase used, min_windows) candidate cheapest out of
+        fold, refit on every window and calibrated by its out-of-fold factor."""
+        best = None
+        report: dict = {"windows": float(len(fold))}
+        for ph, mw in candidates:
+            g, cost = 1.0, float("nan")
+            if n_folds >= 2 and (self.calibrate or len(candidates) > 1):
+                g, cost = self._out_of_fold(cols, fold, mw, ph, k, state_risk)
+                tag = f"{'_phase' if ph else ''}_mw{mw}"
+                report[f"oof_cost{tag}"] = cost
+                report[f"oof_factor{tag}"] = g
+                if not np.isfinite(g):
+                    cost = float("inf")
+            if best is None or cost < best[2] or not np.isfinite(best[2]):
+                best = (ph, mw, cost, g)
+        ph, mw, _, g = best
+        factor = g * (1.0 + _ULP) if (self.calibrate and np.isfinite(g) and g > 0) \
+            else 1.0
+        states = [st._replace(multiplier=st.multiplier * factor)
+                  for st in self._states(cols, None, mw, ph, k, state_risk)]
+        self.states_[r] = states
+        (self.multiplier_[r], self.estimator_[r], self.pooled_[r],
+         self.support_[r]) = cells_from_states(states, self.use_phase, k)
+        self.min_windows_[r] = mw
+        self.calibration_[r] = factor
+        fitted = _lookup(self.multiplier_[r], self.estimator_[r], *cols[:4])
+        report.update({"min_windows": float(mw), "calibration": float(factor),
+                       "phase": float(ph),
+                       "train_risk": float(np.mean(cols[4] > fitted))})
+        self.fit_report_[r] = report
+
+    def _out_of_fold(self, cols, fold: np.ndarray, min_windows: int, phase: bool, k: int,
+                     state_risk) -> tuple[float, float]:
+        """One candidate's out-of-fold calibration factor (the order statistic of usage ÷
+        allocation at the share covered) and its cost at that factor."""
+        alloc = np.empty(len(fold))
+        for f in range(self.folds):
+            test = fold == f
+            if not test.any():
+                continue
+            tr = ~test
+            st = self._states(cols, tr, min_windows, phase, k, state_risk)
+            mult, est = cells_from_states(st, self.use_phase, k)[:2]
+            alloc[test] = _lookup(mult, est, *(a[test] for a in cols[:4]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(alloc > 0, cols[4] / np.where(alloc > 0, alloc, 1.0),
+                         np.where(cols[4] > 0, np.inf, 0.0))
+        g = _order_statistic(q, 1.0 - self.max_risk)
+        return g, g * float((alloc * cols[5]).sum())
 
     def _states(self, cols, rows, min_windows: int, phase: bool, k: int,
                 state_risk: float | None) -> list[State]:
