@@ -36,9 +36,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ai4dl.method import synthetic
-from ai4dl.evaluation.evaluate import (FITTED, POLICIES, EvaluationConfig, build_policies, prepare,
-                                       replay, score)
+from ai4dl.evaluation.evaluate import (EvaluationConfig, build_policies, fitted_per_target,
+                                       prepare, replay, score)
 from ai4dl.method.model import PhaseModel
+from ai4dl.policy import catalog
 from ai4dl.policy.auto import choose_policy
 from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.online import OwnHistory, next_allocations
@@ -60,7 +61,7 @@ def replay_bench(model, train, args) -> None:
     t = time.perf_counter()
     data = prepare(executions, ("cpu", "memory"), model)
     timings["prepare (phase detection for all samples)"] = time.perf_counter() - t
-    names = tuple(p for p in POLICIES if p != "auto")
+    names = tuple(p for p in catalog.names() if p != catalog.AUTO)
     cfg = EvaluationConfig(window=args.window, resources=("cpu", "memory"), policies=names)
     t = time.perf_counter()
     policies = build_policies(cfg, model, train)
@@ -245,7 +246,7 @@ def main(argv=None) -> int:
     peak_bench(model, train, args)
     if not args.skip_replay:
         replay_bench(model, train, args)
-    assert set(FITTED) >= {"phase-headroom", "burst-headroom"}
+    assert set(fitted_per_target(catalog.names())) >= {"phase-headroom", "burst-headroom"}
     return 0
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ai4dl.evaluation.evaluate import ReplayInput, ResourceScore
-from ai4dl.policy.auto import (BASELINE, CANDIDATES, choose_policy, pick_winner,
-                               recent_split)
+from ai4dl.policy import catalog
+from ai4dl.policy.auto import choose_policy, pick_winner, recent_split
 from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.policies import PerResource
 
@@ -178,7 +178,10 @@ def test_bad_arguments_are_one_line_errors(kw, message):
     assert "\n" not in str(err.value)
 
 
+BASELINE = catalog.baseline()
+
+
 def test_every_named_candidate_is_known():
-    assert BASELINE == CANDIDATES[0]
-    assert set(CANDIDATES) == {"adaptive-max", "adaptive-stat", "phase-headroom",
+    assert BASELINE == catalog.candidates()[0]
+    assert set(catalog.candidates()) == {"adaptive-max", "adaptive-stat", "phase-headroom",
                                "burst-headroom", "phase", "phase-proactive", "vpa", "peak-risk"}

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from ai4dl.cli import main
-from ai4dl.evaluation.evaluate import POLICIES
+from ai4dl.policy import catalog
+
+POLICIES = catalog.names()
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -22,8 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ai4dl.evaluation.evaluate import (POLICIES, EvaluationConfig, ReplayInput, build_policies,
+from ai4dl.evaluation.evaluate import (EvaluationConfig, ReplayInput, build_policies,
                                        run_evaluation)
+from ai4dl.policy import catalog
 from ai4dl.policy.krr import KrrHistory, KrrPolicy, is_memory_like
 from ai4dl.policy.policies import Policy
 from ai4dl.method.traces import TraceSet
@@ -54,7 +55,8 @@ def test_defaults_are_krrs():
     # the Policy protocol (not runtime-checkable): allocate(usage, phases, window, initial, step)
     params = list(inspect.signature(p.allocate).parameters)
     assert params[:5] == list(inspect.signature(Policy.allocate).parameters)[1:]
-    assert POLICIES.index("krr") == POLICIES.index("vpa") + 1
+    names = catalog.names()
+    assert names.index("krr") == names.index("vpa") + 1
 
 
 @pytest.mark.parametrize("kwargs, words", [

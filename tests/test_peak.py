@@ -429,7 +429,10 @@ def test_document_holds_the_risk_tables(model_with_risk_tables):
     loaded = PhaseModel.from_document(doc)
     for name in ("peak-risk", "peak-risk-blind"):
         a = from_table(next(t for t in m.risk_tables_ if t.name == name))
-        b = build(name, loaded, ("memory",), 20)
+        # peak-risk as the operator serves it; the phase-blind control (a table a research
+        # fit may store, never served) straight from the loaded document
+        b = (build(name, loaded, ("memory",), 20) if name == "peak-risk" else
+             from_table(next(t for t in loaded.risk_tables_ if t.name == name)))
         assert isinstance(b, PeakRiskPolicy) and b.name == name
         for u, ph in zip(data.usage[:4], data.phases[:4]):
             np.testing.assert_allclose(b.allocate(u, ph, 20, None, 15.0),
@@ -523,12 +526,22 @@ def test_describe_shows_the_risk_tables(model_with_risk_tables, tmp_path, capsys
 
 
 def test_a_choice_of_peak_risk_needs_its_table(model_with_risk_tables):
-    from ai4dl.errors import ModelError
+    from ai4dl.method.document import PhaseModelDocument
+    from ai4dl.policy import catalog
+    from ai4dl.policy.serving import build
 
     m, _ = model_with_risk_tables
     doc = json.loads(m.to_document().model_dump_json(by_alias=True, exclude_none=True))
     doc["policyChoice"] = {"resources": ["memory"], "winners": ["peak-risk"], "targets": [0.99]}
     assert PhaseModel.from_document(doc).policy_choice_.winners == ["peak-risk"]
+    assert catalog.choice_problem(PhaseModelDocument.model_validate(doc)) is None
     doc.pop("riskTables")
-    with pytest.raises(ModelError, match="riskTables has no peak-risk table"):
-        PhaseModel.from_document(doc)
+    # the pure method loads it (it names no policy); the policies refuse it, where a
+    # PhaseModel's spec is validated (InvalidModel) and where it would be served
+    assert "riskTables has no peak-risk table for it" in \
+        catalog.choice_problem(PhaseModelDocument.model_validate(doc))
+    with pytest.raises(ValueError, match="has no peak-risk table"):
+        build("peak-risk", PhaseModel.from_document(doc), ("memory",), 20)
+    doc["policyChoice"]["winners"] = ["vpa"]
+    assert "'vpa', which no policy serves" in \
+        catalog.choice_problem(PhaseModelDocument.model_validate(doc))

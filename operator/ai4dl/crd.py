@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ai4dl.crd_spec import (DURATION_PATTERN, MAX_FEATURES, MAX_QUERY_LENGTH,  # noqa: F401
-                            MIN_WINDOW_STEPS, POLICY_KINDS, PROMQL_UNCHECKED, QUANTITY_PATTERN,
+                            MIN_WINDOW_STEPS, PROMQL_UNCHECKED, QUANTITY_PATTERN,
                             CpuObjective, FeatureSource, LabelSelector, LabelSelectorRequirement,
                             MemoryObjective, Objectives, PhaseModelSpec, Policy, RefitPolicy,
                             ResourceBounds, _Base, default_features, parse_duration)
@@ -24,6 +24,7 @@ from ai4dl.crd_status import (Condition, NoveltyStatus, NoveltyWindow,  # noqa: 
                               ObjectiveStatus, PhaseModelStatus, PolicyScore, SavingsAmount,
                               SavingsStatus, TrainingPolicy, TrainingStatus)
 from ai4dl.method.document import PhaseModelDocument
+from ai4dl.policy import catalog
 
 GROUP = "ai4dl.io"
 VERSION = "v1alpha1"
@@ -103,13 +104,21 @@ def openapi_schema(model: type[BaseModel]) -> dict:
     return _structural(schema, schema.get("$defs", {}))
 
 
+def document_schema() -> dict:
+    """The model document's schema, its ``policyChoice`` winners limited to the policies the
+    catalogue serves (the pure method names no policy; ai4dl.policy.catalog does)."""
+    schema = openapi_schema(PhaseModelDocument)
+    winners = schema["properties"]["policyChoice"]["properties"]["winners"]
+    winners["items"]["enum"] = list(catalog.servable())
+    return schema
+
+
 def crd_manifest() -> dict:
     spec_schema = openapi_schema(PhaseModelSpec)
     # The model document is validated in full by its own JSON schema too: malformed documents
     # (wrong types, missing fields) are refused by the API server itself.
-    spec_schema["properties"]["model"] = {**openapi_schema(PhaseModelDocument), "nullable": True}
-    spec_schema["properties"]["previousModel"] = {**openapi_schema(PhaseModelDocument),
-                                                  "nullable": True}
+    spec_schema["properties"]["model"] = {**document_schema(), "nullable": True}
+    spec_schema["properties"]["previousModel"] = {**document_schema(), "nullable": True}
     # Object defaults, so the API server fills in nested defaults (policy.mode, the features'
     # queries) even when a user leaves the whole object out.
     props = spec_schema["properties"]

@@ -10,6 +10,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       ValidationInfo, field_validator, model_validator)
 
 from ai4dl.method.document import PhaseModelDocument
+from ai4dl.policy import catalog
 from ai4dl.policy.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
@@ -217,8 +218,17 @@ class Objectives(_Base):
     memory: MemoryObjective = Field(default_factory=MemoryObjective)
 
 
-POLICY_KINDS = ("auto", "phase-headroom", "burst-headroom", "phase", "phase-proactive",
-                "adaptive-max", "adaptive-stat")
+def policy_kinds() -> tuple[str, ...]:
+    """What ``spec.policy.kind`` may name: the policies declared for the CRD
+    (ai4dl.policy.catalog), ``auto`` first."""
+    named = catalog.names(crd=True)
+    return (catalog.AUTO, *(n for n in named if n != catalog.AUTO))
+
+
+def _kinds_enum(schema: dict) -> None:
+    """The CRD schema's enum of ``spec.policy.kind``, read from the catalogue when the schema
+    is generated."""
+    schema["enum"] = list(policy_kinds())
 
 
 class Policy(_Base):
@@ -228,10 +238,11 @@ class Policy(_Base):
                                  "(admission), recommendations annotated; Recommend: "
                                  "recommendations annotated only; InPlace: admission and "
                                  "in-place resizes")
-    kind: Literal[POLICY_KINDS] = Field(
-        "auto", description="auto: the policy the trainer found best on this PhaseModel's own "
-                            "recent pods (never one that lost to the reactive baseline; the "
-                            "baseline adaptive-max until a model exists); or one by name")
+    kind: str = Field(
+        "auto", json_schema_extra=_kinds_enum,
+        description="auto: the policy the trainer found best on this PhaseModel's own "
+                    "recent pods (never one that lost to the reactive baseline; the "
+                    "baseline until a model exists); or one by name")
     objectives: Objectives = Field(
         default_factory=Objectives,
         description="what auto is chosen and the head-room tables are fitted for, per "
@@ -271,6 +282,15 @@ class Policy(_Base):
     # Whether the cpu fulfilment is targetFulfilment's (set by the validator below; private, so
     # it is never dumped: a dumped spec carries the resolved value in objectives.cpu.fulfilment).
     _cpu_fulfilment_from_target: bool = PrivateAttr(False)
+
+    @field_validator("kind")
+    @classmethod
+    def _declared_kind(cls, v: str) -> str:
+        kinds = policy_kinds()
+        if v not in kinds:
+            raise ValueError(f"Input should be {', '.join(repr(k) for k in kinds[:-1])} or "
+                             f"{kinds[-1]!r}")
+        return v
 
     @model_validator(mode="after")
     def _target_fulfilment_is_cpu(self) -> "Policy":
@@ -379,7 +399,7 @@ class PhaseModelSpec(_Base):
         # a model of data in the wrong unit is valid JSON: its levels tell (issue 45)
         from ai4dl.method.plausibility import model_level_problem
 
-        problem = model_level_problem(doc)
+        problem = model_level_problem(doc) or catalog.choice_problem(doc)
         if problem is not None:
             raise ValueError(f"spec.model: {problem}")
         return doc

@@ -195,7 +195,8 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     (``policy_choice_``). Returns the :class:`~ai4dl.policy.auto.AutoChoice`."""
     from ai4dl.method.document import PolicyChoice
     from ai4dl.evaluation.evaluate import prepare
-    from ai4dl.policy.auto import LEARNED, build_candidate, choose_policy
+    from ai4dl.policy import catalog
+    from ai4dl.policy.auto import build_candidate, choose_policy
     from ai4dl.policy.headroom import to_table
     from ai4dl.policy.serving import managed_resources, safety_config, window_samples
 
@@ -210,11 +211,12 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     choice = choose_policy(data, window, model, objectives,
                            safety=safety_config(spec, resources))
     tables = {t.name: t for t in choice.tables}
-    for name in LEARNED:
+    learned = catalog.names(fitted_for="objective")       # the head-room tables
+    for name in learned:
         if name not in tables:
             tables[name] = build_candidate(name, data, window, model,
                                            table_fulfilment(objectives))
-    model.policy_tables_ = [to_table(tables[n]) for n in LEARNED]
+    model.policy_tables_ = [to_table(tables[n]) for n in learned]
     # a peak-risk winner is served from its table in the document (riskTables)
     from ai4dl.policy.peak import to_table as risk_to_table
 

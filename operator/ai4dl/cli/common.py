@@ -189,16 +189,17 @@ def fit_with_progress(model, traces, quiet: bool = False):
 # ai4dl evaluate's flags, read by both its file path (ai4dl.cli.main) and its Prometheus path
 # (ai4dl.cli.replay).
 def policies_arg(text: str | None) -> tuple[str, ...]:
-    from ai4dl.evaluation.evaluate import POLICIES
+    from ai4dl.policy import catalog
 
+    known = catalog.names()
     if text is None:
-        return tuple(POLICIES)
+        return known
     names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     if not names:
         raise Ai4dlError("--policies expects a comma-separated list of policies")
-    unknown = [n for n in names if n not in POLICIES]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise Ai4dlError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+        raise Ai4dlError(f"unknown policy {unknown[0]!r} (known: {', '.join(known)})")
     return tuple(names)
 
 

@@ -60,9 +60,8 @@ def check_window_fits(window: int, traces) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ai4dl.evaluation import report, report_json, report_sweep
     from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
+    from ai4dl.policy import catalog
     from ai4dl.policy.safety import SafetyConfig
-
-    from ai4dl.evaluation.evaluate import PHASE_POLICIES
 
     if args.prometheus:
         from ai4dl.cli.replay import evaluate_prometheus
@@ -74,7 +73,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.traces is None:
         raise Ai4dlError("give TRACES, or --prometheus URL --selector MATCHERS")
     kw, model_params = evaluation_flags(args)
-    phase_policies = [p for p in kw["policies"] if p in PHASE_POLICIES]
+    phase_policies = [p for p in kw["policies"] if catalog.entry(p).needs_phases]
     model = None
     if args.model:
         from ai4dl.io.modelfile import load_model
@@ -140,9 +139,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     """The evaluate command's options: traces, replay, evaluation, policy parameters, model
     and output."""
-    from ai4dl.evaluation.evaluate import POLICIES
-
     from ai4dl.cli.replay import add_replay_args
+    from ai4dl.policy import catalog
 
     add_trace_args(p, optional=True)
     add_replay_args(p)
@@ -155,7 +153,7 @@ def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--resources", help="comma-separated managed resources (default: cpu and "
                    "memory, those the traces have)")
     g.add_argument("--policies", help=f"comma-separated policies (default all: "
-                   f"{','.join(POLICIES)})")
+                   f"{','.join(catalog.names())})")
     g.add_argument("--test-fraction", type=float, default=0.3, help="share of execution groups "
                    "held out for scoring (default 0.3; 0 = no split, fit and score on all)")
     g.add_argument("--split-by", default="group", metavar="KEY", help="what is held out "

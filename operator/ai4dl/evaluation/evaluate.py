@@ -22,10 +22,12 @@ from ai4dl.judge import (GiB, TARGETS, Replay, ReplayInput, ResourceScore,  # no
                          matched_margin, matched_risk_multiplier, replay, resource_unit_scale,
                          score, serve, served_matches, through_safety, wins_at_risk,
                          wins_over)
-from ai4dl.policy.auto import build_candidate, choose_policy, vpa_scale
+from ai4dl.policy import catalog
+from ai4dl.policy.auto import choose_policy
 from ai4dl.policy.headroom_levels import first_window_level
 from ai4dl.policy.objectives import RISKS
-from ai4dl.policy.policies import Policy
+from ai4dl.policy.policies import Oracle, Policy
+from ai4dl.policy.registry import FitInputs
 from ai4dl.policy.safety import SafetyConfig
 from ai4dl.method.traces import Execution
 from ai4dl.evaluation.starts import (StartCounts, initial_request, served_starts,  # noqa: F401
@@ -84,12 +86,14 @@ def execution_starts(cfg: "EvaluationConfig", executions: Sequence[Execution],
 
 
 # ----------------------------------------------------------------------------- the whole run
-POLICIES = ("static", "adaptive-max", "adaptive-stat", "phase", "phase-proactive",
-            "phase-headroom", "burst-headroom", "peak-risk", "vpa", "krr", "auto", "oracle")
-#: Policies fitted for a target fulfilment: fitted once per scored target on the train side.
-FITTED = ("phase-headroom", "burst-headroom", "peak-risk", "auto")
-#: Policies that need the phase model.
-PHASE_POLICIES = ("phase", "phase-proactive", "phase-headroom", "peak-risk", "auto")
+def fitted_per_target(names: Sequence[str]) -> list[str]:
+    """Those of ``names`` fitted for a target (once per scored target, on the train side)."""
+    return [n for n in names if catalog.entry(n).fitted_per_target]
+
+
+def needs_phases(names: Sequence[str]) -> bool:
+    """Whether any of ``names`` needs the phase model."""
+    return any(catalog.entry(n).needs_phases for n in names)
 
 
 @dataclass
@@ -99,7 +103,8 @@ class EvaluationConfig:
     test_fraction: float = 0.3
     seed: int = 0
     split_by: str = "group"                # what is held out whole: a group, or a meta key
-    policies: tuple[str, ...] = POLICIES
+    #: the policies scored (default: every declared one, ai4dl.policy.catalog)
+    policies: tuple[str, ...] = field(default_factory=catalog.names)
     statistic: str = "mean+kstd"
     k: float = 2.0
     margin: float = 0.0
@@ -130,19 +135,19 @@ class EvaluationResult:
     n_train: int
     model: object | None
     train_data: ReplayInput | None = None   # the train side (with phases), when fitted on
-    per_target: dict = field(default_factory=dict)   # FITTED name -> target -> Replay
+    per_target: dict = field(default_factory=dict)   # fitted name -> target -> Replay
     auto: dict = field(default_factory=dict)         # target -> AutoChoice
-    fitted: dict = field(default_factory=dict)       # FITTED name -> target -> policy
+    fitted: dict = field(default_factory=dict)       # fitted name -> target -> policy
     cold_start: list = field(default_factory=list)   # ColdStartScore rows (cold_start_scores)
     #: cross-fitting (:func:`run_cross_fitted`): per fold, auto's choice per target
     folds: list = field(default_factory=list)
     #: target -> the train side's learned first-window level (per resource)
     first_window_levels: dict = field(default_factory=dict)
-    #: FITTED name -> share of windows at risk -> Replay (fitted for that share; ``auto``:
+    #: fitted name -> share of windows at risk -> Replay (fitted for that share; ``auto``:
     #: chosen under the served objectives with memory at that share)
     per_risk: dict = field(default_factory=dict)
     auto_risk: dict = field(default_factory=dict)    # share -> AutoChoice
-    #: the policies' own rows before the safety layer (name -> Replay; FITTED name -> share
+    #: the policies' own rows before the safety layer (name -> Replay; fitted name -> share
     #: -> Replay): where a matched share of windows at risk puts its factor (the served order)
     own: dict = field(default_factory=dict)
     per_risk_own: dict = field(default_factory=dict)
@@ -229,52 +234,14 @@ def phase_options(cfg: EvaluationConfig, scope: str | None = None) -> dict:
 
 def build_policies(cfg: EvaluationConfig, model, train: ReplayInput | None,
                    target: float | None = None) -> list[Policy]:
-    """The named policies, parameterised from the config and the fitted model; the head-room
-    tables are fitted on ``train`` (with phases) for ``target`` (default: the first scored
-    target). ``auto`` is not built here (see :func:`run_evaluation`)."""
-    from ai4dl.policy import policies as P
-
+    """The named policies (their declared constructors, ai4dl.policy.catalog), parameterised
+    from the config and the fitted model; the fitted ones are fitted on ``train`` (with
+    phases) for ``target`` (default: the first scored target). ``auto`` is not built here (see
+    :func:`run_evaluation`)."""
     t = cfg.targets[0] if target is None else target
-    out: list[Policy] = []
-    for name in cfg.policies:
-        if name == "static":
-            out.append(P.Static())
-        elif name == "adaptive-max":
-            out.append(P.AdaptiveMax())
-        elif name == "adaptive-stat":
-            out.append(P.AdaptiveStat(k=cfg.k))
-        elif name == "oracle":
-            out.append(P.Oracle())
-        elif name in ("phase", "phase-proactive"):
-            if model is None:
-                raise ValueError(f"policy {name!r} needs a phase model")
-            out.append(P.make_phase_policy(model, cfg.resources, name, **phase_options(cfg)))
-        elif name in ("phase-headroom", "burst-headroom", "peak-risk"):
-            # peak-risk is fitted to the share of windows at risk 1 − t
-            if train is None:
-                raise ValueError(f"policy {name!r} is fitted on training executions")
-            out.append(build_candidate(name, train, cfg.window, model, t))
-        elif name == "vpa":
-            units = train.units if train is not None else ("",) * len(cfg.resources)
-            pooled = (np.concatenate(train.usage) if train is not None and train.usage
-                      else np.ones((1, len(cfg.resources))))
-            scales = [vpa_scale(r, u, pooled[:, j]) for j, (r, u) in
-                      enumerate(zip(cfg.resources, units))]
-            out.append(P.VpaPolicy(resources=tuple(cfg.resources),
-                                   scale=tuple(s for s, _ in scales),
-                                   native_units=all(n for _, n in scales)))
-        elif name == "krr":
-            # scored for the record, never served; the units decide where KRR's rounding and
-            # minimums apply (cpu in cores, memory in bytes)
-            from ai4dl.policy.krr import KrrPolicy
-
-            out.append(KrrPolicy(resources=tuple(cfg.resources),
-                                 units=tuple(train.units) if train is not None else None))
-        elif name == "auto":
-            raise ValueError("policy 'auto' is chosen per target by run_evaluation")
-        else:
-            raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
-    return out
+    inputs = FitInputs(train, cfg.window, tuple(cfg.resources), model, t, phase_options(cfg),
+                       stat_k=cfg.k)
+    return [catalog.build(name, inputs) for name in cfg.policies]
 
 
 def primary(targets: Sequence[float]) -> float:
@@ -291,7 +258,7 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     from ai4dl.method.model import PhaseModel
 
     say = on_stage or (lambda msg: None)
-    needs_model = any(p in PHASE_POLICIES for p in cfg.policies)
+    needs_model = needs_phases(cfg.policies)
     if split is not None:
         train, test = split
     elif cfg.test_fraction > 0:
@@ -311,17 +278,16 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     starts, counts, holds = execution_starts(cfg, list(test), [*train, *test], level)
     data = prepare(list(test), cfg.resources, model if needs_model else None, cfg.initial,
                    level, starts, holds)
-    fitted_names = [p for p in cfg.policies if p in FITTED]
+    fitted_names = fitted_per_target(cfg.policies)
     train_data = None
-    if "vpa" in cfg.policies or "krr" in cfg.policies or fitted_names:
+    if any(catalog.entry(p).uses_training for p in cfg.policies):
         train_starts, _, train_holds = execution_starts(cfg, list(train), list(train), level)
         train_data = prepare(list(train), cfg.resources, model if needs_model else None,
                              cfg.initial, level, train_starts, train_holds)
     plain = dataclasses.replace(cfg, policies=tuple(p for p in cfg.policies
-                                                    if p not in FITTED))
+                                                    if p not in fitted_names))
     policies = build_policies(plain, model, train_data)
-    if "oracle" not in cfg.policies:
-        from ai4dl.policy.policies import Oracle
+    if Oracle.name not in cfg.policies:
         policies.append(Oracle())
     replays, own = {}, {}
     for p in policies:
@@ -365,7 +331,7 @@ def _fit_per_target(cfg: EvaluationConfig, fitted_names: Sequence[str], train_da
     for name in fitted_names:
         for t in cfg.targets:
             say(f"policy {name}: fitting for {100 * t:g} % on the train side")
-            if name == "auto":
+            if name == catalog.AUTO:
                 choice = choose_policy(train_data, cfg.window, model, t,
                                        holdout=cfg.auto_holdout,
                                        phase_options=phase_options(cfg, "execution"),
@@ -402,7 +368,7 @@ def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model,
     for name in fitted_names:
         for share in cfg.risks:
             say(f"policy {name}: fitting for {100 * share:g} % of windows at risk")
-            if name == "auto":
+            if name == catalog.AUTO:
                 choice = choose_policy(train_data, cfg.window, model,
                                        risk_objectives(cfg.resources, share),
                                        holdout=cfg.auto_holdout,
@@ -520,15 +486,15 @@ def run_served(traces, cfg: EvaluationConfig, policy: Policy, name: str, model=N
     that PhaseModel's model, tables and choice as the operator would serve them. ``level``: the
     first-window level of ``initial`` ``model`` (the served policy's cold start)."""
     say = on_stage or (lambda msg: None)
-    plain = tuple(p for p in cfg.policies if p not in FITTED and p not in PHASE_POLICIES)
+    plain = tuple(p for p in cfg.policies if not catalog.entry(p).fitted_per_target
+                  and not catalog.entry(p).needs_phases)
     cfg = dataclasses.replace(cfg, policies=(*plain, name), test_fraction=0.0)
     needs = bool(getattr(policy, "needs_phases", False))
     starts, counts, holds = execution_starts(cfg, list(traces), list(traces), level)
     data = prepare(list(traces), cfg.resources, model if needs else None, cfg.initial, level,
                    starts, holds)
     policies = build_policies(dataclasses.replace(cfg, policies=plain), None, data)
-    if "oracle" not in plain:
-        from ai4dl.policy.policies import Oracle
+    if Oracle.name not in plain:
         policies.append(Oracle())
     replays, own = {}, {}
     for p in (*policies, policy):

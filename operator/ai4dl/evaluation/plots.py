@@ -21,22 +21,19 @@ from ai4dl.io.writers import save_figure  # noqa: E402
 from ai4dl.evaluation.report import policy_order, primary_target, target_label  # noqa: E402
 from ai4dl.evaluation.report_sweep import pareto_front  # noqa: E402
 from ai4dl.evaluation.workload_report import level_unit  # noqa: E402
+from ai4dl.policy import catalog  # noqa: E402
 
 DPI = 110
-_COLOURS = {"static": "tab:brown", "adaptive-max": "tab:orange", "adaptive-stat": "tab:green",
-            "phase": "tab:blue", "phase-proactive": "tab:purple", "vpa": "tab:red",
-            "krr": "tab:gray",
-            "phase-headroom": "tab:cyan", "burst-headroom": "tab:olive", "auto": "tab:pink",
-            "peak-risk": "black",
-            "phasemodel": "tab:pink",
-            "oracle": "0.35"}
+#: Besides the declared policies' own colours: a served PhaseModel (``evaluate --phasemodel``).
+_OTHER_COLOURS = {"phasemodel": "tab:pink"}
 _MARGIN_MARKERS = ("o", "s", "^", "D", "v", "P")
 _DISPLAY = {"bytes": (1024.0 ** 3, "GiB"), "percent": (1.0, "%")}
 
 
 def policy_colour(name: str):
-    if name in _COLOURS:
-        return _COLOURS[name]
+    colours = {**catalog.colours(), **_OTHER_COLOURS}
+    if name in colours:
+        return colours[name]
     return plt.get_cmap("tab10")((hash(name) % 7) + 3)
 
 
@@ -49,17 +46,14 @@ def _safe(name: str) -> str:
 
 
 # ----------------------------------------------------------------------------- executions
-#: The policies an execution's figure draws when the run has them: what a user would pick
-#: instead (the author's static request, VPA, KRR), the reactive baseline, auto's choice, and
-#: the oracle. Ten step lines over one usage line read as none; every policy is in the tables.
-SHOWN_POLICIES = ("static", "vpa", "krr", "adaptive-max", "auto", "oracle")
-
-
 def shown_policies(names: Sequence[str], most: int = 6) -> list[str]:
-    """The policies an execution's figure draws: SHOWN_POLICIES present in the run, else the
-    first ``most`` in the tables' order."""
+    """The policies an execution's figure draws: those declared for it present in the run
+    (what a user would pick instead: the author's static request, VPA, KRR; the reactive
+    baseline, auto's choice and the oracle: ten step lines over one usage line read as none;
+    every policy is in the tables), else the first ``most`` in the tables' order."""
     ordered = policy_order(list(names))
-    chosen = [n for n in ordered if n in SHOWN_POLICIES]
+    shown = catalog.names(figure="execution")
+    chosen = [n for n in ordered if n in shown]
     return chosen if len(chosen) >= 2 else ordered[:most]
 
 
@@ -303,10 +297,6 @@ def workloads_figure(rows, policy: str, resources: Sequence[str], units: Sequenc
 
 
 # ----------------------------------------------------------------------------- risk
-#: The policies the cost-versus-risk figure draws (when scored): the baselines users pick, the
-#: reactive ones, the policy fitted to the risk and the default; ten lines read as none.
-RISK_FIGURE_POLICIES = ("static", "adaptive-max", "adaptive-stat", "vpa", "krr", "peak-risk",
-                        "auto")
 #: Shares of windows at risk the cost-versus-risk curves are drawn at.
 RISK_GRID = tuple(np.round(np.concatenate([np.arange(0.0025, 0.05, 0.0025),
                                            np.arange(0.05, 0.201, 0.01)]), 4))
@@ -331,8 +321,9 @@ def risk_curves(result: EvaluationResult, shares: Sequence[float] = RISK_GRID) -
 def risk_curve_figure(result: EvaluationResult, shares: Sequence[float] = RISK_GRID):
     """Cost versus risk, one panel per resource: each policy's allocation ÷ oracle at the
     multiplier that leaves a given share of windows at risk (lower and further left is
-    better); the objectives the evaluator reports are marked. The policies of
-    :data:`RISK_FIGURE_POLICIES` that were scored (all when none was)."""
+    better); the objectives the evaluator reports are marked. The policies declared for it
+    (the baselines users pick, the reactive ones, the policy fitted to the risk and the
+    default; ten lines read as none) that were scored (all when none was)."""
     curves = risk_curves(result, shares)
     data = result.data
     R = len(data.resources)
@@ -342,7 +333,7 @@ def risk_curve_figure(result: EvaluationResult, shares: Sequence[float] = RISK_G
     for j, res in enumerate(data.resources):
         ax = axes[0, j]
         finite = np.concatenate([c[j][np.isfinite(c[j])] for c in curves.values()])
-        shown = [n for n in policy_order(list(curves)) if n in RISK_FIGURE_POLICIES] or \
+        shown = [n for n in policy_order(list(curves)) if n in catalog.names(figure="risk")] or \
             [n for n in policy_order(list(curves)) if n != "oracle"]
         for name in shown:
             y = curves[name][j]

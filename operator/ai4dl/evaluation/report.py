@@ -18,8 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ai4dl.evaluation.evaluate import (PHASE_POLICIES, POLICIES, EvaluationResult, ResourceScore,
+from ai4dl.evaluation.evaluate import (EvaluationResult, ResourceScore, needs_phases,
                                        resource_unit_scale, wins_at_risk, wins_over)
+from ai4dl.policy import catalog
 
 UNREACHABLE = "unreachable"
 
@@ -49,7 +50,7 @@ def make_context(traces, result: EvaluationResult, source: str,
         train, test = traces.split_by_group(cfg.test_fraction, cfg.seed, cfg.split_by)
     else:
         train = test = traces
-    uses_phases = any(p in PHASE_POLICIES for p in cfg.policies)
+    uses_phases = needs_phases(cfg.policies)
     model = result.model if uses_phases else None
     n_phases = getattr(model, "n_phases_", None) if model is not None else None
     if model is None:
@@ -68,8 +69,8 @@ def make_context(traces, result: EvaluationResult, source: str,
 
 # ----------------------------------------------------------------------------- formatting
 def policy_order(names: Sequence[str]) -> list[str]:
-    """POLICIES order, unknown names after them, the oracle last."""
-    rank = {p: i for i, p in enumerate(POLICIES)}
+    """The catalogue's order, unknown names after them, the oracle last."""
+    rank = {p: i for i, p in enumerate(catalog.names())}
     out = sorted(names, key=lambda n: (n == "oracle", rank.get(n, len(rank)), n))
     return out
 
@@ -225,9 +226,9 @@ def score_table(result: EvaluationResult) -> str:
 
 
 def _wins_cell(result: EvaluationResult, name: str, j: int, t: float) -> str:
-    if name in ("adaptive-max", "oracle"):
+    if name in (catalog.baseline(), "oracle"):
         return "—"
-    w = wins_over(result.scores, name, j, t)
+    w = wins_over(result.scores, name, j, t, catalog.baseline())
     return "n/a" if w is None else ("yes" if w else "no")
 
 
@@ -255,16 +256,17 @@ def matched_rows(result: EvaluationResult, t: float) -> list[list[str]]:
 def matched_tables(result: EvaluationResult) -> str:
     """Per target: what a matched margin can hide (../shared/docs/evaluation.md) — windows with
     any shortfall, memory OOM-risk windows, the worst shortfall — at that margin, and whether
-    the policy wins against adaptive-max (cheaper and no more windows short)."""
+    the policy wins against the baseline (cheaper and no more windows short)."""
+    baseline = catalog.baseline()
     header = ["policy", "resource", "alloc ÷ oracle", "margin", "windows short",
-              "OOM-risk windows", "worst shortfall (abs / ÷ usage)", "wins vs adaptive-max"]
+              "OOM-risk windows", "worst shortfall (abs / ÷ usage)", f"wins vs {baseline}"]
     parts = []
     for t in result.config.targets:
         parts.append(f"At {target_label(t)} matched fulfilment (each policy at its own margin): "
                      f"windows with any sample above the allocation, of "
                      f"{_scored_windows(result):,} scored; memory OOM-risk windows (the same, "
                      f"memory); the worst shortfall; a policy wins when it is cheaper than "
-                     f"adaptive-max and has no more windows short.\n\n"
+                     f"{baseline} and has no more windows short.\n\n"
                      + markdown_table(header, matched_rows(result, t), set(range(2, 7))))
     return "\n\n".join(parts)
 
@@ -296,9 +298,10 @@ def risk_rows(result: EvaluationResult) -> list[list[str]]:
             worst = (f"{fmt_amount(s.worst_shortfall_risk_at[r0])} {shortfall_unit(unit)} / "
                      f"{fmt_pct(s.worst_shortfall_risk_rel_at[r0])}"
                      if _finite(s.worst_shortfall_risk_at.get(r0, math.nan)) else UNREACHABLE)
-            wins = ("—" if name in ("adaptive-max", "oracle") else
+            wins = ("—" if name in (catalog.baseline(), "oracle") else
                     "/".join({None: "n/a", True: "yes", False: "no"}[
-                        wins_at_risk(result.scores, name, j, r)] for r in risks))
+                        wins_at_risk(result.scores, name, j, r, catalog.baseline())]
+                             for r in risks))
             rows.append([name, res, fmt_pct(s.risk_share, digits=2), *cost,
                          fmt_pct(s.fulfilment_risk_at.get(r0, math.nan), digits=2), worst, wins])
     return rows
@@ -316,7 +319,7 @@ def risk_table(result: EvaluationResult) -> str:
     header = ["policy", "resource", "windows at risk (as replayed)",
               *(f"alloc ÷ oracle at {risk_label(r)} at risk" for r in risks),
               f"fulfilment at {r0}", f"worst shortfall at {r0} (abs / ÷ usage)",
-              f"cheaper than adaptive-max ({'/'.join(risk_label(r) for r in risks)})"]
+              f"cheaper than {catalog.baseline()} ({'/'.join(risk_label(r) for r in risks)})"]
     fitted = [n for n in result.per_risk if n in result.scores]
     note = (f" Fitted policies ({', '.join(fitted)}) are fitted for each share (the head-room "
             f"tables at the fulfilment 1 − s; auto under the served objectives with memory at "

@@ -14,6 +14,7 @@ from ai4dl.evaluation.evaluate import (EvaluationResult, ResourceScore, resource
                                        wins_at_risk, wins_over)
 from ai4dl.evaluation.report import (UNREACHABLE, RunContext, policy_order, primary_target,
                                      savings_matrix, shortfall_unit, target_key)
+from ai4dl.policy import catalog
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -84,6 +85,7 @@ def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None 
     """The full result as a JSON-safe dict (``json.dumps(..., allow_nan=False)`` works)."""
     data = result.data
     t0 = primary_target(result)
+    baseline = catalog.baseline()
     units = {r: {"unit": u, "allocation_unit": resource_unit_scale(u)[1],
                  "shortfall_unit": shortfall_unit(u)} for r, u in zip(data.resources, data.units)}
     savings = {res: {a: {b: _num(v, UNREACHABLE) for b, v in row.items()}
@@ -103,16 +105,15 @@ def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None 
         "scores": _scores_dict(result.scores, data.resources),
         "savings": {"target": target_key(t0), "definition": "1 - a/b at matched fulfilment "
                     "(row a vs column b)", "matrix": savings},
-        "wins": {p: {r: {target_key(t): wins_over(result.scores, p, j, t)
+        "wins": {p: {r: {target_key(t): wins_over(result.scores, p, j, t, baseline)
                          for t in result.config.targets}
                      for j, r in enumerate(data.resources)}
-                 for p in policy_order(list(result.scores)) if p not in ("adaptive-max",
-                                                                         "oracle")},
-        "wins_at_risk": {p: {r: {target_key(s): wins_at_risk(result.scores, p, j, s)
+                 for p in policy_order(list(result.scores)) if p not in (baseline, "oracle")},
+        "wins_at_risk": {p: {r: {target_key(s): wins_at_risk(result.scores, p, j, s, baseline)
                                  for s in result.config.risks}
                              for j, r in enumerate(data.resources)}
-                         for p in policy_order(list(result.scores)) if p not in ("adaptive-max",
-                                                                                 "oracle")},
+                         for p in policy_order(list(result.scores))
+                         if p not in (baseline, "oracle")},
         "auto": {target_key(t): c.as_dict() for t, c in sorted(result.auto.items())},
         "auto_at_risk": {target_key(s): c.as_dict() for s, c in sorted(result.auto_risk.items())},
         **({"auto_per_fold": [{target_key(t): c.as_dict() for t, c in sorted(a.items())}

@@ -10,6 +10,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationResult, build_policies, replay, score
+from ai4dl.policy.auto import build_candidate
+from ai4dl.policy.headroom import PHASE_HEADROOM
 
 SWEEP_K = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
 SWEEP_MARGIN = (0.0, 0.05, 0.1)
@@ -44,10 +46,10 @@ def run_sweep(result: EvaluationResult, ks: Sequence[float] = SWEEP_K,
         else:
             fam_ks = ks if cfg.statistic == "mean+kstd" else (cfg.k,)
             grid += [(fam, float(k), float(m)) for k in fam_ks for m in margins]
-    fit_targets = (tuple(SWEEP_TARGETS) if "phase-headroom" in cfg.policies
+    fit_targets = (tuple(SWEEP_TARGETS) if PHASE_HEADROOM in cfg.policies
                    and result.train_data is not None and result.model is not None else ())
     points = []
-    names = families + (["phase-headroom (fit target)"] if fit_targets else [])
+    names = families + ([f"{PHASE_HEADROOM} (fit target)"] if fit_targets else [])
     say(f"sweep: {len(grid) + len(fit_targets)} replays ({', '.join(names) or 'nothing to sweep'})")
     for fam, k, m in grid:
         c = dataclasses.replace(cfg, policies=(fam,), k=k, margin=m)
@@ -57,14 +59,12 @@ def run_sweep(result: EvaluationResult, ks: Sequence[float] = SWEEP_K,
                    cfg.targets)
         points.append({"policy": fam, "k": k, "margin": m, "scores": sc[fam]})
     for t in fit_targets:
-        from ai4dl.policy.auto import build_candidate
-
-        pol = build_candidate("phase-headroom", result.train_data, cfg.window, result.model, t)
+        pol = build_candidate(PHASE_HEADROOM, result.train_data, cfg.window, result.model, t)
         rep = replay(data, pol, cfg.window, cfg.safety)
-        sc = score(data, {"phase-headroom": rep, "oracle": oracle}, cfg.window,
+        sc = score(data, {PHASE_HEADROOM: rep, "oracle": oracle}, cfg.window,
                    cfg.include_cold_start, cfg.targets)
-        points.append({"policy": "phase-headroom", "k": None, "margin": 0.0, "target": t,
-                       "scores": sc["phase-headroom"]})
+        points.append({"policy": PHASE_HEADROOM, "k": None, "margin": 0.0, "target": t,
+                       "scores": sc[PHASE_HEADROOM]})
     return points
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ai4dl.evaluation.report import (UNREACHABLE, fmt_pct, fmt_ratio, markdown_table, target_key,
                                      target_label)
+from ai4dl.policy import catalog
 
 
 # ----------------------------------------------------------------------------- over seeds
@@ -44,10 +45,9 @@ def side_of_one_se(gap: float, se: float) -> int:
 
 
 # ----------------------------------------------------------------------------- the verdict
-#: The bar the default policy is held to (docs/results.md §3): at each matched target, auto's
-#: allocation ≤ the better of the two reactive policies and < VPA's, with no more windows short
-#: than adaptive-max's.
-VERDICT_REFERENCES = ("adaptive-max", "adaptive-stat")
+# The bar the default policy is held to (docs/results.md §3): at each matched target, auto's
+# allocation ≤ the better of the two reactive policies (the catalogue's reactive references)
+# and < VPA's, with no more windows short than the baseline's.
 
 
 def _at(doc: dict, policy: str, resource: str, field: str, t: str):
@@ -57,11 +57,11 @@ def _at(doc: dict, policy: str, resource: str, field: str, t: str):
 
 def verdict_cell(doc: dict, resource: str, t: str, policy: str = "auto") -> dict | None:
     """One run, one resource, one target: ``policy`` against the bar (None when the run did not
-    score it, adaptive-max or adaptive-stat)."""
+    score it or one of the reactive references)."""
     cost = _at(doc, policy, resource, "vs_oracle_at", t)
-    refs = [_at(doc, p, resource, "vs_oracle_at", t) for p in VERDICT_REFERENCES]
+    refs = [_at(doc, p, resource, "vs_oracle_at", t) for p in catalog.reactive_references()]
     short = _at(doc, policy, resource, "short_windows_at", t)
-    ref_short = _at(doc, "adaptive-max", resource, "short_windows_at", t)
+    ref_short = _at(doc, catalog.baseline(), resource, "short_windows_at", t)
     if cost is None or short is None or ref_short is None or any(r is None for r in refs):
         return None
     vpa = _at(doc, "vpa", resource, "vs_oracle_at", t)
@@ -110,8 +110,9 @@ def verdict_rows(runs: Sequence[tuple[str, dict]], policy: str = "auto") -> list
 
 def verdict_table(rows: Sequence[dict]) -> str:
     """The verdict as markdown: first seed's cell, then the tally over seeds."""
-    header = ["data set", "res.", "target", "auto (choice)", "min(adaptive-max, adaptive-stat)",
-              "vpa", "windows short: auto / adaptive-max", "bar", "met over seeds",
+    header = ["data set", "res.", "target", "auto (choice)",
+              f"min({', '.join(catalog.reactive_references())})",
+              "vpa", f"windows short: auto / {catalog.baseline()}", "bar", "met over seeds",
               "allocation gap: mean (range)", "windows-short gap: mean (range)"]
     out = []
     for r in rows:
@@ -163,7 +164,8 @@ def restated_cpu_rows(runs: Sequence[tuple[str, dict]], policy: str = "auto") ->
             gaps: dict[str, list[float]] = {"reactive": [], "vpa": [], "krr": []}
             for d in docs:
                 cost = _at(d, policy, "cpu", "vs_oracle_at", key)
-                refs = [_at(d, p, "cpu", "vs_oracle_at", key) for p in VERDICT_REFERENCES]
+                refs = [_at(d, p, "cpu", "vs_oracle_at", key)
+                        for p in catalog.reactive_references()]
                 if cost is None or any(r is None for r in refs):
                     continue
                 gaps["reactive"].append(cost / min(refs) - 1.0)

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ai4dl.evaluation.evaluate import EvaluationResult, FITTED
+from ai4dl.evaluation.evaluate import EvaluationResult
 from ai4dl.judge import _per_sample, _scored_mask, resource_unit_scale
 from ai4dl.kube.workload import CRON_JOB_NAME, SAFE_ALPHABET
 
@@ -141,8 +141,7 @@ def shown_replays(result: EvaluationResult) -> dict:
     highest target (the PhaseModel default, 97 %), the others as replayed."""
     top = max(result.config.targets)
     out = dict(result.replays)
-    for name in FITTED:
-        by_t = result.per_target.get(name) or {}
+    for name, by_t in result.per_target.items():
         if top in by_t:
             out[name] = by_t[top]
     return out

@@ -21,7 +21,7 @@ from ai4dl.method.document_bounds import (MAX_BURST_EDGES, MAX_DOCUMENT_BYTES,  
                                           _Strict)
 from ai4dl.method.document_tables import (ESTIMATOR_NAMES, POOL_NAMES,  # noqa: F401
                                           RISK_ESTIMATOR_NAMES, RISK_FEATURE_NAMES,
-                                          SERVABLE_NAMES, Finite, FitEntry,
+                                          Finite, FitEntry,
                                           HeadroomResourceTable, HeadroomTable, Name,
                                           PolicyChoice, RiskFeature, RiskResourceTable,
                                           RiskState, RiskTable)
@@ -290,19 +290,12 @@ class PhaseModelDocument(_Strict):
         if self.policy_choice is not None:
             if self.schema_version == SCHEMA_V1:
                 raise ValueError(f"policyChoice needs schemaVersion {SCHEMA_VERSION}")
-            tables = {t.name: {r.resource for r in t.resources}
-                      for t in self.policy_tables or []}
-            risk = {t.name: {r.resource for r in t.resources} for t in self.risk_tables or []}
             names = [f.name for f in self.features]
-            for res, w in zip(self.policy_choice.resources, self.policy_choice.winners):
+            for res in self.policy_choice.resources:
                 if res not in names:
                     raise ValueError(f"policyChoice: no feature {res!r}")
-                if w in ("phase-headroom", "burst-headroom") and res not in tables.get(w, ()):
-                    raise ValueError(f"policyChoice: {res} is served by {w}, but policyTables "
-                                     f"has no {w} table for it")
-                if w == "peak-risk" and res not in risk.get(w, ()):
-                    raise ValueError(f"policyChoice: {res} is served by {w}, but riskTables "
-                                     f"has no {w} table for it")
+            # whether each winner can be served from what the document holds is the
+            # policies' question (ai4dl.policy.catalog.choice_problem)
         return self
 
     def _sane(self) -> None:

@@ -183,16 +183,13 @@ class RiskTable(_Strict):
         return self
 
 
-#: Policies a PhaseModel can serve window by window (ai4dl.policy.online.SERVABLE).
-SERVABLE_NAMES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
-                  "phase-proactive", "peak-risk")
-
-
 class PolicyChoice(_Strict):
     """What ``auto`` serves with this model, per resource: the policy that won on the
     PhaseModel's own recent executions (ai4dl.policy.auto.choose_policy, run by the trainer)."""
     resources: list[Name] = Field(min_length=1, max_length=MAX_FEATURES)
-    winners: list[Literal[SERVABLE_NAMES]] = Field(min_length=1, max_length=MAX_FEATURES)
+    #: policy names; which ones a PhaseModel can serve is the policies' own business
+    #: (ai4dl.policy.catalog.choice_problem; the CRD's schema lists them)
+    winners: list[Name] = Field(min_length=1, max_length=MAX_FEATURES)
     targets: list[Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]] = Field(
         min_length=1, max_length=MAX_FEATURES)
     reason: str = Field("", max_length=2000)

@@ -37,29 +37,19 @@ from typing import Sequence
 
 import numpy as np
 
-from ai4dl.judge import (GiB, Replay, matched_risk_multiplier, replay, score,
+from ai4dl.judge import (Replay, matched_risk_multiplier, replay, score,
                          served_risk_match, subset, through_safety, wins_at_risk, wins_over,
                          working_set_inputs)
-from ai4dl.policy import policies as P
+from ai4dl.policy import catalog
 from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.objectives import Objective, resolve
-from ai4dl.policy.online import SERVABLE
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import Calibrated, Oracle, PerResource
+from ai4dl.policy.registry import FitInputs
 
-#: What auto considers, in the order ties are broken (the baseline first).
-CANDIDATES = ("adaptive-max", "adaptive-stat", "phase-headroom", "burst-headroom", "phase",
-              "phase-proactive", "vpa", "peak-risk")
-BASELINE = "adaptive-max"
-LEARNED = ("phase-headroom", "burst-headroom")
-#: Learned candidates fitted to a share of windows at risk (considered for a resource judged
-#: by risk only; they calibrate themselves out of fold).
-RISK_LEARNED = ("peak-risk",)
+#: ``servable``'s default: what the catalogue serves (ai4dl.policy.catalog.servable).
+DECLARED = "declared"
 DEFAULT_TARGET = 0.97
-#: VPA's native unit per resource and a typical usage in it (what usage in other units is
-#: scaled to, see :func:`vpa_scale`).
-NATIVE_UNIT = {"cpu": ("cores", 1.0), "memory": ("bytes", GiB)}
-
 
 @dataclass
 class CandidateScore:
@@ -134,61 +124,35 @@ class AutoChoice:
                             "wins": s.wins} for s in self.scores]}
 
 
-def vpa_scale(resource: str, unit: str, usage: np.ndarray) -> tuple[float, bool]:
-    """Factor into VPA's native unit, and whether the unit already is native."""
-    native, typical = NATIVE_UNIT.get(resource, ("", 1.0))
-    if unit == native:
-        return 1.0, True
-    positive = usage[usage > 0]
-    return (typical / float(np.median(positive)) if len(positive) else 1.0), False
-
-
 def build_candidate(name: str, train, window: int, model=None, target: float = DEFAULT_TARGET,
                     phase_options: dict | None = None, only: Sequence[int] | None = None):
     """One candidate policy, fitted on the executions ``only`` of ``train`` when it learns
-    (the head-room tables: at ``target``). Phase policies take their levels from ``model``
-    (execution scope unless ``phase_options`` says otherwise)."""
-    resources = tuple(train.resources)
-    idx = list(range(len(train.usage))) if only is None else list(only)
-    if name == "adaptive-max":
-        return P.AdaptiveMax()
-    if name == "adaptive-stat":
-        return P.AdaptiveStat()
-    if name in LEARNED:
-        use_phase = name == "phase-headroom"
-        if use_phase and (model is None or any(train.phases[i] is None for i in idx)):
-            raise ValueError(f"{name} needs a phase model and the phase of every sample")
-        return HeadroomPolicy(target=target, use_phase=use_phase).fit(
-            [train.usage[i] for i in idx], [train.phases[i] for i in idx] if use_phase else None,
-            window, model.n_phases_ if use_phase else None, resources)
-    if name in RISK_LEARNED:
-        # fitted to a share of windows at risk: ``target`` is the share covered (1 − risk)
-        use_phase = model is not None and all(train.phases[i] is not None for i in idx)
-        # out-of-fold calibration by workload: a job's executions are never on both sides
-        groups = [train.groups[i] for i in idx] if train.groups else None
-        return PeakRiskPolicy(max_risk=1.0 - target, use_phase=use_phase).fit(
-            [train.usage[i] for i in idx], [train.phases[i] for i in idx] if use_phase else None,
-            window, model.n_phases_ if use_phase else None, resources, groups=groups)
-    if name in ("phase", "phase-proactive"):
-        if model is None:
-            raise ValueError(f"{name} needs a phase model")
-        opts = {"scope": "execution", **(phase_options or {})}
-        return P.make_phase_policy(model, resources, name, **opts)
-    if name == "vpa":
-        pooled = np.concatenate([train.usage[i] for i in idx]) if idx else \
-            np.ones((1, len(resources)))
-        scales = [vpa_scale(r, u, pooled[:, j]) for j, (r, u) in
-                  enumerate(zip(resources, train.units))]
-        return P.VpaPolicy(resources=resources, scale=tuple(s for s, _ in scales),
-                           native_units=all(n for _, n in scales))
-    raise ValueError(f"unknown candidate policy {name!r} (known: {', '.join(CANDIDATES)})")
+    (the head-room tables: at ``target``; peak-risk: ``target`` is the share of windows
+    covered). Phase policies take their levels from ``model`` (execution scope unless
+    ``phase_options`` says otherwise)."""
+    known = catalog.candidates()
+    if name not in known:
+        raise ValueError(f"unknown candidate policy {name!r} (known: {', '.join(known)})")
+    return catalog.build(name, FitInputs(
+        train, window, tuple(train.resources), model, target,
+        {"scope": "execution", **(phase_options or {})}, only))
+
+
+def _fitted_for(name: str) -> str | None:
+    """What ``auto`` fits candidate ``name`` for (ai4dl.policy.registry.Declared.fitted_for;
+    None for a name not declared: a caller's own replay)."""
+    try:
+        return catalog.entry(name).fitted_for
+    except ValueError:
+        return None
 
 
 def pick_winner(scores: dict, candidates: Sequence[str], j: int, target: float,
-                baseline: str = BASELINE, servable: Sequence[str] | None = None) -> str:
+                baseline: str | None = None, servable: Sequence[str] | None = None) -> str:
     """The rule: of the candidates that win against ``baseline`` on resource ``j`` at
     ``target`` (cheaper at the matched margin, no more windows short), the cheapest; the
-    baseline when none does (ties go to the earlier candidate)."""
+    baseline (default: the catalogue's) when none does (ties go to the earlier candidate)."""
+    baseline = catalog.baseline() if baseline is None else baseline
     best, best_cost = baseline, None
     for name in candidates:
         if name == baseline or not wins_over(scores, name, j, target, baseline):
@@ -362,15 +326,15 @@ def pick_at_risk(data, replays: dict, window: int, j: int, share: float,
                  own: dict | None = None) -> str:
     """Among the candidates that won against the baseline at the matched ``share`` (``won``,
     their costs ``costs``), the one served. The candidate fitted to the share itself
-    (:data:`RISK_LEARNED`), when it won, is kept unless another is cheaper beyond
+    (declared ``fitted_for="risk"``), when it won, is kept unless another is cheaper beyond
     :func:`challenge_z` cluster-robust standard errors (one with a single challenger;
     :func:`bootstrap_risk_costs`, matched in the served order under ``safety`` with the
     ``own`` rows): the others are fitted to a share of samples and only rescaled, and a few
     windows decide a matched share on the most recent executions.
     Without it, the cheapest. None won: the baseline."""
     if not won:
-        return BASELINE
-    prior = next((n for n in RISK_LEARNED if n in won), None)
+        return catalog.baseline()
+    prior = next((n for n in won if _fitted_for(n) == "risk"), None)
     cheapest = min(won, key=lambda n: costs[n])
     if prior is None or cheapest == prior:
         return cheapest
@@ -391,9 +355,9 @@ def pick_at_risk(data, replays: dict, window: int, j: int, share: float,
 
 
 def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
-                  candidates: Sequence[str] = CANDIDATES, holdout: float = 0.3,
+                  candidates: Sequence[str] | None = None, holdout: float = 0.3,
                   phase_options: dict | None = None,
-                  servable: Sequence[str] | None = SERVABLE, safety=None) -> AutoChoice:
+                  servable: Sequence[str] | str | None = DECLARED, safety=None) -> AutoChoice:
     """Score the candidates on the most recent training executions and choose per resource
     (see the module docstring). ``train`` is a :class:`ai4dl.judge.ReplayInput` of the
     training executions (with phases when a phase candidate is considered); ``target`` what
@@ -401,7 +365,8 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     {resource: target}), :class:`~ai4dl.policy.objectives.Objective` s, or None (the
     defaults: cpu 97 % of samples, memory at most 1 % of windows at risk). Only ``servable``
     policies can win (what the operator can serve window by window: not VPA, which is scored
-    for the record); None: any.
+    for the record; the default: the catalogue's); None: any. ``candidates``: the catalogue's
+    by default.
 
     A resource judged by risk is chosen at a matched share of windows at risk, each candidate
     first calibrated (:func:`calibration_factor`) on the executions it was fitted on, so that
@@ -420,7 +385,11 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
         raise ValueError(f"holdout must be in (0, 1), got {holdout:g}")
     resources = tuple(train.resources)
     objectives = resolve(target, resources)
-    candidates = _candidate_list(candidates, model, train)
+    baseline = catalog.baseline()
+    candidates = _candidate_list(catalog.candidates() if candidates is None else candidates,
+                                 model, train)
+    if servable == DECLARED:
+        servable = catalog.servable()
     starts = train.starts or [0.0] * len(train.usage)
     fit_idx, val_idx = recent_split(starts, holdout)
     # executions that end inside their cold-start window are never scored
@@ -431,8 +400,8 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     achieved: list[dict] = []
     if not fit_idx or not val_idx:
         reason = (f"too few training executions to hold any out ({len(train.usage)}): "
-                  f"serving the baseline {BASELINE}")
-        winners = [BASELINE] * len(resources)
+                  f"serving the baseline {baseline}")
+        winners = [baseline] * len(resources)
         achieved = [{} for _ in resources]
     else:
         by_objective = _candidate_replays(train, window, model, candidates, objectives,
@@ -458,15 +427,17 @@ def _candidate_list(candidates: Sequence[str], model, train) -> list[str]:
     """The candidates asked for, checked, with the baseline; the phase candidates left out
     without a model or a phase for every sample."""
     candidates = list(dict.fromkeys(candidates))
-    unknown = [c for c in candidates if c not in CANDIDATES]
+    known = catalog.candidates()
+    unknown = [c for c in candidates if c not in known]
     if unknown:
         raise ValueError(f"unknown candidate policy {unknown[0]!r} (known: "
-                         f"{', '.join(CANDIDATES)})")
-    if BASELINE not in candidates:
-        candidates.insert(0, BASELINE)
+                         f"{', '.join(known)})")
+    if catalog.baseline() not in candidates:
+        candidates.insert(0, catalog.baseline())
     if model is None or any(p is None for p in train.phases):
-        candidates = [c for c in candidates if c not in ("phase-headroom", "phase",
-                                                         "phase-proactive")]
+        # the phase candidates need the phase of every sample (peak-risk goes phase-blind)
+        candidates = [c for c in candidates
+                      if not catalog.entry(c).needs_phases or catalog.entry(c).phase_optional]
     return candidates
 
 
@@ -477,7 +448,7 @@ def _candidate_replays(train, window: int, model, candidates: list[str], objecti
     the objective."""
     fixed = {"oracle": replay(train, Oracle(), window)}
     for name in candidates:
-        if name not in LEARNED and name not in RISK_LEARNED:
+        if _fitted_for(name) is None:
             pol = build_candidate(name, train, window, model, objectives[0].quantile,
                                   phase_options, fit_idx)
             fixed[name] = replay(train, pol, window)
@@ -487,7 +458,8 @@ def _candidate_replays(train, window: int, model, candidates: list[str], objecti
         obj = Objective("x", kind, value)
         replays = dict(fixed)
         for name in candidates:
-            if name in LEARNED or (name in RISK_LEARNED and kind == "risk"):
+            if _fitted_for(name) == "objective" or (_fitted_for(name) == "risk" and
+                                                     kind == "risk"):
                 pol = build_candidate(name, train, window, model, obj.quantile,
                                       phase_options, fit_idx)
                 replays[name] = replay(train, pol, window)
@@ -502,7 +474,7 @@ def _choose_at_risk(train, replays: dict, window: int, j: int, res: str, o: Obje
     safety layer), matched in the served order under the layer as the evaluator judges.
     Returns (winner, its CandidateScores, what the winner realised)."""
     if safety is None:
-        cal = {n: (replays[n] if n in RISK_LEARNED or n == "oracle" else
+        cal = {n: (replays[n] if n == "oracle" or _fitted_for(n) == "risk" else
                    _scaled(replays[n], calibration_factor(
                        train, replays[n], window, j, o.value, fit_idx)))
                for n in (*names, "oracle")}
@@ -515,10 +487,10 @@ def _choose_at_risk(train, replays: dict, window: int, j: int, res: str, o: Obje
         cal["oracle"] = replays["oracle"]
     sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,),
                safety=safety, own=own)
-    won, found = [], []
+    won, found, baseline = [], [], catalog.baseline()
     for name in names:
         r = sc[name][j]
-        win = name != BASELINE and bool(wins_at_risk(sc, name, j, o.value, BASELINE))
+        win = name != baseline and bool(wins_at_risk(sc, name, j, o.value, baseline))
         found.append(CandidateScore(name, res, o.value, float(r.vs_oracle_risk_at[o.value]),
                                     float(r.oom_windows), float(r.risk_share), win))
         if win and (servable is None or name in servable):
@@ -539,10 +511,11 @@ def _choose_at_fulfilment(train, replays: dict, window: int, j: int, res: str, o
             r.policy, through_safety(train, r.allocations, window, safety)))
             for n, r in replays.items()}
     sc = score(train, replays, window, targets=(t,), only=val_idx, risks=())
-    eligible, found = [BASELINE], []
+    baseline = catalog.baseline()
+    eligible, found = [baseline], []
     for name in names:
         r = sc[name][j]
-        win = name != BASELINE and bool(wins_over(sc, name, j, t, BASELINE))
+        win = name != baseline and bool(wins_over(sc, name, j, t, baseline))
         if win and o.max_short_windows is not None:
             win = bool(r.short_window_share_at[t] <= o.max_short_windows)
         found.append(CandidateScore(name, res, t, float(r.vs_oracle_at[t]),
@@ -557,8 +530,9 @@ def _choose_at_fulfilment(train, replays: dict, window: int, j: int, res: str, o
 
 def _choice_reason(resources, winners, objectives, n_val: int, n_train: int) -> str:
     """The choice in one line: where it was scored, and per resource its winner."""
+    baseline = catalog.baseline()
     reason = "; ".join(
-        f"{res}: {w}" + ("" if w != BASELINE else " (no servable candidate was cheaper "
+        f"{res}: {w}" + ("" if w != baseline else " (no servable candidate was cheaper "
                          + ("at matched risk)" if o.is_risk else
                             "with no more windows short)"))
         for res, w, o in zip(resources, winners, objectives))
@@ -577,12 +551,11 @@ def _refit_winners(train, window: int, model, resources, winners, objectives,
     calibration = []
     every = list(range(len(train.usage)))
     for j, (res, w, o) in enumerate(zip(resources, winners, objectives)):
-        learned = w in LEARNED or w in RISK_LEARNED
-        key = (w, o.quantile if learned else None)
+        key = (w, o.quantile if _fitted_for(w) is not None else None)
         if key not in fitted:
             fitted[key] = build_candidate(w, train, window, model, o.quantile, phase_options)
         pol, factor = fitted[key], 1.0
-        calibrated = o.is_risk and (safety is not None or w not in RISK_LEARNED)
+        calibrated = o.is_risk and (safety is not None or _fitted_for(w) != "risk")
         if calibrated and safety is not None:
             factor = served_calibration(train, replay(train, pol, window), window, j, o.value,
                                         every, safety)[0]

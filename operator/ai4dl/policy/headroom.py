@@ -64,7 +64,11 @@ import numpy as np
 from ai4dl.policy.headroom_fit import lagrangian_fit
 from ai4dl.policy.headroom_levels import (ESTIMATORS, burst_bin, burstiness, candidate_levels,
                                           first_window_level, training_windows)
+from ai4dl.policy.registry import Declared, FitInputs, StoredTable, declare
 from ai4dl.policy.running import K_STD, OwnHistory, window_levels
+
+#: The two tables' names: with the phase, and phase-blind (burstiness bins only).
+PHASE_HEADROOM, BURST_HEADROOM = "phase-headroom", "burst-headroom"
 
 #: How a state's table entry was obtained (``pooled_`` codes).
 POOL_LEVELS = ("state", "burstiness", "global")
@@ -145,7 +149,7 @@ class HeadroomPolicy:
         self.min_windows = min_windows
         self.floor = floor
         self.window_price = window_price
-        self.name = name or ("phase-headroom" if use_phase else "burst-headroom")
+        self.name = name or (PHASE_HEADROOM if use_phase else BURST_HEADROOM)
 
     # ------------------------------------------------------------------ Policy protocol
     @property
@@ -426,3 +430,31 @@ def from_table(table) -> HeadroomPolicy:
         pol.cold_start_[j] = r.cold_start
     pol.fit_report_ = [dict(d) for d in table.fit] if table.fit else [{} for _ in range(R)]
     return pol
+
+
+def _fit_table(name: str):
+    def fit(inputs: FitInputs) -> HeadroomPolicy:
+        """The table fitted on the training executions ``only`` at the target fulfilment."""
+        train, model = inputs.train, inputs.model
+        if train is None:
+            raise ValueError(f"policy {name!r} is fitted on training executions")
+        idx = list(range(len(train.usage))) if inputs.only is None else list(inputs.only)
+        use_phase = name == PHASE_HEADROOM
+        if use_phase and (model is None or any(train.phases[i] is None for i in idx)):
+            raise ValueError(f"{name} needs a phase model and the phase of every sample")
+        return HeadroomPolicy(target=inputs.target, use_phase=use_phase).fit(
+            [train.usage[i] for i in idx], [train.phases[i] for i in idx] if use_phase else None,
+            inputs.window, model.n_phases_ if use_phase else None, tuple(train.resources))
+    return fit
+
+
+_STORED = StoredTable("policyTables", "policy_tables_", from_table)
+declare(Declared(
+    PHASE_HEADROOM, "fitted", rank=50, build=_fit_table(PHASE_HEADROOM), table=_STORED,
+    needs_phases=True, uses_training=True, fitted_per_target=True, fitted_for="objective",
+    crd=True, candidate=2, colour="tab:cyan",
+    summary="a multiplier per phase and burstiness bin, fitted for the target"))
+declare(Declared(
+    BURST_HEADROOM, "fitted", rank=60, build=_fit_table(BURST_HEADROOM), table=_STORED,
+    uses_training=True, fitted_per_target=True, fitted_for="objective", crd=True, candidate=3, colour="tab:olive",
+    summary="a multiplier per burstiness bin (phase-blind), fitted for the target"))

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ai4dl.policy.policies import n_rows
+from ai4dl.policy.registry import Declared, FitInputs, declare
 
 __all__ = ["KrrPolicy", "KrrHistory", "is_memory_like", "KRR_SOURCE"]
 
@@ -239,3 +240,17 @@ class KrrPolicy:
         """One execution; with no ``state`` (no workload history) the initial request."""
         return self.allocate_group([usage], [phases], window, [initial], step, [t0], [pod],
                                    state)[0]
+
+
+def _fit_krr(inputs: FitInputs) -> KrrPolicy:
+    """Scored for the record, never served; the units decide where KRR's rounding and minimums
+    apply (cpu in cores, memory in bytes)."""
+    train = inputs.train
+    return KrrPolicy(resources=tuple(inputs.resources),
+                     units=tuple(train.units) if train is not None else None)
+
+
+declare(Declared(
+    KrrPolicy.name, "reference", rank=90, build=_fit_krr, uses_training=True, colour="tab:gray",
+    figures=("execution", "risk"),
+    summary="a history rightsizer (KRR-style): a percentile of the workload's earlier runs"))

@@ -79,7 +79,11 @@ from ai4dl.policy.peak_fit import (_ULP, _lookup, _order_statistic, fit_states, 
                                    training_rows)
 from ai4dl.policy.peak_states import (EDGES, ELAPSED_EDGES, ESTIMATORS, FEATURES, N_CODES, SIZES,
                                       State, _bin, bin_label, cells_from_states, digits_key,
-                                      key_digits, levels, window_states)
+                                      key_digits, levels, state_codes, window_states)
+from ai4dl.policy.registry import Declared, FitInputs, StoredTable, declare
+
+#: The policy's name (the phase-blind control is named ``peak-risk-blind`` by whoever fits it).
+PEAK_RISK = "peak-risk"
 
 #: Candidate min_windows, as multiples of 1 / max_risk (selected out of fold).
 MIN_WINDOWS_FACTORS = (1.0, 3.0, 10.0)
@@ -122,7 +126,7 @@ class PeakRiskPolicy:
         self.estimators = tuple(estimators)
         # one name with or without the phase (auto and the evaluator register "peak-risk" and
         # fit it phase-blind where there is no phase model); name the control explicitly
-        self.name = name or "peak-risk"
+        self.name = name or PEAK_RISK
 
     @property
     def needs_phases(self) -> bool:
@@ -206,6 +210,31 @@ class PeakRiskPolicy:
                     rows.target[:, r], rows.length)
             self._fit_resource(r, cols, fold, n_folds, candidates, k, state_risk)
         return self
+
+    def next_from_running(self, lasts: np.ndarray, last_phases: np.ndarray | None,
+                         owns) -> np.ndarray:
+        """(P, R): the table for every container at once, from their last windows and running
+        statistics (ai4dl.policy.online). A record that does not know its windows seen
+        (written before they were kept) counts them from its samples; one that does not know
+        its windows since the last new high gets, until its next new high, the largest
+        multiplier of any state with its windows seen and phase (:meth:`cautious`)."""
+        W = lasts.shape[1]
+        peak = np.stack([o.peak for o in owns])                                    # (P, R)
+        since = np.stack([o.since_high for o in owns])
+        low = np.stack([o.low_since_high for o in owns])
+        windows = np.array([o.windows if o.windows >= 0 else max(1, int(o.n) // W)
+                            for o in owns], np.int64)
+        phase = (np.asarray(last_phases)[:, -1].astype(np.int64) if self.use_phase else None)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(peak > 0, lasts.max(1) / np.where(peak > 0, peak, 1.0), 1.0)
+            dip = np.where(peak > 0, low / np.where(peak > 0, peak, 1.0), 1.0)
+        unknown = since < 0
+        code = state_codes(windows[:, None], np.maximum(since, 0), ratio,
+                           np.where(unknown, 1.0, dip))
+        out = self.lookup(peak, lasts.max(1), code, phase)
+        if unknown.any():
+            out = np.where(unknown, peak * self.cautious(windows, phase), out)
+        return out
 
     def _fit_resource(self, r: int, cols, fold: np.ndarray, n_folds: int, candidates, k: int,
                       state_risk) -> None:
@@ -405,3 +434,27 @@ def from_table(table) -> PeakRiskPolicy:
             cells_from_states(states, table.uses_phase, k)
     pol.fit_report_ = [dict(d) for d in table.fit] if table.fit else [{} for _ in range(R)]
     return pol
+
+
+def _fit_peak_risk(inputs: FitInputs) -> PeakRiskPolicy:
+    """The table fitted to a share of windows at risk (``inputs.target`` is the share covered,
+    1 − risk) on the training executions ``only``, with the phase where every one has it;
+    calibrated out of fold by workload (a job's executions never on both sides)."""
+    train, model = inputs.train, inputs.model
+    if train is None:
+        raise ValueError(f"policy {PEAK_RISK!r} is fitted on training executions")
+    idx = list(range(len(train.usage))) if inputs.only is None else list(inputs.only)
+    use_phase = model is not None and all(train.phases[i] is not None for i in idx)
+    groups = [train.groups[i] for i in idx] if train.groups else None
+    return PeakRiskPolicy(max_risk=1.0 - inputs.target, use_phase=use_phase).fit(
+        [train.usage[i] for i in idx], [train.phases[i] for i in idx] if use_phase else None,
+        inputs.window, model.n_phases_ if use_phase else None, tuple(train.resources),
+        groups=groups)
+
+
+declare(Declared(
+    PEAK_RISK, "fitted", rank=70, build=_fit_peak_risk,
+    table=StoredTable("riskTables", "risk_tables_", from_table), needs_phases=True,
+    phase_optional=True, uses_training=True, fitted_per_target=True, fitted_for="risk", crd=True, candidate=7, colour="black", figures=("risk",),
+    summary="the running maximum times a multiplier per state, fitted for a share of windows "
+            "at risk"))

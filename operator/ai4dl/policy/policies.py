@@ -22,6 +22,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from ai4dl.policy.registry import Declared, FitInputs, declare
+
 STATISTICS = ("mean+kstd", "p50", "p90", "p95", "p99", "max")
 PHASE_READERS = ("last", "majority", "max")
 
@@ -32,6 +34,17 @@ class Policy(Protocol):
 
     def allocate(self, usage: np.ndarray, phases: np.ndarray | None, window: int,
                  initial: np.ndarray, step: float) -> np.ndarray: ...
+
+
+def serve_next(policy, lasts: np.ndarray, last_phases: np.ndarray | None, owns) -> np.ndarray:
+    """(P, R): ``policy``'s next window for P containers from their last windows (P, W, R)
+    and running statistics (ai4dl.policy.online); ValueError for a policy that cannot be
+    served window by window (VPA needs days of per-pod decaying histograms)."""
+    serve = getattr(policy, "next_from_running", None)
+    if serve is None:
+        raise ValueError(f"policy {getattr(policy, 'name', policy)!r} cannot be served window "
+                         f"by window")
+    return serve(lasts, last_phases, owns)
 
 
 def n_rows(n: int, window: int) -> int:
@@ -68,6 +81,10 @@ class AdaptiveMax:
     def allocate(self, usage, phases, window, initial, step):
         return _with_cold_start(initial, _windows(np.asarray(usage, np.float64), window).max(1))
 
+    def next_from_running(self, lasts, last_phases, owns):
+        """(P, R): each container's last window's maximum (ai4dl.policy.online)."""
+        return lasts.max(1)
+
 
 @dataclass(frozen=True)
 class AdaptiveStat:
@@ -79,6 +96,10 @@ class AdaptiveStat:
     def allocate(self, usage, phases, window, initial, step):
         w = _windows(np.asarray(usage, np.float64), window)
         return _with_cold_start(initial, w.mean(1) + self.k * w.std(1))
+
+    def next_from_running(self, lasts, last_phases, owns):
+        """(P, R): each container's last window's mean + k·σ (ai4dl.policy.online)."""
+        return lasts.mean(1) + self.k * lasts.std(1)
 
 
 @dataclass(frozen=True)
@@ -220,6 +241,10 @@ class PhasePolicy:
     name: str = "phase"
     needs_phases: bool = True
 
+    def next_from_running(self, lasts, last_phases, owns):
+        """(P, R) from the last windows and each container's OwnHistory (ai4dl.policy.online)."""
+        return _phase_next(self, lasts, last_phases, owns)
+
     def allocate(self, usage, phases, window, initial, step):
         phases = np.asarray(phases)
         prev = _windows(phases, window)
@@ -227,6 +252,45 @@ class PhasePolicy:
                                self.k, self.min_samples)
         return _with_cold_start(initial, read_phase(prev, levels, self.reader)
                                 * (1.0 + self.margin))
+
+
+def _phase_next(policy, lasts, last_phases, owns) -> np.ndarray:
+    """(P, R): a phase policy's next window for every container, one by one, from its own
+    running statistics (ai4dl.policy.online)."""
+    out = np.empty((len(lasts), lasts.shape[2]))
+    for i in range(len(lasts)):
+        levels = _scoped_running(policy, owns[i])                          # (k, R)
+        if isinstance(policy, PhasePolicy):
+            out[i] = read_phase(np.asarray(last_phases[i])[None, :], levels[None],
+                                policy.reader)[0]
+        else:
+            out[i] = _proactive_running(policy, levels, owns[i], lasts.shape[1])
+    return out * (1.0 + policy.margin)
+
+
+def _scoped_running(policy, own) -> np.ndarray:
+    """The phase levels at the policy's scope, from an OwnHistory."""
+    levels = np.asarray(policy.levels, np.float64)
+    if policy.scope == "execution":
+        return own.phase_levels(policy.k, policy.min_samples)
+    if policy.scope == "model":
+        return np.minimum(levels, stat_bound(policy.k) * own.peak[None, :])
+    raise ValueError(f"scope must be 'model' or 'execution', not {policy.scope!r}")
+
+
+def _proactive_running(policy, levels: np.ndarray, own, window: int) -> np.ndarray:
+    """phase-proactive's forecast from the current run of an OwnHistory."""
+    normal, overdue = policy._tables(window)
+    cur = own.run_phase
+    late = own.run_length > np.asarray(policy.dwell_p90)[cur]
+    probs = overdue[cur] if late else normal[cur]
+    if policy.mode == "worst-likely":
+        ok = probs >= policy.threshold
+        if not late:
+            ok[cur] = True
+        ok[int(probs.argmax())] = True
+        return np.where(ok[:, None], levels, -np.inf).max(0)
+    return probs @ levels
 
 
 def visit_probabilities(P: np.ndarray, steps: int, start: np.ndarray | None = None) -> np.ndarray:
@@ -293,6 +357,10 @@ class PhaseProactive:
             # phase's first sample is where it leaves to (the leaving row itself).
             return occupancy(P.copy()), occupancy(overdue_start)
         raise ValueError(f"mode must be 'worst-likely' or 'expected', not {self.mode!r}")
+
+    def next_from_running(self, lasts, last_phases, owns):
+        """(P, R) from the last windows and each container's OwnHistory (ai4dl.policy.online)."""
+        return _phase_next(self, lasts, last_phases, owns)
 
     def allocate(self, usage, phases, window, initial, step):
         phases = np.asarray(phases)
@@ -472,6 +540,17 @@ class PerResource:
                 o[:, cols] = r[:, cols]
         return outs
 
+    def next_from_running(self, lasts, last_phases, owns):
+        """(P, R): column j from ``policies[j]``, each distinct policy served once."""
+        out = np.empty((len(lasts), lasts.shape[2]))
+        done: dict = {}
+        for j, p in enumerate(self.policies):
+            if id(p) not in done:
+                done[id(p)] = serve_next(p, lasts, last_phases if p.needs_phases else None,
+                                         owns)
+            out[:, j] = done[id(p)][:, j]
+        return out
+
     def allocate(self, usage, phases, window, initial, step, state=None, t0: float = 0.0,
                  pod=None):
         return self.allocate_group([usage], [phases], window, [initial], step, [t0], [pod],
@@ -493,7 +572,94 @@ class Calibrated:
     def needs_phases(self) -> bool:
         return bool(getattr(self.policy, "needs_phases", False))
 
+    def next_from_running(self, lasts, last_phases, owns):
+        """(P, R): the inner policy's, times the factors."""
+        inner = self.policy
+        return serve_next(inner, lasts, last_phases if inner.needs_phases else None,
+                          owns) * np.asarray(self.factors, np.float64)[None, :]
+
     def allocate(self, usage, phases, window, initial, step):
         rows = np.array(self.policy.allocate(usage, phases, window, initial, step), np.float64)
         rows[1:] *= np.asarray(self.factors, np.float64)[None, :]
         return rows
+
+
+# ----------------------------------------------------------------------------- declarations
+#: VPA's native unit per resource and a typical usage in it (what usage in other units is
+#: scaled to, see :func:`vpa_scale`; 2**30: a GiB).
+NATIVE_UNIT = {"cpu": ("cores", 1.0), "memory": ("bytes", float(2 ** 30))}
+
+
+def vpa_scale(resource: str, unit: str, usage: np.ndarray) -> tuple[float, bool]:
+    """Factor into VPA's native unit, and whether the unit already is native."""
+    native, typical = NATIVE_UNIT.get(resource, ("", 1.0))
+    if unit == native:
+        return 1.0, True
+    positive = usage[usage > 0]
+    return (typical / float(np.median(positive)) if len(positive) else 1.0), False
+
+
+def _fit_vpa(inputs: FitInputs) -> VpaPolicy:
+    """VPA scaled into its native units by the training executions fitted on (the pooled
+    usage's median where a unit is not native)."""
+    train, resources = inputs.train, tuple(inputs.resources)
+    if train is None:
+        units, pooled = ("",) * len(resources), np.ones((1, len(resources)))
+    else:
+        idx = list(range(len(train.usage))) if inputs.only is None else list(inputs.only)
+        units = tuple(train.units)
+        pooled = (np.concatenate([train.usage[i] for i in idx]) if idx else
+                  np.ones((1, len(resources))))
+    scales = [vpa_scale(r, u, pooled[:, j]) for j, (r, u) in enumerate(zip(resources, units))]
+    return VpaPolicy(resources=resources, scale=tuple(s for s, _ in scales),
+                     native_units=all(n for _, n in scales))
+
+
+def _fit_phase(kind: str):
+    def fit(inputs: FitInputs):
+        if inputs.model is None:
+            raise ValueError(f"policy {kind!r} needs a phase model")
+        return make_phase_policy(inputs.model, inputs.resources, kind, **inputs.options)
+    return fit
+
+
+def _serve_phase(kind: str):
+    def serve(model, resources, window, options):
+        return make_phase_policy(model, resources, kind, **options)
+    return serve
+
+
+def _fit_adaptive_stat(inputs: FitInputs) -> AdaptiveStat:
+    return AdaptiveStat() if inputs.stat_k is None else AdaptiveStat(k=inputs.stat_k)
+
+
+declare(Declared(
+    Static.name, "reference", rank=0, build=lambda inputs: Static(), colour="tab:brown",
+    figures=("execution", "risk"),
+    summary="the initial request, never changed (the author's request)"))
+declare(Declared(
+    AdaptiveMax.name, "baseline", rank=10, build=lambda inputs: AdaptiveMax(),
+    serve=lambda model, resources, window, options: AdaptiveMax(), crd=True, candidate=0,
+    colour="tab:orange", figures=("execution", "risk"), baseline=True,
+    reactive_reference=True, summary="the previous window's maximum"))
+declare(Declared(
+    AdaptiveStat.name, "baseline", rank=20, build=_fit_adaptive_stat,
+    serve=lambda model, resources, window, options: AdaptiveStat(), crd=True, candidate=1,
+    colour="tab:green", figures=("risk",), reactive_reference=True,
+    summary="the previous window's mean + k·σ"))
+declare(Declared(
+    PhasePolicy.name, "phase", rank=30, build=_fit_phase(PhasePolicy.name),
+    serve=_serve_phase(PhasePolicy.name), needs_phases=True, crd=True, candidate=4,
+    colour="tab:blue", summary="the current phase's statistic"))
+declare(Declared(
+    PhaseProactive.name, "phase", rank=40, build=_fit_phase(PhaseProactive.name),
+    serve=_serve_phase(PhaseProactive.name), needs_phases=True, crd=True, candidate=5,
+    colour="tab:purple", summary="a forecast of the next window's phases"))
+declare(Declared(
+    VpaPolicy.name, "reference", rank=80, build=_fit_vpa, uses_training=True, candidate=6,
+    colour="tab:red",
+    figures=("execution", "risk"),
+    summary="the VPA recommender's target (scored, never served)"))
+declare(Declared(
+    Oracle.name, "reference", rank=110, build=lambda inputs: Oracle(), colour="0.35",
+    figures=("execution",), summary="each window's own maximum, known in advance"))

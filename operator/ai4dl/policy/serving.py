@@ -6,16 +6,12 @@ trainer (which scores what the operator would serve) and the evaluator's ``auto`
 - ``auto`` (the default): the policy the trainer chose for this model on the PhaseModel's own
   recent executions (``policyChoice`` in the model document, per resource; it never chose one
   that lost to the reactive baseline). Before there is a model, or with a model that carries
-  no choice (fitted before schema v2, or not by the trainer), the reactive baseline
-  ``adaptive-max`` is served, under the same safety chain, so a fresh install sizes pods from
-  its first window on;
-- ``phase-headroom`` / ``burst-headroom``: the model's fitted head-room table of that name;
-- ``peak-risk`` / ``peak-risk-blind``: the model's fitted peak-risk table of that name
-  (``riskTables``: the running maximum × a multiplier per state, fitted for a share of windows
-  at risk; memory's policy);
-- ``phase`` / ``phase-proactive``: the model's phase statistics with the spec's statistic, k,
-  margin, reader and scope;
-- ``adaptive-max`` / ``adaptive-stat``: the reactive policies (no model needed).
+  no choice (fitted before schema v2, or not by the trainer), the reactive baseline is served,
+  under the same safety chain, so a fresh install sizes pods from its first window on;
+- any other policy the CRD may name (ai4dl.policy.catalog), as its declaration serves it: a
+  fitted table from the model document (the head-room tables, peak-risk), the phase
+  statistics with the spec's statistic, k, margin, reader and scope, or a reactive policy
+  (no model needed).
 """
 
 from __future__ import annotations
@@ -27,17 +23,14 @@ import numpy as np
 
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import PhaseModelSpec
+from ai4dl.policy import catalog
 from ai4dl.policy.objectives import Objective
-from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
-                                   make_phase_policy)
+from ai4dl.policy.policies import Calibrated, PerResource
 from ai4dl.policy.safety import SafetyConfig
 from ai4dl.method.traces import CANONICAL_UNITS
 
 MANAGED = ("cpu", "memory")
 NATIVE_UNITS = {"cpu": "cores", "memory": "bytes"}
-BASELINE = "adaptive-max"
-TABLES = ("phase-headroom", "burst-headroom")
-RISK_TABLES = ("peak-risk", "peak-risk-blind")
 #: What ``auto`` serves the phase policies with: the execution's own statistics (the scope
 #: the trainer's choice scored; model-scope levels belong to other jobs' scale).
 AUTO_PHASE_OPTIONS = {"scope": "execution"}
@@ -149,46 +142,10 @@ class Served:
 
 def build(name: str, model, resources: Sequence[str], window: int,
           phase_options: dict | None = None):
-    """A servable policy by name, for ``resources`` (head-room tables from the model's
-    document, checked against the PhaseModel's window)."""
-    if name == "adaptive-max":
-        return AdaptiveMax()
-    if name == "adaptive-stat":
-        return AdaptiveStat()
-    if model is None:
-        raise ValueError(f"policy {name} needs a model: spec.model is empty (train one first)")
-    if name in TABLES:
-        from ai4dl.policy.headroom import from_table
-
-        return _stored_table(model, "policy_tables_", name, from_table, resources, window,
-                             "(fitted by the trainer from schema v2 on)")
-    if name in RISK_TABLES:
-        from ai4dl.policy.peak import from_table as risk_from_table
-
-        return _stored_table(model, "risk_tables_", name, risk_from_table, resources, window,
-                             "(riskTables)")
-    if name in ("phase", "phase-proactive"):
-        return make_phase_policy(model, resources, name, **(phase_options or {}))
-    raise ValueError(f"policy {name!r} cannot be served")
-
-
-def _stored_table(model, attribute: str, name: str, from_table, resources: Sequence[str],
-                  window: int, where: str):
-    """The fitted table ``name`` of the model document (``attribute`` of the model), rebuilt
-    with ``from_table`` and checked against the PhaseModel's resources and window."""
-    table = next((t for t in getattr(model, attribute, None) or [] if t.name == name), None)
-    if table is None:
-        raise ValueError(f"spec.model has no {name} table {where}: retrain, or choose another "
-                         f"spec.policy.kind")
-    pol = from_table(table)
-    if tuple(pol.resources_) != tuple(resources):
-        raise ValueError(f"spec.model's {name} table is for {', '.join(pol.resources_)}, "
-                         f"the PhaseModel manages {', '.join(resources)}")
-    if pol.window_ != window:
-        raise ValueError(f"spec.model's {name} table was fitted for windows of "
-                         f"{pol.window_} samples, the PhaseModel's window is {window} "
-                         f"(windowSeconds / stepSeconds): retrain")
-    return pol
+    """A servable policy by name, for ``resources``, as its declaration serves it
+    (:func:`ai4dl.policy.catalog.serve`: a fitted table from the model's document, checked
+    against the PhaseModel's window)."""
+    return catalog.serve(name, model, resources, window, phase_options)
 
 
 def learned_cold_start(model, resources: Sequence[str], window: int) -> np.ndarray | None:
@@ -217,14 +174,16 @@ def _served_policy(spec: PhaseModelSpec, model=None) -> Served:
     window = window_samples(spec)
     pol = spec.policy
     kind = pol.kind
-    if kind == "auto":
+    if kind == catalog.AUTO:
         choice = getattr(model, "policy_choice_", None) if model is not None else None
         if model is None or choice is None:
             why = ("no model yet" if model is None else
                    "the model carries no choice of policy (fitted before schema v2, or not by "
                    "the trainer)")
-            return Served(AdaptiveMax(), (BASELINE,) * len(resources), resources,
-                          f"auto: {why}: serving the reactive baseline {BASELINE}", True)
+            baseline = catalog.baseline()
+            return Served(build(baseline, None, resources, window), (baseline,) * len(resources),
+                          resources, f"auto: {why}: serving the reactive baseline {baseline}",
+                          True)
         winners = dict(zip(choice.resources, choice.winners))
         missing = [r for r in resources if r not in winners]
         if missing:
@@ -257,15 +216,15 @@ def _served_policy(spec: PhaseModelSpec, model=None) -> Served:
             f"{r} ≤ {100 * t:g} % of windows at risk"
             for r, t, k in zip(choice.resources, choice.targets, choice.objective_kinds()))
         distinct = {id(p) for p in pols}
-        served = Served(pols[0] if len(distinct) == 1 else PerResource(tuple(pols), name="auto"),
+        served = Served(pols[0] if len(distinct) == 1 else PerResource(tuple(pols), name=catalog.AUTO),
                         names, resources, "")
         served.reason = (f"auto: {served.summary()} (won on the PhaseModel's own recent "
                          f"executions at {at})")
         return served
-    if kind in ("phase", "phase-proactive"):
+    options = {}
+    if catalog.entry(kind).kind == "phase":
+        # a phase policy's levels: the spec's statistic, k, margin, reader and scope
         options = {"statistic": pol.statistic, "k": pol.k, "margin": pol.margin,
                    "reader": pol.reader, "scope": pol.scope}
-        policy = build(kind, model, resources, window, options)
-    else:
-        policy = build(kind, model, resources, window)
+    policy = build(kind, model, resources, window, options)
     return Served(policy, (kind,) * len(resources), resources, f"{kind} (spec.policy.kind)")
