@@ -15,6 +15,8 @@ from ai4dl.cli import main
 from ai4dl.policy import catalog
 
 POLICIES = catalog.names()
+#: docs/results/verdict_stats.py, the verdict's statistics (research: outside the package)
+RESULTS_SCRIPT = "verdict_stats.py"
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -289,8 +291,8 @@ def _doc(seed: int, auto: tuple, am: tuple, ast: tuple, vpa: float) -> dict:
             "auto": {"0.97": {"winners": ["phase-headroom"]}}}
 
 
-def test_verdict_tally_counts_cells_per_data_set_and_only_the_bar_in_the_total():
-    from ai4dl.evaluation.report_verdict import verdict_rows, verdict_tally
+def test_verdict_tally_counts_cells_per_data_set_and_only_the_bar_in_the_total(results_script):
+    verdict_rows, verdict_tally = results_script.verdict_rows, results_script.verdict_tally
 
     met = ((1.04, 10), (1.05, 10), (1.06, 12), 1.2)
     missed = ((1.04, 11), (1.05, 10), (1.06, 12), 1.2)      # one window more
@@ -306,8 +308,8 @@ def test_verdict_tally_counts_cells_per_data_set_and_only_the_bar_in_the_total()
     assert cells["**the bar's data sets** (2)"] == ["**3 of 5**", "**1 of 2**"]
 
 
-def test_verdict_applies_the_bar_and_counts_seeds(full_run):
-    from ai4dl.evaluation.report_verdict import verdict_rows, verdict_table
+def test_verdict_applies_the_bar_and_counts_seeds(full_run, results_script):
+    verdict_rows, verdict_table = results_script.verdict_rows, results_script.verdict_table
 
     runs = [("toy", _doc(0, (1.04, 10), (1.05, 10), (1.06, 12), 1.2)),      # met
             ("toy", _doc(1, (1.04, 11), (1.05, 10), (1.06, 12), 1.2)),      # one window more
@@ -332,8 +334,9 @@ def test_verdict_applies_the_bar_and_counts_seeds(full_run):
                             and c["cost"] < c["vpa"])
 
 
-def test_restated_cpu_bar_is_the_mean_gap_within_one_standard_error():
-    from ai4dl.evaluation.report_verdict import restated_cpu_rows, restated_cpu_table
+def test_restated_cpu_bar_is_the_mean_gap_within_one_standard_error(results_script):
+    restated_cpu_rows, restated_cpu_table = (results_script.restated_cpu_rows,
+                                             results_script.restated_cpu_table)
 
     def with_krr(doc, krr):
         doc["scores"]["krr"] = {"cpu": {"vs_oracle_at": {"0.97": krr}}}
@@ -357,10 +360,10 @@ def test_restated_cpu_bar_is_the_mean_gap_within_one_standard_error():
 
 
 @pytest.mark.parametrize("d", [0.0077, -0.3, 1e-6, 12.5])
-def test_one_differing_seed_is_within_one_standard_error_whatever_its_size(d):
+def test_one_differing_seed_is_within_one_standard_error_whatever_its_size(d, results_script):
     """Four seeds agree exactly (two policies served the same allocation), one differs by d:
     the mean is d ÷ 5 and so is its standard error. Rounding must not call that resolved."""
-    from ai4dl.evaluation.report_verdict import mean_se, side_of_one_se
+    mean_se, side_of_one_se = results_script.mean_se, results_script.side_of_one_se
 
     mean, se = mean_se([d, 0.0, 0.0, 0.0, 0.0])
     assert mean == pytest.approx(d / 5) and se == pytest.approx(abs(d) / 5)
@@ -373,10 +376,11 @@ def test_one_differing_seed_is_within_one_standard_error_whatever_its_size(d):
     assert mean_se([2.0])[0] == 2.0 and math.isnan(mean_se([2.0])[1])
 
 
-def test_the_restated_table_gives_vpa_and_krr_gaps_their_noise():
+def test_the_restated_table_gives_vpa_and_krr_gaps_their_noise(results_script):
     """The bar asks auto to be below VPA on average: the table says when the seeds cannot tell
     which side the mean is on."""
-    from ai4dl.evaluation.report_verdict import restated_cpu_rows, restated_cpu_table
+    restated_cpu_rows, restated_cpu_table = (results_script.restated_cpu_rows,
+                                             results_script.restated_cpu_table)
 
     # auto = the better reactive policy at every seed; VPA 0.5 % below it at one seed of five
     runs = [("v", _doc(s, (1.0, 0), (1.0, 0), (1.01, 0), 0.995 if s == 0 else 1.0))

@@ -36,7 +36,7 @@ import sys
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
-from ai4dl.evaluation.report_verdict import mean_se
+from verdict_stats import mean_se
 from ai4dl.judge import _per_sample, _scored_mask, served_risk_match
 from ai4dl.policy.peak_states import RATIO_EDGES
 from ai4dl.policy.safety import SafetyConfig

@@ -31,7 +31,7 @@ from pathlib import Path
 from risk import load_set, run_or_table, store
 
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
-from ai4dl.evaluation.report_verdict import mean_se, side_of_one_se
+from verdict_stats import mean_se, side_of_one_se
 from ai4dl.io import load_traces
 from ai4dl.policy.objectives import RISKS
 from ai4dl.policy.safety import SafetyConfig

@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from ai4dl.evaluation.report_verdict import (restated_cpu_rows, restated_cpu_table, verdict_rows,
+from verdict_stats import (restated_cpu_rows, restated_cpu_table, verdict_rows,
                                              verdict_table, verdict_tally)
 
 LABELS = {"gcd-1h": "GCD_VMs, 1 h windows", "gcd-15min": "GCD_VMs, 15 min windows",

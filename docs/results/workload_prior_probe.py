@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationConfig, prepare
-from ai4dl.evaluation.report_verdict import mean_se
+from verdict_stats import mean_se
 from ai4dl.io import load_traces
 from ai4dl.judge import replay, score, serve
 from ai4dl.policy.headroom_levels import first_window_level

@@ -2,7 +2,7 @@
 formatting helpers and the markdown report (score table, matched and risk tables, auto's choice,
 the savings matrix, the cold start). The JSON document is in :mod:`ai4dl.evaluation.report_json`,
 the k/margin trade-off sweep in :mod:`ai4dl.evaluation.report_sweep`, the verdict over several
-runs in :mod:`ai4dl.evaluation.report_verdict`.
+runs in docs/results/verdict_stats.py (research, outside the package).
 
 Read against ../shared/docs/evaluation.md: every policy is reported as allocation ÷ oracle,
 raw and at matched fulfilment (95 %, 97 %), next to its raw fulfilment and allocation ÷ static
