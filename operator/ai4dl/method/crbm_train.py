@@ -153,6 +153,44 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
            device, method, on_epoch, start):
     import torch
 
+    train_X, val_X = _design_split(xs, n_history, validation_fraction, seed)
+    V = train_X.shape[1] // (n_history + 1)
+    n_train = len(train_X)
+    per_epoch = min(n_train, max_samples_per_epoch or n_train)
+    # The device is chosen once the fit's size is known (the torch generator below is
+    # separate from numpy's, so choosing here leaves every random stream as it was).
+    dev, method = _device_and_method(device, method, FitSize(per_epoch, train_X.shape[1],
+                                                             n_hidden, batch_size, epochs))
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    train_t = torch.from_numpy(train_X).to(dev)
+    val_t = torch.from_numpy(np.ascontiguousarray(val_X[:100_000])).to(dev)
+    params = _initial_params(gen, dev, V, n_history, n_hidden)
+    velocity = [torch.zeros_like(p) for p in params]
+    cd_step = _cd_step_function(V, cd_k, momentum, learning_rate,
+                                [weight_decay, weight_decay, 0.0, 0.0])
+    if method == "reference":
+        run_epoch = _reference_epochs(cd_step, train_t, per_epoch, batch_size, gen, params,
+                                      velocity)
+    else:
+        run_epoch, method = _fused_epochs(cd_step, train_t, per_epoch, batch_size, cd_k, n_hidden,
+                                          gen, params, velocity, graph=method == "graph")
+
+    report = TrainReport(device=str(dev), method=method)
+    val_err, weights, best_epoch = _early_stopped_epochs(
+        run_epoch, lambda X: _recon_error(X, params, V), val_t, params, epochs, patience,
+        min_improvement, on_epoch, report)
+    out = _numpy_params(weights, V)
+    report.best_epoch = best_epoch
+    report.validation_error = val_err
+    report.train_error = report.history[best_epoch - 1][0]
+    report.seconds = time.perf_counter() - start
+    return out, report
+
+
+def _design_split(xs, n_history, validation_fraction, seed):
+    """The training and validation design matrices: whole executions held out in a seeded
+    shuffle, or (with one execution) a seeded sample of the training rows."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(xs))
     n_val = int(round(validation_fraction * len(xs))) if len(xs) > 1 else 0
@@ -162,13 +200,15 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
         raise Ai4dlError(f"too few samples to train a CRBM ({len(train_X)})")
     val_X = (np.concatenate([design_matrix(xs[i], n_history) for i in val_ids])
              if n_val else train_X[rng.choice(len(train_X), min(len(train_X), 20_000), replace=False)])
-    V = train_X.shape[1] // (n_history + 1)
-    n_train = len(train_X)
-    per_epoch = min(n_train, max_samples_per_epoch or n_train)
-    # The device is chosen once the fit's size is known (the torch generator below is
-    # separate from numpy's, so choosing here leaves every random stream as it was).
-    dev = torch.device(resolve_device(device, FitSize(per_epoch, train_X.shape[1], n_hidden,
-                                                      batch_size, epochs)))
+    return train_X, val_X
+
+
+def _device_and_method(device, method, size: FitSize):
+    """The torch device for a fit of ``size`` and the training loop to run there (``auto``
+    resolved); on the CPU, torch is set to one thread."""
+    import torch
+
+    dev = torch.device(resolve_device(device, size))
     if method == "auto":
         method = "graph" if dev.type == "cuda" else "fused"
     if method == "graph" and dev.type != "cuda":
@@ -177,10 +217,12 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
         # These matrices are tiny (batch x ~16 x ~10): thread hand-offs cost more than the
         # arithmetic; one thread measured 3-5x faster than two on 2 cores.
         torch.set_num_threads(1)
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
-    train_t = torch.from_numpy(train_X).to(dev)
-    val_t = torch.from_numpy(np.ascontiguousarray(val_X[:100_000])).to(dev)
+    return dev, method
+
+
+def _initial_params(gen, dev, V, n_history, n_hidden):
+    """[M, A, bv, bh], the weights drawn from ``gen`` (M first, then A) and zero biases."""
+    import torch
 
     # Small Gaussian initialisation scaled by fan-in (the reference code's scheme, fixed order).
     def init(shape):
@@ -189,9 +231,13 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
     # M = [W; B] maps a design row [v_t, u_t] to the hidden units in one product.
     M, A = init((V * (n_history + 1), n_hidden)), init((V * n_history, V))
     bv, bh = torch.zeros(V, device=dev), torch.zeros(n_hidden, device=dev)
-    params = [M, A, bv, bh]
-    velocity = [torch.zeros_like(p) for p in params]
-    decays = [weight_decay, weight_decay, 0.0, 0.0]
+    return [M, A, bv, bh]
+
+
+def _cd_step_function(V, cd_k, momentum, learning_rate, decays):
+    """The CD-k update for ``V`` visible units, with momentum and weight decay per parameter
+    (``decays``, in the order of the parameters)."""
+    import torch
 
     def cd_step(X0, draw, params, velocity):
         """One CD-k update of ``params`` in place from the batch ``X0``; ``draw(k, p)`` samples
@@ -218,27 +264,41 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
                 g = g - wd * p
             vel.mul_(momentum).add_(g, alpha=learning_rate)
             p.add_(vel)
+    return cd_step
 
-    def recon_error(X: torch.Tensor) -> float:
-        v, u = X[:, :V], X[:, V:]
-        h = hidden_probabilities(v, u, M[:V], M[V:], bh)
-        r = h @ M[:V].T + u @ A + bv
-        return float(((r - v) ** 2).mean())
 
-    if method == "reference":
-        def reference_draw(k, p):
-            return torch.bernoulli(p, generator=gen)
+def _recon_error(X, params, V) -> float:
+    """Mean squared reconstruction error of the design rows ``X`` (standardised units)."""
+    M, A, bv, bh = params
+    v, u = X[:, :V], X[:, V:]
+    h = hidden_probabilities(v, u, M[:V], M[V:], bh)
+    r = h @ M[:V].T + u @ A + bv
+    return float(((r - v) ** 2).mean())
 
-        def run_epoch():
-            perm = torch.randperm(n_train, generator=gen, device=dev)[:per_epoch]
-            for s in range(0, per_epoch, batch_size):
-                cd_step(train_t[perm[s:s + batch_size]], reference_draw, params, velocity)
-            return train_t[perm[:100_000]]
-    else:
-        run_epoch, method = _fused_epochs(cd_step, train_t, per_epoch, batch_size, cd_k, n_hidden,
-                                          gen, params, velocity, graph=method == "graph")
 
-    report = TrainReport(device=str(dev), method=method)
+def _reference_epochs(cd_step, train_t, per_epoch, batch_size, gen, params, velocity):
+    """An epoch function for the ``reference`` method: one permutation gather and one
+    Bernoulli draw per batch."""
+    import torch
+
+    dev = train_t.device
+    n_train = len(train_t)
+
+    def reference_draw(k, p):
+        return torch.bernoulli(p, generator=gen)
+
+    def run_epoch():
+        perm = torch.randperm(n_train, generator=gen, device=dev)[:per_epoch]
+        for s in range(0, per_epoch, batch_size):
+            cd_step(train_t[perm[s:s + batch_size]], reference_draw, params, velocity)
+        return train_t[perm[:100_000]]
+    return run_epoch
+
+
+def _early_stopped_epochs(run_epoch, recon_error, val_t, params, epochs, patience,
+                          min_improvement, on_epoch, report):
+    """Run epochs until the validation error stalls for ``patience`` epochs, recording each in
+    ``report``; returns (validation error, weights, epoch) of the best epoch."""
     best = (math.inf, [p.clone() for p in params], 0)
     stale = 0
     for epoch in range(1, epochs + 1):
@@ -257,15 +317,14 @@ def _train(xs, n_hidden, n_history, epochs, batch_size, learning_rate, momentum,
             stale += 1
             if stale >= patience:
                 break
-    val_err, weights, best_epoch = best
+    return best
+
+
+def _numpy_params(weights, V) -> CRBMParams:
+    """The trained tensors [M, A, bv, bh] as float32 numpy :class:`CRBMParams`."""
     M, A, bv, bh = (w.detach().cpu().numpy().astype(np.float32) for w in weights)
-    out = CRBMParams(W=np.ascontiguousarray(M[:V]), B=np.ascontiguousarray(M[V:]), A=A,
-                     b_visible=bv, b_hidden=bh)
-    report.best_epoch = best_epoch
-    report.validation_error = val_err
-    report.train_error = report.history[best_epoch - 1][0]
-    report.seconds = time.perf_counter() - start
-    return out, report
+    return CRBMParams(W=np.ascontiguousarray(M[:V]), B=np.ascontiguousarray(M[V:]), A=A,
+                      b_visible=bv, b_hidden=bh)
 
 
 def _fused_epochs(cd_step, train_t, per_epoch, batch_size, cd_k, n_hidden, gen, params,

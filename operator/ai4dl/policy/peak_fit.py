@@ -36,7 +36,7 @@ def risk_lagrangian(ratio: np.ndarray, unit: np.ndarray, sid: np.ndarray, n_stat
     unit = np.asarray(unit, np.float64)
     if ratio.ndim == 1:
         ratio, unit = ratio[:, None], unit[:, None]
-    N, E = ratio.shape
+    N, _ = ratio.shape
     c = np.ones(n_states)
     est = np.zeros(n_states, np.int64)
     if N == 0:
@@ -45,7 +45,7 @@ def risk_lagrangian(ratio: np.ndarray, unit: np.ndarray, sid: np.ndarray, n_stat
     order = np.argsort(sid, kind="stable")
     bounds = np.searchsorted(sid[order], np.arange(n_states + 1))
     covered = 0
-    segs_slope, segs_gain, segs_state, segs_c, segs_e, segs_from = [], [], [], [], [], []
+    segs: list[_Segment] = []
     cands: dict = {}
     for s in range(n_states):
         lo, hi = bounds[s], bounds[s + 1]
@@ -54,55 +54,85 @@ def risk_lagrangian(ratio: np.ndarray, unit: np.ndarray, sid: np.ndarray, n_stat
             continue
         need = (int(math.ceil((1.0 - state_risk) * n - 1e-9)) if state_risk is not None
                 else 0)
-        J, C, V, K = [], [], [], []
-        for e in range(E):
-            r = np.sort(ratio[order[lo:hi], e])
-            vals, counts = np.unique(r, return_counts=True)
-            cov = np.cumsum(counts)                                 # windows with ratio <= v
-            # a ratio of inf (usage over a level of 0) is never covered
-            n_fin = int(np.count_nonzero(np.isfinite(vals)))
-            if n_fin == 0:
-                continue
-            first = min(int(np.searchsorted(cov, need, side="left")), n_fin - 1)
-            U = float(unit[order[lo:hi], e].sum())
-            J.append(cov[first:n_fin])
-            V.append(vals[first:n_fin])
-            C.append(vals[first:n_fin] * U)
-            K.append(np.full(n_fin - first, e))
-        if not J:
+        points = _state_candidates(ratio, unit, order[lo:hi], need)
+        if points is None:
             continue
-        J, C, V, K = (np.concatenate(a) for a in (J, C, V, K))
-        o = np.lexsort((C, J))                    # by windows covered, then cost
-        J, C, V, K = J[o].astype(np.float64), C[o], V[o], K[o]
-        keep = np.r_[True, J[1:] != J[:-1]]       # the cheapest candidate per coverage
-        J, C, V, K = J[keep], C[keep], V[keep], K[keep]
+        J, C, V, K = cands[s] = points
         hull = _lower_hull(J, C)
         c[s], est[s] = V[hull[0]], K[hull[0]]
         covered += int(J[hull[0]])
-        cands[s] = (J, C, V, K)
-        for a, b in zip(hull[:-1], hull[1:]):
-            segs_slope.append((C[b] - C[a]) / (J[b] - J[a]))
-            segs_gain.append(int(J[b] - J[a]))
-            segs_state.append(s)
-            segs_c.append(V[b])
-            segs_e.append(K[b])
-            segs_from.append(int(J[a]))
-    for i in np.argsort(np.asarray(segs_slope), kind="stable"):
+        segs.extend(_hull_segments(s, hull, J, C, V, K))
+    _take_segments(segs, cands, covered, goal, c, est)
+    return c, est
+
+
+class _Segment(NamedTuple):
+    """One segment of a state's lower hull: from covering ``start`` windows to ``start`` +
+    ``gain``, at ``slope`` cost per window, ending at multiplier ``c`` of estimator ``e``."""
+    slope: float
+    gain: int
+    state: int
+    c: float
+    e: int
+    start: int
+
+
+def _state_candidates(ratio: np.ndarray, unit: np.ndarray, rows: np.ndarray, need: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """One state's candidates (its windows ``rows``), the cheapest per number of windows
+    covered, by windows covered: (windows covered J, cost C, multiplier V, estimator K), from
+    the least admissible coverage ``need``; None when no window can be covered."""
+    J, C, V, K = [], [], [], []
+    for e in range(ratio.shape[1]):
+        r = np.sort(ratio[rows, e])
+        vals, counts = np.unique(r, return_counts=True)
+        cov = np.cumsum(counts)                                 # windows with ratio <= v
+        # a ratio of inf (usage over a level of 0) is never covered
+        n_fin = int(np.count_nonzero(np.isfinite(vals)))
+        if n_fin == 0:
+            continue
+        first = min(int(np.searchsorted(cov, need, side="left")), n_fin - 1)
+        U = float(unit[rows, e].sum())
+        J.append(cov[first:n_fin])
+        V.append(vals[first:n_fin])
+        C.append(vals[first:n_fin] * U)
+        K.append(np.full(n_fin - first, e))
+    if not J:
+        return None
+    J, C, V, K = (np.concatenate(a) for a in (J, C, V, K))
+    o = np.lexsort((C, J))                    # by windows covered, then cost
+    J, C, V, K = J[o].astype(np.float64), C[o], V[o], K[o]
+    keep = np.r_[True, J[1:] != J[:-1]]       # the cheapest candidate per coverage
+    return J[keep], C[keep], V[keep], K[keep]
+
+
+def _hull_segments(s: int, hull: list[int], J: np.ndarray, C: np.ndarray, V: np.ndarray,
+                   K: np.ndarray) -> list[_Segment]:
+    """The segments of state ``s``'s lower hull ``hull`` over its candidates, in order."""
+    return [_Segment((C[b] - C[a]) / (J[b] - J[a]), int(J[b] - J[a]), s, V[b], K[b], int(J[a]))
+            for a, b in zip(hull[:-1], hull[1:])]
+
+
+def _take_segments(segs: list[_Segment], cands: dict, covered: int, goal: int, c: np.ndarray,
+                   est: np.ndarray) -> None:
+    """Take hull segments cheapest per covered window first until ``goal`` windows are
+    covered, updating each state's multiplier ``c`` and estimator ``est`` in place."""
+    for i in np.argsort(np.asarray([seg.slope for seg in segs]), kind="stable"):
         if covered >= goal:
             break
-        s = segs_state[i]
-        if covered + segs_gain[i] > goal:
+        seg = segs[i]
+        s = seg.state
+        if covered + seg.gain > goal:
             # the last segment overshoots: stop inside it, at the cheapest candidate of its
             # state that meets the risk, so that the risk met on the training windows is the
             # objective, not a share of windows below it
             J, C, V, K = cands[s]
-            ok = np.flatnonzero(J >= segs_from[i] + goal - covered)
+            ok = np.flatnonzero(J >= seg.start + goal - covered)
             k = ok[int(np.argmin(C[ok]))]
             c[s], est[s] = V[k], K[k]
             break
-        c[s], est[s] = segs_c[i], segs_e[i]
-        covered += segs_gain[i]
-    return c, est
+        c[s], est[s] = seg.c, seg.e
+        covered += seg.gain
 
 
 def _lower_hull(x: np.ndarray, y: np.ndarray) -> list[int]:

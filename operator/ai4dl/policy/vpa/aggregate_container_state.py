@@ -235,7 +235,17 @@ class AggregateContainerState:
             raise ValueError("times and bytes_ must have the same length")
         if t.size == 0:
             return 0
-        usage = np.ceil(v)
+        taken = self._taken_memory_samples(cs, t, np.ceil(v))
+        if taken is None:
+            return 0
+        ts, us, highest = taken
+        self._add_taken_memory_samples(cs, ts, us, highest)
+        return int(ts.size)
+
+    @staticmethod
+    def _taken_memory_samples(cs: "ContainerState", t: np.ndarray, usage: np.ndarray):
+        """The samples ``cs`` takes, as (times, usages, highest usage if all were taken else
+        None), or None when it takes none."""
         # Usual case: finite, non-decreasing times not before the last sample and valid
         # usages, so every sample is taken (``_lowest(usage) >= 0`` is False for a NaN).
         t_first = t.item(0)
@@ -246,19 +256,24 @@ class AggregateContainerState:
             all_taken = (_lowest(usage) >= 0 and highest < math.inf
                          and (t.size == 1 or _all_true(np.greater_equal(t[1:], t[:-1]))))
         if all_taken:
-            ts, us = t, usage
-        else:
-            if not np.all(np.isfinite(t)):
-                raise ValueError("times must be finite")
-            with np.errstate(invalid="ignore"):
-                valid = np.isfinite(usage) & (usage >= 0)
-            running = np.maximum.accumulate(np.where(valid, t, -np.inf))
-            before = np.maximum(np.concatenate(([-np.inf], running[:-1])),
-                                cs.last_memory_sample_start)
-            taken = np.flatnonzero(valid & (t >= before))
-            if taken.size == 0:
-                return 0
-            ts, us = t[taken], usage[taken]
+            return t, usage, highest
+        if not np.all(np.isfinite(t)):
+            raise ValueError("times must be finite")
+        with np.errstate(invalid="ignore"):
+            valid = np.isfinite(usage) & (usage >= 0)
+        running = np.maximum.accumulate(np.where(valid, t, -np.inf))
+        before = np.maximum(np.concatenate(([-np.inf], running[:-1])),
+                            cs.last_memory_sample_start)
+        taken = np.flatnonzero(valid & (t >= before))
+        if taken.size == 0:
+            return None
+        return t[taken], usage[taken], None
+
+    def _add_taken_memory_samples(self, cs: "ContainerState", ts: np.ndarray, us: np.ndarray,
+                                  highest: float | None) -> None:
+        """Add the taken samples (times ``ts`` non-decreasing, ``highest``: their largest usage
+        if known) window by window: a new window's first sample is its peak, later ones only
+        matter where they raise it."""
         ts_last = ts.item(-1)  # ts is non-decreasing: the last taken time is the latest
         cs.last_memory_sample_start = ts_last
         hist = self.memory
@@ -281,38 +296,42 @@ class AggregateContainerState:
             old_max = max(cs.memory_peak, cs.oom_peak)
             # Only samples above the window's peak change anything (lower ones are no-ops
             # in Go), so a segment whose maximum does not exceed the peak is skipped.
-            if old_max != 0 and (highest if all_taken and i == 0 and j == n
+            if old_max != 0 and (highest if highest is not None and i == 0 and j == n
                                  else _highest(us[i:j])) > old_max:
-                seg = us[i:j]
-                prior = np.maximum(np.concatenate(([-np.inf], np.maximum.accumulate(seg)[:-1])),
-                                   float(old_max))
-                raises = np.flatnonzero(seg > prior)
-                if raises.size:
-                    # Each raise subtracts the old peak and adds the new one, both at the
-                    # window end (no reference shift: the window's first add made it).
-                    # Replayed on Python floats with Go's arithmetic and clamping; the
-                    # min/max bookkeeping is a function of the weights (see
-                    # _reset_min_and_max_bucket), so it is set once at the end.
-                    f = 1.0 * hist.decay_factor(cs.window_end)
-                    eps = hist.options.epsilon
-                    bw = hist.bucket_weight.tolist()
-                    total = hist.total_weight
-                    old_bucket = hist.options.find_bucket(float(old_max))
-                    for new_bucket in hist.options._find_buckets(seg[raises]).tolist():
-                        w = f
-                        if w > bw[old_bucket] - eps:
-                            w = bw[old_bucket]
-                        total -= w
-                        bw[old_bucket] -= w
-                        bw[new_bucket] += f
-                        total += f
-                        old_bucket = new_bucket
-                    hist.bucket_weight[:] = bw
-                    hist.total_weight = total
-                    hist._reset_min_and_max_bucket()
-                    cs.memory_peak = int(seg[raises[-1]])
+                self._raise_memory_peak(cs, us[i:j], old_max)
             i = j
-        return int(ts.size)
+
+    def _raise_memory_peak(self, cs: "ContainerState", seg: np.ndarray, old_max: int) -> None:
+        """Replay the samples ``seg`` of the current window on its peak ``old_max``: each one
+        above the running peak replaces it in the memory histogram."""
+        hist = self.memory
+        prior = np.maximum(np.concatenate(([-np.inf], np.maximum.accumulate(seg)[:-1])),
+                           float(old_max))
+        raises = np.flatnonzero(seg > prior)
+        if raises.size:
+            # Each raise subtracts the old peak and adds the new one, both at the
+            # window end (no reference shift: the window's first add made it).
+            # Replayed on Python floats with Go's arithmetic and clamping; the
+            # min/max bookkeeping is a function of the weights (see
+            # _reset_min_and_max_bucket), so it is set once at the end.
+            f = 1.0 * hist.decay_factor(cs.window_end)
+            eps = hist.options.epsilon
+            bw = hist.bucket_weight.tolist()
+            total = hist.total_weight
+            old_bucket = hist.options.find_bucket(float(old_max))
+            for new_bucket in hist.options._find_buckets(seg[raises]).tolist():
+                w = f
+                if w > bw[old_bucket] - eps:
+                    w = bw[old_bucket]
+                total -= w
+                bw[old_bucket] -= w
+                bw[new_bucket] += f
+                total += f
+                old_bucket = new_bucket
+            hist.bucket_weight[:] = bw
+            hist.total_weight = total
+            hist._reset_min_and_max_bucket()
+            cs.memory_peak = int(seg[raises[-1]])
 
     def record_oom(self, t_seconds: float, memory_request_bytes: float,
                    container=None) -> int | None:
