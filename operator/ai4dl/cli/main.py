@@ -360,6 +360,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_train_parser(sub)
+    _add_rollback_parser(sub)
+    _add_detect_parser(sub)
+    _add_describe_parser(sub)
+    _add_plot_parser(sub)
+    _add_demo_parser(sub)
+    _add_synthetic_parser(sub)
+    _add_evaluate_parser(sub)
+
+    from ai4dl.recording import record
+    record.add_parser(sub)
+    return parser
+
+
+def _add_train_parser(sub) -> None:
+    """``ai4dl train``: fit a model from traces, or refit a PhaseModel."""
     p = sub.add_parser("train", help="fit a phase model on traces (-o model.json), or refit a "
                        "PhaseModel from Prometheus history or traces (--phasemodel NS/NAME)")
     add_trace_args(p, optional=True)
@@ -397,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_trainer_args(p)
     p.set_defaults(func=cmd_train)
 
+
+def _add_rollback_parser(sub) -> None:
+    """``ai4dl rollback``: swap a PhaseModel's model and previous model."""
     p = sub.add_parser("rollback", help="put a PhaseModel's previous model back (swaps "
                        "spec.model and spec.previousModel)")
     p.add_argument("--phasemodel", required=True, metavar="NAMESPACE/NAME",
@@ -408,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "terminal (default auto)")
     p.set_defaults(func=cmd_rollback)
 
+
+def _add_detect_parser(sub) -> None:
+    """``ai4dl detect``: the phase of every sample."""
     p = sub.add_parser("detect", help="phase per sample for traces, as CSV or JSON")
     p.add_argument("model", help="model file written by 'ai4dl train'")
     add_trace_args(p)
@@ -415,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON instead of CSV")
     p.set_defaults(func=cmd_detect)
 
+
+def _add_describe_parser(sub) -> None:
+    """``ai4dl describe``: what a model file holds."""
     p = sub.add_parser("describe", help="phase table, prototypes, transition matrix, fit report")
     p.add_argument("model")
     p.add_argument("--json", action="store_true", help="the document's statistics as JSON")
@@ -422,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "state (the model's fitted policy tables) into this PNG")
     p.set_defaults(func=cmd_describe)
 
+
+def _add_plot_parser(sub) -> None:
+    """``ai4dl plot``: figures of traces and their phases."""
     p = sub.add_parser("plot", help="traces with phase bands, distributions, phase graph (PNG)")
     p.add_argument("model")
     add_trace_args(p)
@@ -432,6 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="executions drawn per figure (default 3)")
     p.set_defaults(func=cmd_plot)
 
+
+def _add_demo_parser(sub) -> None:
+    """``ai4dl demo``: the whole method on embedded data."""
     p = sub.add_parser("demo", help="train, detect, describe and plot on embedded data")
     p.add_argument("-o", "--output", default="ai4dl-demo", help="output folder (default "
                    "ai4dl-demo)")
@@ -443,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.set_defaults(func=cmd_demo)
 
+
+def _add_synthetic_parser(sub) -> None:
+    """``ai4dl synthetic``: the demo's generated jobs as a CSV."""
     p = sub.add_parser("synthetic", help="write synthetic DL training jobs as a long CSV (the "
                        "demo's generator; --executions 40 --seed 0: the demo's training jobs)")
     p.add_argument("-o", "--output", default="synthetic.csv",
@@ -459,14 +493,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "retrains are (default 1: every job its own)")
     p.set_defaults(func=cmd_synthetic)
 
+
+def _add_evaluate_parser(sub) -> None:
+    """``ai4dl evaluate``: replay traces through provisioning policies."""
     p = sub.add_parser("evaluate", help="replay traces through provisioning policies and score "
                        "them (allocation ÷ oracle at matched fulfilment)")
     _add_evaluate_args(p)
     p.set_defaults(func=cmd_evaluate)
-
-    from ai4dl.recording import record
-    record.add_parser(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

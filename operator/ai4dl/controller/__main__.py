@@ -20,6 +20,20 @@ def build_parser() -> argparse.ArgumentParser:
     from ai4dl import __version__
 
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_metrics_source_args(p)
+    _add_fair_share_args(p)
+    _add_scope_args(p)
+    _add_bounds_args(p)
+    _add_workload_profile_args(p)
+    _add_endpoint_args(p)
+    _add_webhook_args(p)
+    _add_state_key_args(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def _add_metrics_source_args(p: argparse.ArgumentParser) -> None:
+    """The metrics source: Prometheus, its queries' limits and timing."""
     g = p.add_argument_group("metrics source")
     g.add_argument("--prometheus-url", default=os.environ.get("AI4DL_PROMETHEUS_URL", ""),
                    help="Prometheus base URL (env AI4DL_PROMETHEUS_URL); required")
@@ -40,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--settle-seconds", type=float, default=1.0, metavar="SECONDS",
                    help="wait after a window boundary before querying, so the window's last "
                         "scrape is in (default 1)")
+
+
+def _add_fair_share_args(p: argparse.ArgumentParser) -> None:
+    """How windows are shared between PhaseModels and namespaces."""
     g = p.add_argument_group("fair shares (a namespace with many PhaseModels cannot delay "
                              "another's windows nor admission)")
     g.add_argument("--min-window-seconds", type=float, default=60.0, metavar="SECONDS",
@@ -56,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a window whose work starts more than this after its boundary + "
                         "--settle-seconds is late: condition WindowsLate True, "
                         "ai4dl_windows_late_total (default 5)")
+
+
+def _add_scope_args(p: argparse.ArgumentParser) -> None:
+    """Which PhaseModels and pods this instance serves."""
     g = p.add_argument_group("what is served")
     g.add_argument("--namespace", action="append", default=[],
                    help="serve only PhaseModels and pods in this namespace (repeatable); "
@@ -69,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how often to look for opted-in pods naming no PhaseModel, a missing "
                         "one, or one whose selector they do not match (one Warning Event per "
                         "pod; 0 turns it off; default 120)")
+
+
+def _add_bounds_args(p: argparse.ArgumentParser) -> None:
+    """The largest cpu and memory a container can use."""
     g = p.add_argument_group("bounds (no sample above them is believed, no request set above "
                              "them; set them to your largest node's allocatable)")
     g.add_argument("--max-container-cpu", default=_fmt(DEFAULT_MAX_VALUE["cpu"]),
@@ -76,10 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "96000m (default %(default)s cores)")
     g.add_argument("--max-container-memory", default="64Ti", metavar="QUANTITY",
                    help="largest memory a container can use, e.g. 1Ti (default %(default)s)")
+
+
+def _add_workload_profile_args(p: argparse.ArgumentParser) -> None:
+    """How many WorkloadProfiles are kept."""
     g = p.add_argument_group("workload profiles (a re-run job starts from its earlier runs)")
     g.add_argument("--max-workloads-per-phasemodel", type=int, default=DEFAULT_MAX_WORKLOADS,
                    metavar="N", help="WorkloadProfiles kept per PhaseModel: past N, the least "
                    "recently ended are deleted (checked hourly; default %(default)s)")
+
+
+def _add_endpoint_args(p: argparse.ArgumentParser) -> None:
+    """The /metrics and /healthz endpoints."""
     g = p.add_argument_group("endpoints")
     g.add_argument("--metrics-bind-address", default="127.0.0.1", metavar="ADDRESS",
                    help="address of /metrics (default 127.0.0.1: local only; the Helm chart "
@@ -95,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--liveness", default=None, metavar="URL",
                    help="deprecated: kopf's liveness URL, e.g. http://0.0.0.0:8081/healthz "
                         "(overrides --health-bind-address/--health-port; empty turns it off)")
+
+
+def _add_webhook_args(p: argparse.ArgumentParser) -> None:
+    """The mutating admission webhook and its certificates."""
     g = p.add_argument_group("admission webhook (spec.policy.mode Initial and InPlace: new "
                              "pods get their requests at creation)")
     g.add_argument("--webhook-port", type=int, default=0, metavar="PORT",
@@ -125,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --webhook-client-ca-file (required with it): accept only client "
                         "certificates with this common name (repeatable; a CA such as the "
                         "cluster's also signs users' and nodes' certificates)")
+
+
+def _add_state_key_args(p: argparse.ArgumentParser) -> None:
+    """The key that seals the operator's records on pods."""
     g = p.add_argument_group("the operator's records on pods")
     g.add_argument("--state-key-file", default=os.environ.get("AI4DL_STATE_KEY_FILE", ""),
                    metavar="FILE",
@@ -133,8 +175,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "forge them (env AI4DL_STATE_KEY_FILE; the Helm chart generates one "
                         "into a Secret that the kubelet mounts). Default: a random key per "
                         "process (after a restart the records read as absent)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return p
 
 
 def _fmt(cores: float) -> str:
@@ -166,93 +206,23 @@ def liveness_url(args: argparse.Namespace) -> str | None:
     return f"http://{'[' + host + ']' if ':' in host else host}:{args.health_port}/healthz"
 
 
+class _FlagError(Exception):
+    """A flag's value the operator cannot run with; the message names the flag."""
+
+
+def _fail(message: str) -> int:
+    """Say ``message`` as the operator's one-line error; the exit status of a usage error."""
+    print(f"ai4dl-operator: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-
-    def fail(message: str) -> int:
-        print(f"ai4dl-operator: error: {message}", file=sys.stderr)
-        return 2
-
-    if not args.prometheus_url:
-        return fail("--prometheus-url (or AI4DL_PROMETHEUS_URL) is required")
-    if args.max_series_per_query < 0:
-        return fail(f"--max-series-per-query {args.max_series_per_query}: must be 0 (automatic) "
-                    f"or more")
-    shard = {}
-    for item in args.phasemodel_selector:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            return fail(f"--phasemodel-selector {item!r}: expected LABEL=VALUE")
-        shard[key] = value
-    from ai4dl.quantity import parse_quantity
-
-    max_value = {}
-    for r, flag, text in (("cpu", "--max-container-cpu", args.max_container_cpu),
-                          ("memory", "--max-container-memory", args.max_container_memory)):
-        try:
-            max_value[r] = parse_quantity(text)
-        except ValueError:
-            return fail(f"{flag} {text!r}: not a Kubernetes quantity")
-        if not max_value[r] > 0:
-            return fail(f"{flag} {text!r}: must be above 0")
-    state_key = None
-    if args.state_key_file:
-        from ai4dl.controller.podstate import StateKey
-
-        try:
-            state_key = StateKey.from_file(args.state_key_file)
-        except ValueError as err:
-            return fail(f"--state-key-file: {err}")
-    for flag, value in (("--min-window-seconds", args.min_window_seconds),
-                        ("--window-late-seconds", args.window_late_seconds)):
-        if not value >= 0 or value == float("inf"):
-            return fail(f"{flag} {value:g}: must be a number of seconds, 0 or more")
-    if args.max_workloads_per_phasemodel < 1:
-        return fail(f"--max-workloads-per-phasemodel {args.max_workloads_per_phasemodel}: must "
-                    f"be 1 or more")
-    if args.window_workers < 1:
-        return fail(f"--window-workers {args.window_workers}: must be 1 or more")
-    webhook = None
-    if args.webhook_port:
-        if args.webhook_cert_dir:
-            missing = [f for f in ("tls.crt", "tls.key")
-                       if not os.path.isfile(os.path.join(args.webhook_cert_dir, f))]
-            if missing:
-                return fail(f"--webhook-cert-dir {args.webhook_cert_dir}: no {missing[0]}")
-        elif not args.webhook_configuration:
-            return fail("--webhook-port without --webhook-cert-dir needs "
-                        "--webhook-configuration (the configuration whose caBundle the "
-                        "operator writes for its self-signed certificate)")
-        from ai4dl.controller.webhook import service_names
-
-        hosts = list(args.webhook_host)
-        if args.webhook_service:
-            svc, dot, ns = args.webhook_service.partition(".")
-            if not dot or not svc or not ns:
-                return fail(f"--webhook-service {args.webhook_service!r}: expected "
-                            f"NAME.NAMESPACE")
-            hosts = service_names(svc, ns) + hosts
-        if not hosts and not args.webhook_cert_dir:
-            return fail("--webhook-port needs --webhook-service or --webhook-host for the "
-                        "self-signed certificate's names")
-        if args.webhook_client_ca_file:
-            problem = _client_ca_problem(args.webhook_client_ca_file)
-            if problem:
-                return fail(f"--webhook-client-ca-file {args.webhook_client_ca_file}: {problem}")
-            if not args.webhook_client_name:
-                return fail("--webhook-client-ca-file needs at least one --webhook-client-name "
-                            "(the API server's client certificate's common name): a CA such as "
-                            "the cluster's also signs admin and node certificates, which would "
-                            "be answered")
-        elif args.webhook_client_name:
-            return fail("--webhook-client-name needs --webhook-client-ca-file")
-        webhook = {"port": args.webhook_port, "addr": args.webhook_bind_address,
-                   "hosts": hosts, "configuration": args.webhook_configuration,
-                   "cert_dir": args.webhook_cert_dir,
-                   "client_ca_file": args.webhook_client_ca_file,
-                   "client_names": list(args.webhook_client_name)}
-    elif args.webhook_client_ca_file or args.webhook_client_name:
-        return fail("--webhook-client-ca-file and --webhook-client-name need --webhook-port")
+    try:
+        shard, max_value, state_key = _checked_flags(args)
+        webhook = _webhook_settings(args)
+    except _FlagError as err:
+        return _fail(str(err))
     # Read by the handlers module when it registers the PhaseModel daemon (import below).
     os.environ["AI4DL_PHASEMODEL_SELECTOR"] = ",".join(f"{k}={v}" for k, v in shard.items())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -261,32 +231,154 @@ def main(argv=None) -> int:
 
     from ai4dl.controller import handlers, metrics
 
-    handlers.CONFIG.update(prometheus_url=args.prometheus_url,
-                           prometheus_timeout=args.prometheus_timeout,
-                           prometheus_retries=args.prometheus_retries,
-                           settle_seconds=args.settle_seconds, max_value=max_value,
-                           namespaces=list(args.namespace),
-                           orphan_check_seconds=args.orphan_check_seconds, webhook=webhook,
-                           state_key=state_key,
-                           allow_free_promql=args.allow_free_promql,
-                           max_series_per_query=args.max_series_per_query,
-                           min_window_seconds=args.min_window_seconds,
-                           window_workers=args.window_workers,
-                           window_late_seconds=args.window_late_seconds,
-                           max_workloads=args.max_workloads_per_phasemodel)
+    handlers.CONFIG.update(_handler_config(args, max_value, webhook, state_key))
     if webhook is not None:
         handlers.register_admission()
     if args.metrics_port:
         try:
             metrics.serve(args.metrics_port, args.metrics_bind_address)
         except OSError as err:
-            return fail(f"/metrics on {args.metrics_bind_address}:{args.metrics_port}: "
-                        f"{err.strerror or err}")
+            return _fail(f"/metrics on {args.metrics_bind_address}:{args.metrics_port}: "
+                         f"{err.strerror or err}")
     asyncio.run(kopf.operator(
         standalone=not args.peering, peering_name=args.peering or None,
         namespaces=args.namespace, clusterwide=not args.namespace,
         liveness_endpoint=liveness_url(args)))
     return 0
+
+
+def _checked_flags(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, float], object]:
+    """(shard labels, largest cpu and memory, state key or None) from ``args``, every flag but
+    the webhook's checked, in the order their errors are reported; raises :class:`_FlagError`."""
+    if not args.prometheus_url:
+        raise _FlagError("--prometheus-url (or AI4DL_PROMETHEUS_URL) is required")
+    if args.max_series_per_query < 0:
+        raise _FlagError(f"--max-series-per-query {args.max_series_per_query}: must be 0 "
+                         f"(automatic) or more")
+    shard = _phasemodel_shard(args)
+    max_value = _max_values(args)
+    state_key = _state_key(args)
+    for flag, value in (("--min-window-seconds", args.min_window_seconds),
+                        ("--window-late-seconds", args.window_late_seconds)):
+        if not value >= 0 or value == float("inf"):
+            raise _FlagError(f"{flag} {value:g}: must be a number of seconds, 0 or more")
+    if args.max_workloads_per_phasemodel < 1:
+        raise _FlagError(f"--max-workloads-per-phasemodel {args.max_workloads_per_phasemodel}: "
+                         f"must be 1 or more")
+    if args.window_workers < 1:
+        raise _FlagError(f"--window-workers {args.window_workers}: must be 1 or more")
+    return shard, max_value, state_key
+
+
+def _phasemodel_shard(args: argparse.Namespace) -> dict[str, str]:
+    """The labels of --phasemodel-selector, as a dict."""
+    shard = {}
+    for item in args.phasemodel_selector:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise _FlagError(f"--phasemodel-selector {item!r}: expected LABEL=VALUE")
+        shard[key] = value
+    return shard
+
+
+def _max_values(args: argparse.Namespace) -> dict[str, float]:
+    """--max-container-cpu and --max-container-memory as numbers, by resource."""
+    from ai4dl.quantity import parse_quantity
+
+    max_value = {}
+    for r, flag, text in (("cpu", "--max-container-cpu", args.max_container_cpu),
+                          ("memory", "--max-container-memory", args.max_container_memory)):
+        try:
+            max_value[r] = parse_quantity(text)
+        except ValueError:
+            raise _FlagError(f"{flag} {text!r}: not a Kubernetes quantity") from None
+        if not max_value[r] > 0:
+            raise _FlagError(f"{flag} {text!r}: must be above 0")
+    return max_value
+
+
+def _state_key(args: argparse.Namespace):
+    """The key read from --state-key-file, or None (a random key per process)."""
+    state_key = None
+    if args.state_key_file:
+        from ai4dl.controller.podstate import StateKey
+
+        try:
+            state_key = StateKey.from_file(args.state_key_file)
+        except ValueError as err:
+            raise _FlagError(f"--state-key-file: {err}") from None
+    return state_key
+
+
+def _webhook_settings(args: argparse.Namespace) -> dict | None:
+    """The admission webhook's settings from the --webhook-* flags, checked; None without
+    --webhook-port."""
+    if not args.webhook_port:
+        if args.webhook_client_ca_file or args.webhook_client_name:
+            raise _FlagError("--webhook-client-ca-file and --webhook-client-name need "
+                             "--webhook-port")
+        return None
+    if args.webhook_cert_dir:
+        missing = [f for f in ("tls.crt", "tls.key")
+                   if not os.path.isfile(os.path.join(args.webhook_cert_dir, f))]
+        if missing:
+            raise _FlagError(f"--webhook-cert-dir {args.webhook_cert_dir}: no {missing[0]}")
+    elif not args.webhook_configuration:
+        raise _FlagError("--webhook-port without --webhook-cert-dir needs "
+                         "--webhook-configuration (the configuration whose caBundle the "
+                         "operator writes for its self-signed certificate)")
+    from ai4dl.controller.webhook import service_names
+
+    hosts = list(args.webhook_host)
+    if args.webhook_service:
+        svc, dot, ns = args.webhook_service.partition(".")
+        if not dot or not svc or not ns:
+            raise _FlagError(f"--webhook-service {args.webhook_service!r}: expected "
+                             f"NAME.NAMESPACE")
+        hosts = service_names(svc, ns) + hosts
+    if not hosts and not args.webhook_cert_dir:
+        raise _FlagError("--webhook-port needs --webhook-service or --webhook-host for the "
+                         "self-signed certificate's names")
+    _check_webhook_client_auth(args)
+    return {"port": args.webhook_port, "addr": args.webhook_bind_address,
+            "hosts": hosts, "configuration": args.webhook_configuration,
+            "cert_dir": args.webhook_cert_dir,
+            "client_ca_file": args.webhook_client_ca_file,
+            "client_names": list(args.webhook_client_name)}
+
+
+def _check_webhook_client_auth(args: argparse.Namespace) -> None:
+    """--webhook-client-ca-file and --webhook-client-name go together, the file a CA's."""
+    if args.webhook_client_ca_file:
+        problem = _client_ca_problem(args.webhook_client_ca_file)
+        if problem:
+            raise _FlagError(f"--webhook-client-ca-file {args.webhook_client_ca_file}: "
+                             f"{problem}")
+        if not args.webhook_client_name:
+            raise _FlagError("--webhook-client-ca-file needs at least one "
+                             "--webhook-client-name (the API server's client certificate's "
+                             "common name): a CA such as the cluster's also signs admin and "
+                             "node certificates, which would be answered")
+    elif args.webhook_client_name:
+        raise _FlagError("--webhook-client-name needs --webhook-client-ca-file")
+
+
+def _handler_config(args: argparse.Namespace, max_value: dict[str, float],
+                    webhook: dict | None, state_key) -> dict:
+    """What the handlers module reads from its CONFIG, from the checked flags."""
+    return dict(prometheus_url=args.prometheus_url,
+                prometheus_timeout=args.prometheus_timeout,
+                prometheus_retries=args.prometheus_retries,
+                settle_seconds=args.settle_seconds, max_value=max_value,
+                namespaces=list(args.namespace),
+                orphan_check_seconds=args.orphan_check_seconds, webhook=webhook,
+                state_key=state_key,
+                allow_free_promql=args.allow_free_promql,
+                max_series_per_query=args.max_series_per_query,
+                min_window_seconds=args.min_window_seconds,
+                window_workers=args.window_workers,
+                window_late_seconds=args.window_late_seconds,
+                max_workloads=args.max_workloads_per_phasemodel)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,70 @@ def _seconds(t, what: str) -> float:
         raise ValueError(f"{what} must be finite, not {t!r}")
     return x
 
+
+def _grid_ms(start, end, step) -> tuple[int, int, int]:
+    """(start, end, step) of a range query's grid in whole milliseconds, checked."""
+    start_ms = round(_seconds(start, "start") * 1000)
+    end_ms = round(_seconds(end, "end") * 1000)
+    step_ms = round(_seconds(step, "step") * 1000)
+    if step_ms <= 0:
+        raise ValueError(f"step must be at least 1 ms, not {step!r}")
+    if end_ms < start_ms:
+        raise ValueError(f"end ({end}) is before start ({start})")
+    return start_ms, end_ms, step_ms
+
+
+def _cell_finder(pods: Sequence[PodRef], names: Sequence[str]):
+    """A series' labels -> its cell (row * F + col) in the grid, or None when not asked for."""
+    pod_index = {(p.namespace, p.pod, p.container): i for i, p in enumerate(pods)}
+    feat_index = {name: j for j, name in enumerate(names)}
+    n_feat = len(names)
+
+    def cell_of(m: dict) -> int | None:
+        """A series' cell (row * F + col) in ``values``, or None when not asked for."""
+        row = pod_index.get((m.get("namespace", ""), m.get("pod", ""),
+                             m.get("container", "")))
+        col = feat_index.get(m.get(FEATURE_LABEL, ""))
+        return None if row is None or col is None else row * n_feat + col
+    return cell_of
+
+
+def _lean_parts(payload: LeanMatrix, cell_of) -> tuple[list[int], list[int], list, list]:
+    """(cells, points per cell, time arrays, value arrays) of a :class:`LeanMatrix`'s wanted
+    series."""
+    cells: list[int] = []
+    lengths: list[int] = []
+    ts_parts, ys_parts = [], []
+    for m, pts in payload.series:
+        at = cell_of(m)
+        if at is None or not len(pts):
+            continue
+        cells.append(at)
+        lengths.append(len(pts))
+        ts_parts.append(pts[:, 0])
+        ys_parts.append(pts[:, 1])
+    return cells, lengths, ts_parts, ys_parts
+
+
+def _blank_doubled(values: np.ndarray, doubled: set[int], names: Sequence[str],
+                   pods: Sequence[PodRef], warnings: list[str]) -> dict[PodRef, tuple[str, ...]]:
+    """Blank the rows of containers with a ``doubled`` cell, said in ``warnings``: those
+    containers and their features."""
+    n_feat = len(names)
+    by_row: dict[int, list[str]] = {}
+    for c in sorted(doubled):
+        by_row.setdefault(c // n_feat, []).append(names[c % n_feat])
+    for row in by_row:
+        values[row] = np.nan
+    duplicated = {pods[row]: tuple(fs) for row, fs in by_row.items()}
+    if duplicated:
+        warnings.append(f"{len(duplicated)} containers got more than one series for one "
+                        f"feature (a template that does not aggregate by namespace, pod, "
+                        f"container?), e.g. {next(iter(duplicated))} "
+                        f"({', '.join(next(iter(duplicated.values())))}): their samples "
+                        f"are not used")
+    return duplicated
+
 # ----------------------------------------------------------------------------- the source
 
 class PrometheusSource:
@@ -255,124 +319,115 @@ class PrometheusSource:
         fqs = self._feature_queries(features)
         names = tuple(f.name for f in fqs)
         pods = tuple(dict.fromkeys(PodRef(*p) for p in pods))
-        start_ms = round(_seconds(start, "start") * 1000)
-        end_ms = round(_seconds(end, "end") * 1000)
-        step_ms = round(_seconds(step, "step") * 1000)
-        if step_ms <= 0:
-            raise ValueError(f"step must be at least 1 ms, not {step!r}")
-        if end_ms < start_ms:
-            raise ValueError(f"end ({end}) is before start ({start})")
+        start_ms, end_ms, step_ms = _grid_ms(start, end, step)
         n = (end_ms - start_ms) // step_ms + 1
         times = (start_ms + step_ms * np.arange(n, dtype=np.int64)) / 1000.0
         values = np.full((len(pods), n, len(fqs)), np.nan)
         warnings: list[str] = []
-        n_queries = 0
         if pods:
-            query = self.build_query(fqs, pods, rate_window)
-            pod_index = {(p.namespace, p.pod, p.container): i for i, p in enumerate(pods)}
-            feat_index = {name: j for j, name in enumerate(names)}
-            n_feat = len(names)
-
-            def cell_of(m: dict) -> int | None:
-                """A series' cell (row * F + col) in ``values``, or None when not asked for."""
-                row = pod_index.get((m.get("namespace", ""), m.get("pod", ""),
-                                     m.get("container", "")))
-                col = feat_index.get(m.get(FEATURE_LABEL, ""))
-                return None if row is None or col is None else row * n_feat + col
-            limit = self.series_limit(len(pods), n_feat)
-            # cells (row * F + col) that came in more than one series of one answer
-            doubled: set[int] = set()
-            flat = values.reshape(-1)
-            headers = None if compress else {"Accept-Encoding": "identity"}
-            for i0 in range(0, n, self.max_points):
-                i1 = min(n, i0 + self.max_points) - 1
-                q_start = start_ms + i0 * step_ms
-                max_bytes = (None if limit is None else
-                             limit * ((i1 - i0 + 1) * _BYTES_PER_POINT + _BYTES_PER_SERIES))
-                payload = self._post("/api/v1/query_range", {
-                    "query": query, "start": f"{q_start / 1000:.3f}",
-                    "end": f"{(start_ms + i1 * step_ms) / 1000:.3f}",
-                    "step": f"{step_ms / 1000:.3f}", "timeout": f"{self.timeout:.3f}"},
-                    lean=lean, headers=headers, max_bytes=max_bytes)
-                n_queries += 1
-                got = (len(payload.series) if isinstance(payload, LeanMatrix) else
-                       len(((payload.get("data") or {}).get("result") or ())
-                           if isinstance(payload.get("data"), dict) else ()))
-                if limit is not None and got > limit:
-                    raise SeriesLimitExceeded(self.url, f"the answer has {got} series, more "
-                                              f"than the {limit} a query for {len(pods)} "
-                                              f"containers x {n_feat} features may give "
-                                              f"(--max-series-per-query)")
-                if isinstance(payload, LeanMatrix):
-                    warnings.extend(one_line(w, 300) for w in payload.warnings)
-                    cells: list[int] = []
-                    lengths: list[int] = []
-                    ts_parts, ys_parts = [], []
-                    for m, pts in payload.series:
-                        at = cell_of(m)
-                        if at is None or not len(pts):
-                            continue
-                        cells.append(at)
-                        lengths.append(len(pts))
-                        ts_parts.append(pts[:, 0])
-                        ys_parts.append(pts[:, 1])
-                    del payload
-                    if not cells:
-                        continue
-                    ts = np.concatenate(ts_parts)
-                    ys = np.concatenate(ys_parts)
-                    del ts_parts, ys_parts
-                else:
-                    warnings.extend(one_line(w, 300) for w in payload.get("warnings") or [])
-                    data = payload.get("data")
-                    if not isinstance(data, dict) or data.get("resultType") != "matrix":
-                        got = data.get("resultType") if isinstance(data, dict) else None
-                        raise PrometheusUnavailable(
-                            self.url, f"unexpected answer to a range query (resultType {got!r})")
-                    # Gather every point of every wanted series, then place them in one go: the
-                    # per-point work is a few list operations, the per-series work is nil.
-                    points: list = []
-                    cells = []     # (row * F + col) per series
-                    lengths = []
-                    for series in data.get("result") or ():
-                        at = cell_of(series.get("metric") or {})
-                        pts = series.get("values")
-                        if at is None or not pts:
-                            continue
-                        points.extend(pts)
-                        cells.append(at)
-                        lengths.append(len(pts))
-                    if not points:
-                        continue
-                    ts = np.fromiter((p[0] for p in points), dtype=np.float64, count=len(points))
-                    ys = np.array([p[1] for p in points], dtype=np.float64)
-                    del points
-                seen, counts = np.unique(np.asarray(cells, dtype=np.int64), return_counts=True)
-                doubled.update(int(c) for c in seen[counts > 1])
-                idx = np.rint((ts * 1000.0 - q_start) / step_ms).astype(np.int64) + i0
-                cell = np.repeat(np.asarray(cells, dtype=np.int64), lengths)
-                ok = (idx >= i0) & (idx <= i1)
-                # values[row, idx, col] is flat[(row * n + idx) * F + col]
-                lin = (cell // n_feat * n + idx) * n_feat + cell % n_feat
-                lin, ys = lin[ok], ys[ok]
-                flat[lin] = ys    # a doubled cell's row is blanked below, whichever came last
-            by_row: dict[int, list[str]] = {}
-            for c in sorted(doubled):
-                by_row.setdefault(c // n_feat, []).append(names[c % n_feat])
-            for row in by_row:
-                values[row] = np.nan
-            duplicated = {pods[row]: tuple(fs) for row, fs in by_row.items()}
-            if duplicated:
-                warnings.append(f"{len(duplicated)} containers got more than one series for one "
-                                f"feature (a template that does not aggregate by namespace, pod, "
-                                f"container?), e.g. {next(iter(duplicated))} "
-                                f"({', '.join(next(iter(duplicated.values())))}): their samples "
-                                f"are not used")
+            n_queries, doubled = self._fill_grid(values, fqs, pods, rate_window, start_ms,
+                                                 step_ms, lean, compress, warnings)
+            duplicated = _blank_doubled(values, doubled, names, pods, warnings)
         else:
-            duplicated = {}
+            n_queries, duplicated = 0, {}
         self.last_warnings = warnings
         return PodSamples(names, times, start_ms / 1000.0, end_ms / 1000.0, step_ms / 1000.0,
                           pods, values, n_queries, warnings, duplicated)
+
+    def _fill_grid(self, values: np.ndarray, fqs: list[FeatureQuery], pods: tuple[PodRef, ...],
+                   rate_window: str | None, start_ms: int, step_ms: int, lean: bool,
+                   compress: bool, warnings: list[str]) -> tuple[int, set[int]]:
+        """Query ``values``' grid chunk by chunk and write the points in: (range queries sent,
+        cells (row * F + col) that came in more than one series of one answer)."""
+        query = self.build_query(fqs, pods, rate_window)
+        n = values.shape[1]
+        n_feat = len(fqs)
+        cell_of = _cell_finder(pods, tuple(f.name for f in fqs))
+        limit = self.series_limit(len(pods), n_feat)
+        # cells (row * F + col) that came in more than one series of one answer
+        doubled: set[int] = set()
+        flat = values.reshape(-1)
+        headers = None if compress else {"Accept-Encoding": "identity"}
+        n_queries = 0
+        for i0 in range(0, n, self.max_points):
+            i1 = min(n, i0 + self.max_points) - 1
+            q_start = start_ms + i0 * step_ms
+            max_bytes = (None if limit is None else
+                         limit * ((i1 - i0 + 1) * _BYTES_PER_POINT + _BYTES_PER_SERIES))
+            # The answer is handed straight on, so that it is let go before its points are
+            # joined (a big history answer would otherwise be held twice).
+            found = self._wanted_points(self._post("/api/v1/query_range", {
+                "query": query, "start": f"{q_start / 1000:.3f}",
+                "end": f"{(start_ms + i1 * step_ms) / 1000:.3f}",
+                "step": f"{step_ms / 1000:.3f}", "timeout": f"{self.timeout:.3f}"},
+                lean=lean, headers=headers, max_bytes=max_bytes),
+                cell_of, limit, len(pods), n_feat, warnings)
+            n_queries += 1
+            if found is None:
+                continue
+            cells, lengths, ts, ys = found
+            seen, counts = np.unique(np.asarray(cells, dtype=np.int64), return_counts=True)
+            doubled.update(int(c) for c in seen[counts > 1])
+            idx = np.rint((ts * 1000.0 - q_start) / step_ms).astype(np.int64) + i0
+            cell = np.repeat(np.asarray(cells, dtype=np.int64), lengths)
+            ok = (idx >= i0) & (idx <= i1)
+            # values[row, idx, col] is flat[(row * n + idx) * F + col]
+            lin = (cell // n_feat * n + idx) * n_feat + cell % n_feat
+            lin, ys = lin[ok], ys[ok]
+            flat[lin] = ys    # a doubled cell's row is blanked below, whichever came last
+        return n_queries, doubled
+
+    def _wanted_points(self, payload, cell_of, limit: int | None, n_pods: int, n_feat: int,
+                       warnings: list[str]):
+        """(cells, points per cell, times, values) of the series asked for in one range query's
+        answer, or None when it has none; refuses an answer with more series than ``limit``."""
+        got = (len(payload.series) if isinstance(payload, LeanMatrix) else
+               len(((payload.get("data") or {}).get("result") or ())
+                   if isinstance(payload.get("data"), dict) else ()))
+        if limit is not None and got > limit:
+            raise SeriesLimitExceeded(self.url, f"the answer has {got} series, more "
+                                      f"than the {limit} a query for {n_pods} "
+                                      f"containers x {n_feat} features may give "
+                                      f"(--max-series-per-query)")
+        if not isinstance(payload, LeanMatrix):
+            return self._json_points(payload, cell_of, warnings)
+        warnings.extend(one_line(w, 300) for w in payload.warnings)
+        cells, lengths, ts_parts, ys_parts = _lean_parts(payload, cell_of)
+        del payload
+        if not cells:
+            return None
+        ts = np.concatenate(ts_parts)
+        ys = np.concatenate(ys_parts)
+        del ts_parts, ys_parts
+        return cells, lengths, ts, ys
+
+    def _json_points(self, payload: dict, cell_of, warnings: list[str]):
+        """:meth:`_wanted_points` of a ``json.loads`` answer."""
+        warnings.extend(one_line(w, 300) for w in payload.get("warnings") or [])
+        data = payload.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "matrix":
+            got = data.get("resultType") if isinstance(data, dict) else None
+            raise PrometheusUnavailable(
+                self.url, f"unexpected answer to a range query (resultType {got!r})")
+        # Gather every point of every wanted series, then place them in one go: the
+        # per-point work is a few list operations, the per-series work is nil.
+        points: list = []
+        cells = []     # (row * F + col) per series
+        lengths = []
+        for series in data.get("result") or ():
+            at = cell_of(series.get("metric") or {})
+            pts = series.get("values")
+            if at is None or not pts:
+                continue
+            points.extend(pts)
+            cells.append(at)
+            lengths.append(len(pts))
+        if not points:
+            return None
+        ts = np.fromiter((p[0] for p in points), dtype=np.float64, count=len(points))
+        ys = np.array([p[1] for p in points], dtype=np.float64)
+        del points
+        return cells, lengths, ts, ys
 
     def series(self, matchers: Sequence[str], start, end) -> list[dict[str, str]]:
         """Label sets of the series matching any of ``matchers`` (PromQL series selectors such as

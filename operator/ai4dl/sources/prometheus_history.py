@@ -421,6 +421,30 @@ class PrometheusHistory:
         # grid aligned to the step, so repeated pulls see the same points
         start = float(np.ceil(start / self.step) * self.step)
         end = float(np.floor(end / self.step) * self.step)
+        counts, result = self._selected_containers(start, end, select)
+        if not counts:
+            result.seconds = time.perf_counter() - t0
+            return result
+        queries = [self._with_user_selector(f) for f in self.features + self.markers]
+        plan = plan_pull(counts, start, end, self.step, len(queries), self.source.max_points,
+                         self.max_answer_points, self.max_query_samples,
+                         self.max_chunk_seconds)
+        chunk_times, grids = self._pull_newest_first(plan, queries, result, on_query,
+                                                     max_samples)
+        result.skipped_chunks = len(plan.chunks) - len(chunk_times)
+        result.pulled_from = float(chunk_times[-1][0])
+        times = np.concatenate(chunk_times[::-1])
+        del chunk_times
+        self._cut_into_executions(plan, grids, times, result)
+        if max_samples is not None:
+            (result.executions, result.dropped_executions, result.dropped_samples,
+             result.trimmed) = keep_newest(result.executions, max_samples, self.min_samples)
+        result.seconds = time.perf_counter() - t0
+        return result
+
+    def _selected_containers(self, start: float, end: float, select
+                             ) -> tuple[dict[PodRef, int], HistoryResult]:
+        """The containers to pull (with their raw series counts) and the result to fill."""
         counts = self.discover(start, end)
         found = len(counts)
         not_served = unknown = 0
@@ -431,15 +455,16 @@ class PrometheusHistory:
         result = HistoryResult([], len(counts), sum(counts.values()), 0, 0, 0.0,
                                not_served=not_served, unknown=unknown, membership=how,
                                found=found)
-        if not counts:
-            result.seconds = time.perf_counter() - t0
-            return result
-        queries = [self._with_user_selector(f) for f in self.features + self.markers]
+        return counts, result
+
+    def _pull_newest_first(self, plan: PullPlan, queries: list[FeatureQuery],
+                           result: HistoryResult,
+                           on_query: Callable[[int, int], None] | None,
+                           max_samples: int | None
+                           ) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+        """(grid times per chunk, float32 grids per batch per chunk), both newest chunk first;
+        stops after the chunk that brings ``max_samples`` complete rows."""
         n_feat = len(self.features)
-        plan = plan_pull(counts, start, end, self.step, len(queries), self.source.max_points,
-                         self.max_answer_points, self.max_query_samples,
-                         self.max_chunk_seconds)
-        names = tuple(f.name for f in self.features)
         done = 0
         # Newest chunk first, every batch of pods; float32 grids kept per batch (newest first).
         grids: list[list[np.ndarray]] = [[] for _ in plan.batches]
@@ -466,10 +491,14 @@ class PrometheusHistory:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-        result.skipped_chunks = len(plan.chunks) - len(chunk_times)
-        result.pulled_from = float(chunk_times[-1][0])
-        times = np.concatenate(chunk_times[::-1])
-        del chunk_times
+        return chunk_times, grids
+
+    def _cut_into_executions(self, plan: PullPlan, grids: list[list[np.ndarray]],
+                             times: np.ndarray, result: HistoryResult) -> None:
+        """Each container's pulled grid as executions, into ``result.executions``; every
+        batch's grids are let go once cut."""
+        n_feat = len(self.features)
+        names = tuple(f.name for f in self.features)
         for b, batch in enumerate(plan.batches):
             parts, grids[b] = grids[b], []
             values = np.concatenate(parts[::-1], axis=1) if len(parts) > 1 else parts[0]
@@ -484,8 +513,3 @@ class PrometheusHistory:
                     marks.get("__start"), marks.get("__resets"), self.max_gap_steps,
                     self.min_samples, self.warmup, marks.get("__stale")))
             del values
-        if max_samples is not None:
-            (result.executions, result.dropped_executions, result.dropped_samples,
-             result.trimmed) = keep_newest(result.executions, max_samples, self.min_samples)
-        result.seconds = time.perf_counter() - t0
-        return result

@@ -84,6 +84,29 @@ def load_alibaba(path: str | os.PathLike, *, step: float = 60.0,
     _check_args(step, max_gap_steps, on_bad)
     label = str(path)
     folder = Path(path)
+    features = _checked_alibaba_request(folder, label, features)
+    pod_ids: dict[str, int] = {}
+    files = [_alibaba_file(folder, _ALIBABA_FILES[f][0], pod_ids) for f in features]
+    warnings = [f"{f[0]}: dropped {f[5]} rows without a container_ip" for f in files if f[5]]
+    complete = _complete_pods(files, pod_ids, features, require_all, label, warnings)
+
+    # (pod, time) -> one int64 key, so the join is set algebra on sorted integers.
+    t_all = _unique(np.concatenate([f[2] for f in files]))
+    keys = [np.where(complete[pod], pod * len(t_all) + np.searchsorted(t_all, t), -1)
+            for _, pod, t, _, _, _ in files]
+    common = _screened_common_keys(files, keys, on_bad, warnings)
+    values = _joined_values(files, keys, common)
+    pod_code, t_code = np.divmod(common, len(t_all))
+    ts = _assemble(label, pod_code, t_all[t_code], values,
+                   [(p, p, {}) for p in pod_ids], features,
+                   [_ALIBABA_FILES[f][1] for f in features], step=step,
+                   max_gap_steps=max_gap_steps, warnings=warnings)
+    ts.skipped_pods = int((~complete).sum())
+    return ts
+
+
+def _checked_alibaba_request(folder: Path, label: str, features: Sequence[str]) -> tuple:
+    """``features`` as a tuple, once the folder and every tarball they need are there."""
     if not folder.is_dir():
         raise TraceError("not a folder (expected the folder of Alibaba pod tarballs)", path=label)
     features = tuple(features)
@@ -94,10 +117,12 @@ def load_alibaba(path: str | os.PathLike, *, step: float = 60.0,
         if not (folder / f"{_ALIBABA_FILES[f][0]}.tar.gz").is_file():
             raise TraceError("missing Alibaba trace file",
                              path=str(folder / f"{_ALIBABA_FILES[f][0]}.tar.gz"))
-    pod_ids: dict[str, int] = {}
-    files = [_alibaba_file(folder, _ALIBABA_FILES[f][0], pod_ids) for f in features]
-    warnings = [f"{f[0]}: dropped {f[5]} rows without a container_ip" for f in files if f[5]]
+    return features
 
+
+def _complete_pods(files, pod_ids: dict[str, int], features: tuple, require_all: bool,
+                   label: str, warnings: list[str]) -> np.ndarray:
+    """Per pod id, whether every file has rows of it (the lacking ones said or refused)."""
     has = np.zeros((len(pod_ids), len(files)), dtype=bool)
     for j, f in enumerate(files):
         has[f[1], j] = True
@@ -111,11 +136,12 @@ def load_alibaba(path: str | os.PathLike, *, step: float = 60.0,
                         f"of the features {', '.join(features)}")
     if not complete.any():
         raise TraceError(f"no pod has all of the features {', '.join(features)}", path=label)
+    return complete
 
-    # (pod, time) -> one int64 key, so the join is set algebra on sorted integers.
-    t_all = _unique(np.concatenate([f[2] for f in files]))
-    keys = [np.where(complete[pod], pod * len(t_all) + np.searchsorted(t_all, t), -1)
-            for _, pod, t, _, _, _ in files]
+
+def _screened_common_keys(files, keys: list[np.ndarray], on_bad: str,
+                          warnings: list[str]) -> np.ndarray:
+    """The sorted (pod, time) keys every file has, less those with a bad sample in any file."""
     common = _unique(keys[0][keys[0] >= 0])
     for k in keys[1:]:
         common = common[_isin(common, _unique(k))]
@@ -130,17 +156,15 @@ def load_alibaba(path: str | os.PathLike, *, step: float = 60.0,
         if n_pod_rows > len(sel):
             warnings.append(f"{flabel}: dropped {n_pod_rows - len(sel)} samples whose timestamp "
                             f"is missing from the other files (inner join on pod and time)")
-    common = common[~_isin(common, _unique(np.concatenate(dropped_keys)))]
+    return common[~_isin(common, _unique(np.concatenate(dropped_keys)))]
+
+
+def _joined_values(files, keys: list[np.ndarray], common: np.ndarray) -> np.ndarray:
+    """(len(common), files) values: each file's rows at a key, averaged."""
     values = np.empty((len(common), len(files)))
     for j, ((_, _, _, v, _, _), k) in enumerate(zip(files, keys)):
         sel = _isin(k, common)  # common is a subset of every file's keys
         pos = np.searchsorted(common, k[sel])
         values[:, j] = (np.bincount(pos, weights=v[sel], minlength=len(common))
                         / np.bincount(pos, minlength=len(common)))
-    pod_code, t_code = np.divmod(common, len(t_all))
-    ts = _assemble(label, pod_code, t_all[t_code], values,
-                   [(p, p, {}) for p in pod_ids], features,
-                   [_ALIBABA_FILES[f][1] for f in features], step=step,
-                   max_gap_steps=max_gap_steps, warnings=warnings)
-    ts.skipped_pods = int((~complete).sum())
-    return ts
+    return values
