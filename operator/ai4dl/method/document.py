@@ -17,8 +17,8 @@ from ai4dl.method.document_bounds import (MAX_BURST_EDGES, MAX_DOCUMENT_BYTES,  
                                           MAX_HISTORY_ROWS, MAX_KS, MAX_NAME, MAX_PHASES,
                                           MAX_PROTOTYPES, MAX_SEQUENCE, MAX_TABLES, PLAUSIBLE_MAX,
                                           SCHEMA_V1, SCHEMA_VERSION, SCHEMA_VERSIONS,
-                                          USAGE_UNITS, Matrix, Number, Vector, _le, _shape,
-                                          _Strict)
+                                          USAGE_UNITS, Matrix, Number, StrictModel, Vector,
+                                          approx_le, matrix_shape)
 from ai4dl.method.document_tables import (ESTIMATOR_NAMES, POOL_NAMES,  # noqa: F401
                                           RISK_ESTIMATOR_NAMES, RISK_FEATURE_NAMES,
                                           Finite, FitEntry,
@@ -84,7 +84,7 @@ def to_list(a) -> list:
         else arr.tolist()
 
 
-class Feature(_Strict):
+class Feature(StrictModel):
     name: str = Field(min_length=1, max_length=MAX_NAME)
     unit: str = Field(min_length=1, max_length=MAX_NAME)
 
@@ -93,7 +93,7 @@ FeatureVector = Annotated[Vector, Field(max_length=MAX_FEATURES)]
 HiddenVector = Annotated[Vector, Field(max_length=MAX_HIDDEN)]
 
 
-class Scaler(_Strict):
+class Scaler(StrictModel):
     mean: FeatureVector
     scale: FeatureVector
 
@@ -105,7 +105,7 @@ class Scaler(_Strict):
         return v
 
 
-class CRBMWeights(_Strict):
+class CRBMWeights(StrictModel):
     n_visible: int = Field(ge=1, le=MAX_FEATURES)
     n_hidden: int = Field(ge=1, le=MAX_HIDDEN)
     n_history: int = Field(ge=1, le=MAX_HISTORY)
@@ -123,7 +123,7 @@ class CRBMWeights(_Strict):
         return self
 
 
-class Dwell(_Strict):
+class Dwell(StrictModel):
     runs: int = Field(ge=0)
     mean: Number = Field(ge=0)
     p50: Number = Field(ge=0)
@@ -132,13 +132,13 @@ class Dwell(_Strict):
 
     @model_validator(mode="after")
     def _ordered(self) -> "Dwell":
-        if not _le(self.p50, self.p90) or not _le(self.p90, self.max) \
-                or not _le(self.mean, self.max):
+        if not approx_le(self.p50, self.p90) or not approx_le(self.p90, self.max) \
+                or not approx_le(self.mean, self.max):
             raise ValueError("dwell: expected p50 <= p90 <= max and mean <= max")
         return self
 
 
-class PhaseStats(_Strict):
+class PhaseStats(StrictModel):
     """Statistics of one phase; vectors are per feature, in the features' units."""
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
                               json_schema_extra={"x-kubernetes-validations": _STATS_CEL})
@@ -164,25 +164,25 @@ class PhaseStats(_Strict):
         for j in range(min(len(getattr(self, f)) for f in (*chain, "mean", "std"))):
             v = {f: getattr(self, f)[j] for f in (*chain, "mean", "std")}
             for a, b in zip(chain, chain[1:]):
-                if not _le(v[a], v[b]):
+                if not approx_le(v[a], v[b]):
                     raise ValueError(f"phase {self.phase}, feature {j}: {a} {v[a]:g} > {b} "
                                      f"{v[b]:g} (not the statistics of real samples)")
-            if not (_le(v["min"], v["mean"]) and _le(v["mean"], v["max"])):
+            if not (approx_le(v["min"], v["mean"]) and approx_le(v["mean"], v["max"])):
                 raise ValueError(f"phase {self.phase}, feature {j}: mean {v['mean']:g} outside "
                                  f"[min {v['min']:g}, max {v['max']:g}]")
-            if not _le(v["std"], (v["max"] - v["min"]) / 2, abs(v["min"]) + abs(v["max"])):
+            if not approx_le(v["std"], (v["max"] - v["min"]) / 2, abs(v["min"]) + abs(v["max"])):
                 raise ValueError(f"phase {self.phase}, feature {j}: std {v['std']:g} exceeds half "
                                  f"the range [{v['min']:g}, {v['max']:g}]")
         return self
 
 
-class Prototype(_Strict):
+class Prototype(StrictModel):
     sequence: list[int] = Field(max_length=MAX_SEQUENCE)
     executions: int = Field(ge=0)
     share: Number = Field(ge=0, le=1)
 
 
-class KSelectionReport(_Strict):
+class KSelectionReport(StrictModel):
     ks: list[int] = Field(max_length=MAX_KS)
     wcss: list[float] = Field(max_length=MAX_KS)
     silhouette: list[float] = Field(max_length=MAX_KS)
@@ -192,7 +192,7 @@ class KSelectionReport(_Strict):
     rule: str = Field(max_length=2000)
 
 
-class FitReport(_Strict):
+class FitReport(StrictModel):
     seed: int
     n_executions: int
     n_samples: int
@@ -206,7 +206,7 @@ class FitReport(_Strict):
     device: str = Field("cpu", max_length=MAX_NAME)
 
 
-class PhaseModelDocument(_Strict):
+class PhaseModelDocument(StrictModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
                               json_schema_extra={"x-kubernetes-validations": _DOCUMENT_CEL})
     schema_version: Literal[SCHEMA_VERSIONS] = Field(SCHEMA_VERSION, alias="schemaVersion")
@@ -239,15 +239,15 @@ class PhaseModelDocument(_Strict):
             "scaler.mean": (np.shape(self.scaler.mean), (V,)),
             "scaler.scale": (np.shape(self.scaler.scale), (V,)),
             "crbm.n_visible": ((self.crbm.n_visible,), (V,)),
-            "crbm.W": (_shape(self.crbm.W), (V, H)),
-            "crbm.B": (_shape(self.crbm.B), (n * V, H)),
-            "crbm.A": (_shape(self.crbm.A), (n * V, V)),
+            "crbm.W": (matrix_shape(self.crbm.W), (V, H)),
+            "crbm.B": (matrix_shape(self.crbm.B), (n * V, H)),
+            "crbm.A": (matrix_shape(self.crbm.A), (n * V, V)),
             "crbm.b_visible": (np.shape(self.crbm.b_visible), (V,)),
             "crbm.b_hidden": (np.shape(self.crbm.b_hidden), (H,)),
-            "centroids": (_shape(self.centroids), (k, H)),
+            "centroids": (matrix_shape(self.centroids), (k, H)),
             "noveltyThreshold": (np.shape(self.novelty_threshold), (k,)),
             "phases": ((len(self.phases),), (k,)),
-            "transitions": (_shape(self.transitions), (k, k)),
+            "transitions": (matrix_shape(self.transitions), (k, k)),
         }
         if k < 1:
             raise ValueError("centroids: at least one phase is required")
@@ -316,10 +316,10 @@ class PhaseModelDocument(_Strict):
                 raise ValueError(f"phases: feature {f.name!r} reaches {hi[j]:g} {f.unit}, beyond "
                                  f"any machine ({bound:g})")
             m, sc = self.scaler.mean[j], self.scaler.scale[j]
-            if not (_le(lo[j], m) and _le(m, hi[j])):
+            if not (approx_le(lo[j], m) and approx_le(m, hi[j])):
                 raise ValueError(f"scaler.mean[{j}] = {m:g} is outside the training data's range "
                                  f"[{lo[j]:g}, {hi[j]:g}] of {f.name!r}")
-            if not _le(sc, max(hi[j] - lo[j], 1.0)):
+            if not approx_le(sc, max(hi[j] - lo[j], 1.0)):
                 raise ValueError(f"scaler.scale[{j}] = {sc:g} exceeds the training data's range "
                                  f"of {f.name!r} ({hi[j] - lo[j]:g})")
         for i, row in enumerate(self.transitions):

@@ -57,17 +57,17 @@ MAX_KS = 64                      # k values tried by --phases auto (the trainer:
 MAX_DOCUMENT_BYTES = 192 * 1024
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-def _le(a: float, b: float, scale: float = 0.0) -> bool:
+def approx_le(a: float, b: float, scale: float = 0.0) -> bool:
     """a <= b up to the documents' float32 rounding (relative to ``scale`` when given: the
     magnitude the compared numbers were computed from). The CEL rules use the same test."""
     return a <= b + _TOL * (abs(a) + abs(b) + scale) + 1e-30
 
 
-def _shape(m: Matrix) -> tuple[int, ...]:
+def matrix_shape(m: Matrix) -> tuple[int, ...]:
     """Shape of a list of lists, or (-1,) when rows are ragged."""
     lens = {len(r) for r in m}
     if len(lens) > 1:

@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ai4dl.method.document_bounds import (MAX_BURST_EDGES, MAX_FEATURES, MAX_FIT_KEYS,
-                                          MAX_NAME, MAX_PHASES, Number, _shape, _Strict)
+                                          MAX_NAME, MAX_PHASES, Number, StrictModel,
+                                          matrix_shape)
 
 #: A float that must be finite (JSON has no NaN/Infinity, and a table must not hold one).
 Finite = Number
@@ -29,7 +30,7 @@ def _bins(item):
     return Annotated[list[item], Field(max_length=MAX_BURST_EDGES + 1)]
 
 
-class HeadroomResourceTable(_Strict):
+class HeadroomResourceTable(StrictModel):
     """One resource of a fitted head-room table: per (phase, burstiness bin) state, which
     estimator of the next window to trust and the multiplier (head-room) it gets."""
     resource: str = Field(min_length=1, max_length=MAX_NAME)
@@ -50,18 +51,18 @@ class HeadroomResourceTable(_Strict):
         if any(b <= a for a, b in zip(e, e[1:])):
             raise ValueError(f"{self.resource}: burstEdges must increase strictly")
         bins = len(e) + 1
-        shape = _shape(self.multipliers)
+        shape = matrix_shape(self.multipliers)
         if len(shape) != 2 or shape[1] != bins:
             raise ValueError(f"{self.resource}: multipliers has shape {shape}, expected "
                              f"(phases, {bins}) for {len(e)} burstEdges")
         for name in ("estimators", "windows", "pooled"):
-            got = _shape(getattr(self, name))
+            got = matrix_shape(getattr(self, name))
             if got != shape:
                 raise ValueError(f"{self.resource}: {name} has shape {got}, expected {shape}")
         return self
 
 
-class HeadroomTable(_Strict):
+class HeadroomTable(StrictModel):
     """A fitted :class:`ai4dl.policy.headroom.HeadroomPolicy` (``phase-headroom``, or the
     phase-blind control ``burst-headroom`` with one phase row)."""
     name: str = Field(min_length=1, max_length=MAX_NAME)
@@ -88,7 +89,7 @@ class HeadroomTable(_Strict):
 RISK_FEATURE_NAMES = ("phase", "elapsed", "since", "ratio", "dip")
 
 
-class RiskFeature(_Strict):
+class RiskFeature(StrictModel):
     """One state feature of a peak-risk table and its bins: bin b holds [edges[b],
     edges[b+1])."""
     name: Literal[RISK_FEATURE_NAMES[1:]]
@@ -107,7 +108,7 @@ class RiskFeature(_Strict):
 RISK_ESTIMATOR_NAMES = ("peak", "last")
 
 
-class RiskState(_Strict):
+class RiskState(StrictModel):
     """A fitted state: its pooling level (index into the table's ``levels``), its bin of each
     of the level's features (in the level's order), the level it multiplies (``estimator``),
     the multiplier and the training windows it was fitted on."""
@@ -118,7 +119,7 @@ class RiskState(_Strict):
     windows: int = Field(ge=0)
 
 
-class RiskResourceTable(_Strict):
+class RiskResourceTable(StrictModel):
     """One resource of a peak-risk table."""
     resource: str = Field(min_length=1, max_length=MAX_NAME)
     cold_start: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(alias="coldStart")
@@ -127,7 +128,7 @@ class RiskResourceTable(_Strict):
     states: list[RiskState] = Field(max_length=4096)
 
 
-class RiskTable(_Strict):
+class RiskTable(StrictModel):
     """A fitted :class:`ai4dl.policy.peak.PeakRiskPolicy` (``peak-risk``, or the phase-blind
     ``peak-risk-blind``): the running maximum (or the last window's max) × a multiplier per
     state, fitted for at most ``maxRisk`` of windows at risk. ``levels`` is the pooling chain,
@@ -183,7 +184,7 @@ class RiskTable(_Strict):
         return self
 
 
-class PolicyChoice(_Strict):
+class PolicyChoice(StrictModel):
     """What ``auto`` serves with this model, per resource: the policy that won on the
     PhaseModel's own recent executions (ai4dl.policy.auto.choose_policy, run by the trainer)."""
     resources: list[Name] = Field(min_length=1, max_length=MAX_FEATURES)

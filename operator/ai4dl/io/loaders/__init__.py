@@ -38,22 +38,15 @@ Modules: :mod:`~ai4dl.io.loaders.common` (what every loader shares), one per for
 (:func:`load_traces`).
 """
 
-# Re-exports: every name ``ai4dl.io.loaders`` offered as one module (the private ones too, for
-# tests and callers written against it). Patch ``load_traces`` here: callers look it up here.
+# The package's public API (``__all__``), imported from the modules that define it. Patch
+# ``load_traces`` here: callers look it up here.
 from ai4dl.io.loaders.ai4dl_csv import load_ai4dl_csv
-from ai4dl.io.loaders.alibaba import _ALIBABA_FILES, _alibaba_file, _isin, _unique, load_alibaba
-from ai4dl.io.loaders.common import (_assemble, _check_args, _codes, _floats, _locator, _names,
-                                     _open_tar, _parse_csv, _read_bytes, _screen, _shown,
-                                     _tar_members, _why)
-from ai4dl.io.loaders.corpus import (CORPUS_FORMAT, DL_CORPUS, _corpus_manifest,
-                                     load_corpus_phases, load_dl_corpus)
-from ai4dl.io.loaders.dispatch import (_LOADERS, BUNDLED, FORMATS, _csv_files, _detect,
-                                       _load_csv_folder, load_traces, option_default,
-                                       takes_option)
-from ai4dl.io.loaders.gcd import _GCD_MEMBER, _GCD_STEP, load_gcd_tar
-from ai4dl.io.loaders.long_table import _BYTES, _SCALE, _load_table, load_long_csv, load_parquet
-from ai4dl.io.loaders.size_bound import (_CHUNK, DEFAULT_MAX_ROWS, _count_lines, _file_rows,
-                                         _tar_rows, _too_many, check_rows)
+from ai4dl.io.loaders.alibaba import load_alibaba
+from ai4dl.io.loaders.corpus import DL_CORPUS, load_corpus_phases, load_dl_corpus
+from ai4dl.io.loaders.dispatch import FORMATS, load_traces, option_default, takes_option
+from ai4dl.io.loaders.gcd import load_gcd_tar
+from ai4dl.io.loaders.long_table import load_long_csv, load_parquet
+from ai4dl.io.loaders.size_bound import DEFAULT_MAX_ROWS, check_rows
 
 __all__ = ["FORMATS", "DEFAULT_MAX_ROWS", "load_traces", "check_rows", "load_ai4dl_csv",
            "load_long_csv", "load_parquet", "option_default", "takes_option",

@@ -10,11 +10,11 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.errors import TraceError
-from ai4dl.io.loaders.common import (_assemble, _check_args, _floats, _parse_csv, _screen,
-                                     _tar_members)
+from ai4dl.io.loaders.common import (assemble, check_args, floats, parse_csv, screen,
+                                     tar_members)
 from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS, TraceSet
 
-_ALIBABA_FILES = {  # feature -> (tarball stem, unit as published)
+ALIBABA_FILES = {  # feature -> (tarball stem, unit as published)
     "memory": ("pod_memory_util_anon", "fraction"),
     "gpu_util": ("pod_gpu_duty_cycle_anon", "percent"),
     "gpu_memory": ("pod_gpu_memory_used_bytes_anon", "bytes"),
@@ -41,11 +41,11 @@ def _alibaba_file(folder: Path, stem: str, pod_ids: dict[str, int]):
     Pods are numbered through the shared ``pod_ids`` so the three files join on integers.
     """
     tar_path = folder / f"{stem}.tar.gz"
-    member = next(((n, d) for n, d in _tar_members(tar_path) if n.endswith(".csv")), None)
+    member = next(((n, d) for n, d in tar_members(tar_path) if n.endswith(".csv")), None)
     if member is None:
         raise TraceError("no .csv file inside", path=str(tar_path))
     label = f"{tar_path}/{member[0]}"
-    header, cols, lines = _parse_csv(member[1], label)
+    header, cols, lines = parse_csv(member[1], label)
     idx = {h: i for i, h in enumerate(header)}
     for need in ("value", "timestamp_anon", "container_ip"):
         if need not in idx:
@@ -57,8 +57,8 @@ def _alibaba_file(folder: Path, stem: str, pod_ids: dict[str, int]):
     pod = np.fromiter(map(pod_ids.get, ips, itertools.repeat(-1)), dtype=np.int64,
                       count=len(ips))
     has_pod = pod >= 0
-    t = _floats(cols[idx["timestamp_anon"]], label, "timestamp_anon", lines)
-    v = _floats(cols[idx["value"]], label, "value", lines)
+    t = floats(cols[idx["timestamp_anon"]], label, "timestamp_anon", lines)
+    v = floats(cols[idx["value"]], label, "value", lines)
     return label, pod[has_pod], t[has_pod], v[has_pod], lines[has_pod], int((~has_pod).sum())
 
 
@@ -81,12 +81,12 @@ def load_alibaba(path: str | os.PathLike, *, step: float = 60.0,
     error otherwise. Rows without a container_ip cannot be joined and are dropped (counted).
     The NaN/negative rule applies to the samples that survive the join.
     """
-    _check_args(step, max_gap_steps, on_bad)
+    check_args(step, max_gap_steps, on_bad)
     label = str(path)
     folder = Path(path)
     features = _checked_alibaba_request(folder, label, features)
     pod_ids: dict[str, int] = {}
-    files = [_alibaba_file(folder, _ALIBABA_FILES[f][0], pod_ids) for f in features]
+    files = [_alibaba_file(folder, ALIBABA_FILES[f][0], pod_ids) for f in features]
     warnings = [f"{f[0]}: dropped {f[5]} rows without a container_ip" for f in files if f[5]]
     complete = _complete_pods(files, pod_ids, features, require_all, label, warnings)
 
@@ -97,10 +97,10 @@ def load_alibaba(path: str | os.PathLike, *, step: float = 60.0,
     common = _screened_common_keys(files, keys, on_bad, warnings)
     values = _joined_values(files, keys, common)
     pod_code, t_code = np.divmod(common, len(t_all))
-    ts = _assemble(label, pod_code, t_all[t_code], values,
-                   [(p, p, {}) for p in pod_ids], features,
-                   [_ALIBABA_FILES[f][1] for f in features], step=step,
-                   max_gap_steps=max_gap_steps, warnings=warnings)
+    ts = assemble(label, pod_code, t_all[t_code], values,
+                  [(p, p, {}) for p in pod_ids], features,
+                  [ALIBABA_FILES[f][1] for f in features], step=step,
+                  max_gap_steps=max_gap_steps, warnings=warnings)
     ts.skipped_pods = int((~complete).sum())
     return ts
 
@@ -110,13 +110,13 @@ def _checked_alibaba_request(folder: Path, label: str, features: Sequence[str]) 
     if not folder.is_dir():
         raise TraceError("not a folder (expected the folder of Alibaba pod tarballs)", path=label)
     features = tuple(features)
-    if not features or any(f not in _ALIBABA_FILES for f in features):
-        raise TraceError(f"features must be among {', '.join(_ALIBABA_FILES)}, not {features}",
+    if not features or any(f not in ALIBABA_FILES for f in features):
+        raise TraceError(f"features must be among {', '.join(ALIBABA_FILES)}, not {features}",
                          path=label)
     for f in features:  # all present before any parsing: fail fast and on the right file
-        if not (folder / f"{_ALIBABA_FILES[f][0]}.tar.gz").is_file():
+        if not (folder / f"{ALIBABA_FILES[f][0]}.tar.gz").is_file():
             raise TraceError("missing Alibaba trace file",
-                             path=str(folder / f"{_ALIBABA_FILES[f][0]}.tar.gz"))
+                             path=str(folder / f"{ALIBABA_FILES[f][0]}.tar.gz"))
     return features
 
 
@@ -148,9 +148,9 @@ def _screened_common_keys(files, keys: list[np.ndarray], on_bad: str,
     dropped_keys = []
     for (flabel, _, t, v, lines, _), k in zip(files, keys):
         sel = np.flatnonzero(_isin(k, common))
-        keep = _screen([("timestamp_anon", t[sel], True), ("value", v[sel], False)], on_bad,
-                       flabel, lambda i, sel=sel, flabel=flabel, lines=lines:
-                       (flabel, int(lines[sel[i]])), warnings)
+        keep = screen([("timestamp_anon", t[sel], True), ("value", v[sel], False)], on_bad,
+                      flabel, lambda i, sel=sel, flabel=flabel, lines=lines:
+                      (flabel, int(lines[sel[i]])), warnings)
         dropped_keys.append(k[sel[~keep]])
         n_pod_rows = int((k >= 0).sum())
         if n_pod_rows > len(sel):

@@ -19,7 +19,7 @@ from ai4dl.method.traces import TraceSet, regularise
 
 # ----------------------------------------------------------------------------- small helpers
 
-def _check_args(step: float, max_gap_steps: float, on_bad: str) -> None:
+def check_args(step: float, max_gap_steps: float, on_bad: str) -> None:
     if on_bad not in ("error", "drop"):
         raise TraceError(f"on_bad must be 'error' or 'drop', not {on_bad!r}")
     for name, value in (("step", step), ("max_gap_steps", max_gap_steps)):
@@ -31,7 +31,7 @@ def _check_args(step: float, max_gap_steps: float, on_bad: str) -> None:
             raise TraceError(f"{name} must be a positive number, not {value!r}")
 
 
-def _why(e: object) -> str:
+def why(e: object) -> str:
     """An exception's text on one line (tarfile's, for one, spans several)."""
     text = " ".join(str(e).split())
     return text if len(text) <= 200 else text[:200] + "..."
@@ -43,23 +43,23 @@ def _shown(text: object) -> str:
     return repr(s if len(s) <= 20 else s[:20] + "...")
 
 
-def _read_bytes(path: str | os.PathLike) -> bytes:
+def read_bytes(path: str | os.PathLike) -> bytes:
     """File contents, gunzipped when gzip-compressed (so ``x.csv.gz`` works like ``x.csv``)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise TraceError(f"cannot read file: {_why(e.strerror or e)}", path=str(path)) from None
+        raise TraceError(f"cannot read file: {why(e.strerror or e)}", path=str(path)) from None
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
-            raise TraceError(f"corrupt gzip data: {_why(e)}", path=str(path)) from None
+            raise TraceError(f"corrupt gzip data: {why(e)}", path=str(path)) from None
     return data
 
 
-def _parse_csv(data: bytes, label: str, *, index_column: bool = False
-               ) -> tuple[list[str], list[Sequence[str]], np.ndarray]:
+def parse_csv(data: bytes, label: str, *, index_column: bool = False
+              ) -> tuple[list[str], list[Sequence[str]], np.ndarray]:
     """Header, data columns (each a sequence of cell texts) and each data row's line number.
 
     Blank lines are skipped. With ``index_column``, rows one field wider than the header (R's
@@ -91,7 +91,7 @@ def _parse_csv(data: bytes, label: str, *, index_column: bool = False
                 rows.append(row)
                 line_nums.append(reader.line_num)
         except csv.Error as e:
-            raise TraceError(f"malformed CSV: {_why(e)}", path=label, row=reader.line_num) from None
+            raise TraceError(f"malformed CSV: {why(e)}", path=label, row=reader.line_num) from None
         lens = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     if not rows or not any(h.strip() for h in rows[0]):
         raise TraceError("empty file (no header)", path=label)
@@ -123,7 +123,7 @@ def _parse_csv(data: bytes, label: str, *, index_column: bool = False
     return header, columns[width - len(header):], lines
 
 
-def _floats(data, label: str, column: str, rows: np.ndarray) -> np.ndarray:
+def floats(data, label: str, column: str, rows: np.ndarray) -> np.ndarray:
     """Numbers from text (fast path through numpy, slow path only to find the culprit).
 
     Empty cells become NaN, so that the NaN rule decides their fate; non-numeric text is an
@@ -148,7 +148,7 @@ def _floats(data, label: str, column: str, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _names(data, label: str, column: str, rows: np.ndarray) -> np.ndarray:
+def identifiers(data, label: str, column: str, rows: np.ndarray) -> np.ndarray:
     """Identifier column as a string array; an empty identifier is an error."""
     arr = np.array(["" if s is None else str(s).strip() for s in data], dtype=str)
     empty = np.flatnonzero(arr == "")
@@ -157,7 +157,7 @@ def _names(data, label: str, column: str, rows: np.ndarray) -> np.ndarray:
     return arr
 
 
-def _codes(arr: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+def first_seen_codes(arr: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
     """Code per row, distinct values numbered in order of first appearance, and that row."""
     uniq, first, inv = np.unique(arr, return_index=True, return_inverse=True)
     order = np.argsort(first)
@@ -166,8 +166,8 @@ def _codes(arr: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
     return rank[inv.reshape(-1)], [str(u) for u in uniq[order]], first[order]
 
 
-def _screen(columns: Sequence[tuple[str, np.ndarray, bool]], on_bad: str, source: str,
-            locate: Callable[[int], tuple[str, int]], warnings: list[str]) -> np.ndarray:
+def screen(columns: Sequence[tuple[str, np.ndarray, bool]], on_bad: str, source: str,
+           locate: Callable[[int], tuple[str, int]], warnings: list[str]) -> np.ndarray:
     """Apply the NaN/Inf/negative rule (the package docstring); return the mask of rows to keep.
 
     ``columns`` are (name, values, negatives allowed); ``locate(i)`` gives (file, row) of row i.
@@ -197,10 +197,10 @@ def _screen(columns: Sequence[tuple[str, np.ndarray, bool]], on_bad: str, source
     return ~bad
 
 
-def _assemble(source: str, codes: np.ndarray, times: np.ndarray, values: np.ndarray,
-              executions: Sequence[tuple[str, str, dict]], features: Sequence[str],
-              units: Sequence[str], *, step: float, max_gap_steps: float,
-              warnings: list[str]) -> TraceSet:
+def assemble(source: str, codes: np.ndarray, times: np.ndarray, values: np.ndarray,
+             executions: Sequence[tuple[str, str, dict]], features: Sequence[str],
+             units: Sequence[str], *, step: float, max_gap_steps: float,
+             warnings: list[str]) -> TraceSet:
     """Rows of (execution code, time, feature values) -> regular executions -> TraceSet.
 
     ``executions[code]`` is (name, group, meta); the result follows that order.
@@ -220,7 +220,7 @@ def _assemble(source: str, codes: np.ndarray, times: np.ndarray, values: np.ndar
     return ts
 
 
-def _locator(label: str, rows: np.ndarray) -> Callable[[int], tuple[str, int]]:
+def locator(label: str, rows: np.ndarray) -> Callable[[int], tuple[str, int]]:
     return lambda i: (label, int(rows[i]))
 
 
@@ -234,10 +234,10 @@ def _open_tar(path: str | os.PathLike) -> tarfile.TarFile:
     except tarfile.ReadError:  # its text lists every compression tried: no help to a user
         raise TraceError("not a tar archive (plain, gzip, bzip2 or xz)", path=str(path)) from None
     except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-        raise TraceError(f"not a readable tar archive: {_why(e)}", path=str(path)) from None
+        raise TraceError(f"not a readable tar archive: {why(e)}", path=str(path)) from None
 
 
-def _tar_members(path: str | os.PathLike):
+def tar_members(path: str | os.PathLike):
     """Yield (member name, bytes) of the regular files, turning archive damage into TraceError."""
     label = str(path)
     with _open_tar(path) as tf:
@@ -247,4 +247,4 @@ def _tar_members(path: str | os.PathLike):
                     f = tf.extractfile(m)
                     yield m.name, (f.read() if f else b"")
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-            raise TraceError(f"corrupt archive: {_why(e)}", path=label) from None
+            raise TraceError(f"corrupt archive: {why(e)}", path=label) from None

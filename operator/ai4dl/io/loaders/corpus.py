@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ai4dl.errors import TraceError
-from ai4dl.io.loaders.common import _parse_csv, _read_bytes, _why
+from ai4dl.io.loaders.common import parse_csv, read_bytes, why
 from ai4dl.io.loaders.long_table import load_long_csv
 from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS, Execution, TraceSet
 
@@ -24,9 +24,9 @@ def _corpus_manifest(path: Path) -> dict:
     try:
         doc = json.loads((path / "manifest.json").read_text())
     except OSError as e:
-        raise TraceError(f"cannot read file: {_why(e.strerror or e)}", path=label) from None
+        raise TraceError(f"cannot read file: {why(e.strerror or e)}", path=label) from None
     except ValueError as e:
-        raise TraceError(f"not JSON: {_why(e)}", path=label) from None
+        raise TraceError(f"not JSON: {why(e)}", path=label) from None
     if not isinstance(doc, dict) or doc.get("format") != CORPUS_FORMAT:
         raise TraceError(f"not a corpus manifest (format is not {CORPUS_FORMAT!r})", path=label)
     if doc.get("version") != 1:
@@ -86,7 +86,7 @@ def load_corpus_phases(path: str | os.PathLike = DL_CORPUS) -> dict[str, list[tu
     A sample at time t (the end of its interval) belongs to the phase in force at t - step/2."""
     p = Path(path)
     _corpus_manifest(p)
-    header, data, _ = _parse_csv(_read_bytes(p / "phases.csv.gz"), str(p / "phases.csv.gz"))
+    header, data, _ = parse_csv(read_bytes(p / "phases.csv.gz"), str(p / "phases.csv.gz"))
     index = {h: i for i, h in enumerate(header)}
     out: dict[str, list[tuple[float, str]]] = {}
     for name, t, phase in zip(data[index["execution"]], data[index["timestamp"]],

@@ -12,12 +12,12 @@ from typing import Callable
 
 from ai4dl.errors import TraceError
 from ai4dl.io.loaders.ai4dl_csv import load_ai4dl_csv
-from ai4dl.io.loaders.alibaba import _ALIBABA_FILES, load_alibaba
-from ai4dl.io.loaders.common import _why
+from ai4dl.io.loaders.alibaba import ALIBABA_FILES, load_alibaba
+from ai4dl.io.loaders.common import why
 from ai4dl.io.loaders.corpus import DL_CORPUS, load_dl_corpus
 from ai4dl.io.loaders.gcd import load_gcd_tar
 from ai4dl.io.loaders.long_table import load_long_csv, load_parquet
-from ai4dl.io.loaders.size_bound import DEFAULT_MAX_ROWS, _count_lines, check_rows
+from ai4dl.io.loaders.size_bound import DEFAULT_MAX_ROWS, check_rows, count_lines
 from ai4dl.method.traces import Execution, TraceSet
 
 FORMATS = ("auto", "ai4dl", "long", "parquet", "gcd", "alibaba", "corpus")
@@ -35,7 +35,7 @@ def _detect(path: Path) -> str:
     if path.is_dir():
         if (path / "manifest.json").is_file():
             return "corpus"
-        if any((path / f"{stem}.tar.gz").is_file() for stem, _ in _ALIBABA_FILES.values()):
+        if any((path / f"{stem}.tar.gz").is_file() for stem, _ in ALIBABA_FILES.values()):
             return "alibaba"
         if _csv_files(path):
             return "csv-folder"
@@ -53,7 +53,7 @@ def _detect(path: Path) -> str:
             with (gzip.open if gz else open)(path, "rb") as f:
                 header = f.readline(1 << 16)
         except (OSError, EOFError, zlib.error) as e:
-            raise TraceError(f"cannot read file: {_why(e)}", path=str(path)) from None
+            raise TraceError(f"cannot read file: {why(e)}", path=str(path)) from None
         return "ai4dl" if b"cpu.usage.cores" in header else "long"
     raise TraceError(f"cannot tell the trace format from the name; pass --format (format= in "
                      f"the library), one of {', '.join(FORMATS[1:])}", path=str(path))
@@ -85,7 +85,7 @@ def _load_csv_folder(folder: Path, fmt: str, max_rows: int | None, kwargs: dict)
                 with open(f, "rb") as fh:
                     gz = fh.read(2) == b"\x1f\x8b"
                 with (gzip.open if gz else open)(f, "rb") as fh:
-                    rows += max(_count_lines(fh, str(folder), max_rows - rows + 1, max_rows) - 1,
+                    rows += max(count_lines(fh, str(folder), max_rows - rows + 1, max_rows) - 1,
                                 0)
     parts = [_LOADERS[kind](f, **kwargs) for f in files]
     seen: dict[str, int] = {}

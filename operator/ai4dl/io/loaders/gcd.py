@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from ai4dl.errors import TraceError
-from ai4dl.io.loaders.common import _assemble, _check_args, _floats, _screen, _tar_members
+from ai4dl.io.loaders.common import assemble, check_args, floats, screen, tar_members
 from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS, TraceSet
 
 _GCD_MEMBER = re.compile(r"(?:^|/)vm_([^/_]+)_(\d+)$")
@@ -25,10 +25,10 @@ def load_gcd_tar(path: str | os.PathLike, *, max_gap_steps: float = DEFAULT_MAX_
     one job on both sides. CPU and memory stay in ``percent``: the trace is normalised and we
     do not invent machine sizes.
     """
-    _check_args(_GCD_STEP, max_gap_steps, on_bad)
+    check_args(_GCD_STEP, max_gap_steps, on_bad)
     label = str(path)
     found = []  # (job, day, member, cpu/mem values (n, 2), line numbers)
-    for name, data in _tar_members(path):
+    for name, data in tar_members(path):
         m = _GCD_MEMBER.search(name)
         if not m:
             continue
@@ -51,7 +51,7 @@ def load_gcd_tar(path: str | os.PathLike, *, max_gap_steps: float = DEFAULT_MAX_
         try:
             vals = np.array(flat, dtype=np.float64).reshape(-1, 2)
         except ValueError:
-            vals = np.column_stack([_floats(flat[j::2], member, c, rows)
+            vals = np.column_stack([floats(flat[j::2], member, c, rows)
                                     for j, c in enumerate(("cpu", "memory"))])
         found.append((m.group(1), int(m.group(2)), member, vals, rows))
     if not found:
@@ -67,10 +67,10 @@ def load_gcd_tar(path: str | os.PathLike, *, max_gap_steps: float = DEFAULT_MAX_
     rows = np.concatenate([f[4] for f in found])
     ends = np.cumsum(lengths)
     warnings: list[str] = []
-    keep = _screen([("cpu", values[:, 0], False), ("memory", values[:, 1], False)], on_bad,
-                   label, lambda i: (found[int(np.searchsorted(ends, i, "right"))][2],
-                                     int(rows[i])), warnings)
+    keep = screen([("cpu", values[:, 0], False), ("memory", values[:, 1], False)], on_bad,
+                  label, lambda i: (found[int(np.searchsorted(ends, i, "right"))][2],
+                                    int(rows[i])), warnings)
     executions = [(f"vm_{job}_{day}", job, {}) for job, day, *_ in found]
-    return _assemble(label, codes[keep], times[keep], values[keep], executions,
-                     ("cpu", "memory"), ("percent", "percent"), step=_GCD_STEP,
-                     max_gap_steps=max_gap_steps, warnings=warnings)
+    return assemble(label, codes[keep], times[keep], values[keep], executions,
+                    ("cpu", "memory"), ("percent", "percent"), step=_GCD_STEP,
+                    max_gap_steps=max_gap_steps, warnings=warnings)

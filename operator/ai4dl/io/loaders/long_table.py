@@ -9,8 +9,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from ai4dl.errors import TraceError
-from ai4dl.io.loaders.common import (_assemble, _check_args, _codes, _floats, _locator, _names,
-                                     _parse_csv, _read_bytes, _screen, _why)
+from ai4dl.io.loaders.common import (assemble, check_args, first_seen_codes, floats,
+                                     identifiers, locator, parse_csv, read_bytes, screen, why)
 from ai4dl.method.plausibility import (check_duplicates, check_levels, check_runs,
                                         check_timestamps)
 from ai4dl.method.traces import (CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, DEFAULT_STEP_SECONDS,
@@ -46,8 +46,8 @@ def load_long_csv(path: str | os.PathLike, *, step: float = DEFAULT_STEP_SECONDS
     names one. ``group`` (e.g. the job id) defaults to the execution name.
     """
     label = str(path)
-    _check_args(step, max_gap_steps, on_bad)
-    header, data, lines = _parse_csv(_read_bytes(path), label)
+    check_args(step, max_gap_steps, on_bad)
+    header, data, lines = parse_csv(read_bytes(path), label)
     index = {h: i for i, h in enumerate(header)}
     return _load_table(label, header, lambda c: data[index[c]], lines,
                        step=step, max_gap_steps=max_gap_steps, on_bad=on_bad, columns=columns,
@@ -64,7 +64,7 @@ def load_parquet(path: str | os.PathLike, *, step: float = DEFAULT_STEP_SECONDS,
     plain numeric timestamps only.
     """
     label = str(path)
-    _check_args(step, max_gap_steps, on_bad)
+    check_args(step, max_gap_steps, on_bad)
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -76,7 +76,7 @@ def load_parquet(path: str | os.PathLike, *, step: float = DEFAULT_STEP_SECONDS,
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError, ValueError) as e:
-        raise TraceError(f"not a readable Parquet file: {_why(e)}",
+        raise TraceError(f"not a readable Parquet file: {why(e)}",
                          path=label) from None
     if table.num_columns == 0:
         raise TraceError("empty file (no columns)", path=label)
@@ -93,7 +93,7 @@ def load_parquet(path: str | os.PathLike, *, step: float = DEFAULT_STEP_SECONDS,
                 return col.cast(pa.float64()).to_numpy()
             return col.cast(pa.string()).to_pylist()
         except (pa.ArrowException, ValueError) as e:
-            raise TraceError(f"cannot read column: {_why(e)}", path=label,
+            raise TraceError(f"cannot read column: {why(e)}", path=label,
                              column=name) from None
 
     return _load_table(label, list(table.column_names), get,
@@ -150,29 +150,29 @@ def _load_table(label: str, header: list[str], get: Callable[[str], object], row
 
     scales, t_scale = [scale(f) for f in features], scale("timestamp")[0]
     fcol = [source[f] for f in features]
-    execution = _names(get(source["execution"]), label, source["execution"], rows)
-    group = (_names(get(source["group"]), label, source["group"], rows)
+    execution = identifiers(get(source["execution"]), label, source["execution"], rows)
+    group = (identifiers(get(source["group"]), label, source["group"], rows)
              if "group" in source else execution)
     raw_t = get(source["timestamp"])
     if isinstance(raw_t, np.ndarray) and raw_t.dtype.kind == "M":
         times = np.where(np.isnat(raw_t), np.nan, raw_t.astype(np.int64) / 1e9)
     else:
-        times = _floats(raw_t, label, source["timestamp"], rows) * t_scale
-    values = np.column_stack([_floats(get(c), label, c, rows) for c in fcol])
+        times = floats(raw_t, label, source["timestamp"], rows) * t_scale
+    values = np.column_stack([floats(get(c), label, c, rows) for c in fcol])
     warnings: list[str] = []
-    keep = _screen([(source["timestamp"], times, True)]
-                   + [(c, values[:, j], False) for j, c in enumerate(fcol)],
-                   on_bad, label, _locator(label, rows), warnings)
+    keep = screen([(source["timestamp"], times, True)]
+                  + [(c, values[:, j], False) for j, c in enumerate(fcol)],
+                  on_bad, label, locator(label, rows), warnings)
     values = values[keep] * np.array([s for s, _ in scales])
-    codes, names, first = _codes(execution[keep])
+    codes, names, first = first_seen_codes(execution[keep])
     # Units here are the user's word (a flag or nothing): implausible numbers are refused
     # before they become executions, naming the --unit that fixes them (ai4dl.method.plausibility).
     check_timestamps(label, times[keep], codes, step, units.get("timestamp"))
     check_duplicates(label, times[keep], values, codes, names, np.asarray(rows)[keep])
     executions = [(n, str(g), {}) for n, g in zip(names, group[keep][first])]
-    ts = _assemble(label, codes, times[keep], values, executions, features,
-                   [u for _, u in scales], step=step, max_gap_steps=max_gap_steps,
-                   warnings=warnings)
+    ts = assemble(label, codes, times[keep], values, executions, features,
+                  [u for _, u in scales], step=step, max_gap_steps=max_gap_steps,
+                  warnings=warnings)
     check_levels(ts, label=label, units_given=tuple(units))
     check_runs(ts, label=label, max_gap_steps=max_gap_steps)
     return ts

@@ -34,7 +34,7 @@ def line_ends(chunk: bytes, after_cr: bool = False) -> int:
     return n - 1 if after_cr and chunk.startswith(b"\n") else n
 
 
-def _count_lines(stream, label: str, budget: int, max_rows: int, counted: int = 0) -> int:
+def count_lines(stream, label: str, budget: int, max_rows: int, counted: int = 0) -> int:
     """Line ends read from ``stream`` (chunk by chunk: nothing is held; :func:`line_ends`)
     added to ``counted``; TraceError as soon as they pass ``budget``."""
     after_cr = False
@@ -57,7 +57,7 @@ def _file_rows(path: Path, max_rows: int) -> None:
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
         with (gzip.open if gz else open)(path, "rb") as f:
-            _count_lines(f, str(path), max_rows + 1, max_rows)
+            count_lines(f, str(path), max_rows + 1, max_rows)
     except OSError:
         return
 
@@ -72,7 +72,7 @@ def _tar_rows(paths: Sequence[Path], label: str, max_rows: int) -> None:
                 for m in tf:
                     f = tf.extractfile(m) if m.isfile() else None
                     if f is not None:
-                        counted = _count_lines(f, label, max_rows, max_rows, counted)
+                        counted = count_lines(f, label, max_rows, max_rows, counted)
         except (tarfile.TarError, OSError, EOFError, zlib.error):
             return                  # the loader reports a damaged archive in its own words
 

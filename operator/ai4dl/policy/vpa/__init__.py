@@ -34,20 +34,11 @@ rounding to 1 millicore / 1 byte is a no-op).  NaN or infinite usages, which VPA
 receive, are dropped like invalid samples.
 """
 
-# Re-exports: every name ``ai4dl.policy.vpa`` offered as one module (the private ones too, for
-# tests and callers written against it).
-from ai4dl.policy.vpa.aggregate_container_state import AggregateContainerState, ContainerState
-from ai4dl.policy.vpa.amounts import (_GO_INT64_OF_NAN, _MAX_RESOURCE_AMOUNT_F,
-                                      MAX_RESOURCE_AMOUNT, _amount_from_float,
-                                      _cpu_amount_from_cores, _scale_resource,
-                                      _usage_millicores)
-from ai4dl.policy.vpa.config import (_MIB, EPSILON, MIN_SAMPLE_WEIGHT, VpaConfig,
-                                     cpu_histogram_options, memory_histogram_options)
-from ai4dl.policy.vpa.estimator import _confidence_multiplier, estimate, estimator_constants
-from ai4dl.policy.vpa.histogram import (_SMALL_BATCH, _SMALL_FOLD, MAX_DECAY_EXPONENT,
-                                        DecayingHistogram, ExponentialHistogram,
+# The package's public API (``__all__``), imported from the modules that define it.
+from ai4dl.policy.vpa.amounts import MAX_RESOURCE_AMOUNT
+from ai4dl.policy.vpa.config import VpaConfig, cpu_histogram_options, memory_histogram_options
+from ai4dl.policy.vpa.histogram import (DecayingHistogram, ExponentialHistogram,
                                         ExponentialHistogramOptions)
-from ai4dl.policy.vpa.numeric import _all_true, _go_pow, _go_round_half_up, _highest, _lowest
 from ai4dl.policy.vpa.recommender import VpaRecommendation, VpaRecommender
 
 __all__ = [

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ai4dl.policy.vpa.amounts import _amount_from_float, _scale_resource, _usage_millicores
+from ai4dl.policy.vpa.amounts import amount_from_float, scale_resource, usage_millicores
 from ai4dl.policy.vpa.config import (MIN_SAMPLE_WEIGHT, VpaConfig, cpu_histogram_options,
                                      memory_histogram_options)
 from ai4dl.policy.vpa.histogram import DecayingHistogram
-from ai4dl.policy.vpa.numeric import _all_true, _highest, _lowest
+from ai4dl.policy.vpa.numeric import all_true, highest_item, lowest_item
 
 
 @dataclass
@@ -97,7 +97,7 @@ class AggregateContainerState:
         cfg = self.config
         if not cfg.cpu_weight_from_request or request_cores is None:
             return cfg.cpu_sample_weight
-        req = _usage_millicores(request_cores) / 1000.0
+        req = usage_millicores(request_cores) / 1000.0
         return np.maximum(np.nan_to_num(req, nan=0.0), MIN_SAMPLE_WEIGHT)
 
     def add_cpu_sample(self, t_seconds: float, cores: float,
@@ -111,7 +111,7 @@ class AggregateContainerState:
         t = float(t_seconds)
         if not math.isfinite(t):
             raise ValueError("t_seconds must be finite")
-        millicores = float(_usage_millicores(float(cores)))
+        millicores = float(usage_millicores(float(cores)))
         if not (math.isfinite(millicores) and millicores >= 0) or not t > cs.last_cpu_sample_start:
             return False
         weight = float(self._cpu_weight(None if request_cores is None else float(request_cores)))
@@ -130,14 +130,14 @@ class AggregateContainerState:
             raise ValueError("times and cores must have the same length")
         if t.size == 0:
             return 0
-        millicores = _usage_millicores(c)  # NaN/inf propagate quietly (no FP "invalid")
+        millicores = usage_millicores(c)  # NaN/inf propagate quietly (no FP "invalid")
         # Usual case: finite, strictly increasing times after the last sample and valid
         # usages, so every sample is taken (``lowest >= 0`` is False for a NaN).
         all_taken = t.item(0) > cs.last_cpu_sample_start and t.item(-1) < math.inf
         if all_taken:
-            lowest, highest = _lowest(millicores), _highest(millicores)
+            lowest, highest = lowest_item(millicores), highest_item(millicores)
             all_taken = (lowest >= 0 and highest < math.inf
-                         and (t.size == 1 or _all_true(np.greater(t[1:], t[:-1]))))
+                         and (t.size == 1 or all_true(np.greater(t[1:], t[:-1]))))
         if all_taken:
             taken = None
             tt, cores_taken = t, millicores / 1000.0
@@ -247,14 +247,14 @@ class AggregateContainerState:
         """The samples ``cs`` takes, as (times, usages, highest usage if all were taken else
         None), or None when it takes none."""
         # Usual case: finite, non-decreasing times not before the last sample and valid
-        # usages, so every sample is taken (``_lowest(usage) >= 0`` is False for a NaN).
+        # usages, so every sample is taken (``lowest_item(usage) >= 0`` is False for a NaN).
         t_first = t.item(0)
         all_taken = (-math.inf < t_first and t.item(-1) < math.inf
                      and t_first >= cs.last_memory_sample_start)
         if all_taken:
-            highest = _highest(usage)  # then also the highest taken usage
-            all_taken = (_lowest(usage) >= 0 and highest < math.inf
-                         and (t.size == 1 or _all_true(np.greater_equal(t[1:], t[:-1]))))
+            highest = highest_item(usage)  # then also the highest taken usage
+            all_taken = (lowest_item(usage) >= 0 and highest < math.inf
+                         and (t.size == 1 or all_true(np.greater_equal(t[1:], t[:-1]))))
         if all_taken:
             return t, usage, highest
         if not np.all(np.isfinite(t)):
@@ -297,7 +297,7 @@ class AggregateContainerState:
             # Only samples above the window's peak change anything (lower ones are no-ops
             # in Go), so a segment whose maximum does not exceed the peak is skipped.
             if old_max != 0 and (highest if highest is not None and i == 0 and j == n
-                                 else _highest(us[i:j])) > old_max:
+                                 else highest_item(us[i:j])) > old_max:
                 self._raise_memory_peak(cs, us[i:j], old_max)
             i = j
 
@@ -351,8 +351,8 @@ class AggregateContainerState:
             return None
         request = int(np.ceil(float(memory_request_bytes)))
         used = max(request, cs.memory_peak)
-        needed = max(used + _amount_from_float(cfg.oom_min_bump_up_bytes),
-                     _scale_resource(used, cfg.oom_bump_up_ratio))
+        needed = max(used + amount_from_float(cfg.oom_min_bump_up_bytes),
+                     scale_resource(used, cfg.oom_bump_up_ratio))
         if not self._add_memory_sample(cs, t, needed, is_oom=True):
             return None  # accepted by VPA but not above the interval's peak: no effect
         return needed

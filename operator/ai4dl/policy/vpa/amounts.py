@@ -19,7 +19,7 @@ _MAX_RESOURCE_AMOUNT_F = float(MAX_RESOURCE_AMOUNT)
 _GO_INT64_OF_NAN = -(2**63)
 
 
-def _amount_from_float(amount: float) -> int:
+def amount_from_float(amount: float) -> int:
     """``resourceAmountFromFloat``: truncate toward zero, clamp to [0, 1e14]."""
     if 0.0 <= amount <= _MAX_RESOURCE_AMOUNT_F:  # the usual case first (same result)
         return int(amount)
@@ -32,17 +32,17 @@ def _amount_from_float(amount: float) -> int:
     return int(amount)
 
 
-def _scale_resource(amount: int, factor: float) -> int:
+def scale_resource(amount: int, factor: float) -> int:
     """``ScaleResource``."""
-    return _amount_from_float(float(amount) * factor)
+    return amount_from_float(float(amount) * factor)
 
 
-def _cpu_amount_from_cores(cores: float) -> int:
+def cpu_amount_from_cores(cores: float) -> int:
     """``CPUAmountFromCores``: millicores, truncated."""
-    return _amount_from_float(cores * 1000.0)
+    return amount_from_float(cores * 1000.0)
 
 
-def _usage_millicores(cores):
+def usage_millicores(cores):
     """Usage in whole millicores as ``Quantity.MilliValue()`` gives it: nanocores, rounded up.
 
     Works on floats and on arrays (NaN stays NaN); both paths do the same IEEE operations.

@@ -14,31 +14,31 @@ from __future__ import annotations
 import functools
 import math
 
-from ai4dl.policy.vpa.amounts import _amount_from_float, _cpu_amount_from_cores, _scale_resource
+from ai4dl.policy.vpa.amounts import amount_from_float, cpu_amount_from_cores, scale_resource
 from ai4dl.policy.vpa.config import VpaConfig
 from ai4dl.policy.vpa.histogram import ExponentialHistogram
-from ai4dl.policy.vpa.numeric import _go_pow
+from ai4dl.policy.vpa.numeric import go_pow
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _confidence_multiplier(multiplier: float, exponent: float, confidence: float) -> float:
+def confidence_multiplier(multiplier: float, exponent: float, confidence: float) -> float:
     """``getConfidenceMultiplier``: ``(1 + multiplier / confidence) ** exponent``.
 
     Memoised: replays of equally sampled executions meet the same confidences window after
     window.  (The cache may treat a confidence of -0.0 as 0.0; both give the same base.)
     """
     base = math.inf if confidence == 0 else 1.0 + multiplier / confidence
-    return _go_pow(base, exponent)
+    return go_pow(base, exponent)
 
 
 def estimator_constants(cfg: VpaConfig) -> tuple[int, int, tuple, tuple]:
     """The per-container minimum CPU (millicores) and memory (bytes) and the (target, lower,
     upper) CPU and memory percentiles of ``cfg``."""
     fraction = 1.0 / cfg.n_containers
-    min_cpu = _scale_resource(
-        _cpu_amount_from_cores(cfg.pod_min_cpu_millicores * 0.001), fraction)
-    min_mem = _scale_resource(
-        _amount_from_float(cfg.pod_min_memory_mb * 1024 * 1024), fraction)
+    min_cpu = scale_resource(
+        cpu_amount_from_cores(cfg.pod_min_cpu_millicores * 0.001), fraction)
+    min_mem = scale_resource(
+        amount_from_float(cfg.pod_min_memory_mb * 1024 * 1024), fraction)
     cpu_ps = (cfg.target_cpu_percentile, cfg.lower_bound_cpu_percentile,
               cfg.upper_bound_cpu_percentile)
     mem_ps = (cfg.target_memory_percentile, cfg.lower_bound_memory_percentile,
@@ -58,13 +58,13 @@ def estimate(cpu: ExponentialHistogram, memory: ExponentialHistogram,
     cpu_ps = cpu.percentiles(cpu_percentiles)
     mem_ps = memory.percentiles(mem_percentiles)
     # Lower bound times (1 + 0.001/conf)**-2, upper bound times (1 + 1/conf)**1.
-    multiplier = _confidence_multiplier
+    multiplier = confidence_multiplier
     cpu_mults = (None, multiplier(0.001, -2.0, conf_cpu), multiplier(1.0, 1.0, conf_cpu))
     mem_mults = (None, multiplier(0.001, -2.0, conf_mem), multiplier(1.0, 1.0, conf_mem))
 
     # ``amount`` is resourceAmountFromFloat; ``amount(float(x) * f)`` is ScaleResource
     # and ``amount(cores * 1000.0)`` CPUAmountFromCores, inlined (this runs per window).
-    amount = _amount_from_float
+    amount = amount_from_float
     estimates = []
     for cores, bytes_, m_cpu, m_mem in zip(cpu_ps, mem_ps, cpu_mults, mem_mults):
         cpu = amount(cores * 1000.0)

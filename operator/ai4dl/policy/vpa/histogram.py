@@ -26,7 +26,7 @@ import operator
 
 import numpy as np
 
-from ai4dl.policy.vpa.numeric import _go_pow, _go_round_half_up, _highest, _lowest
+from ai4dl.policy.vpa.numeric import go_pow, go_round_half_up, highest_item, lowest_item
 
 #: ``maxDecayExponent`` in decaying_histogram.go.
 MAX_DECAY_EXPONENT = 100
@@ -61,7 +61,7 @@ class ExponentialHistogramOptions:
         r, first = self.ratio, self.first_bucket_size
         self.num_buckets = int(math.ceil(
             math.log(self.max_value * (r - 1) / first + 1) / math.log(r))) + 1
-        starts = [0.0] + [first * (_go_pow(r, float(b)) - 1) / (r - 1)
+        starts = [0.0] + [first * (go_pow(r, float(b)) - 1) / (r - 1)
                           for b in range(1, self.num_buckets)]
         #: ``GetBucketStart(b)`` for every bucket (Go's arithmetic).
         self.bucket_starts = np.array(starts, dtype=np.float64)
@@ -231,13 +231,13 @@ class ExponentialHistogram:
         # touched bucket are themselves >= epsilon, and then they are the new candidates.
         eps = self.options.epsilon
         if bucket_range is None:
-            bucket_range = _lowest(buckets), _highest(buckets)
+            bucket_range = lowest_item(buckets), highest_item(buckets)
         lo, hi = bucket_range
         if not (bw.item(lo) >= eps and bw.item(hi) >= eps):
             nonempty = buckets[bw[buckets] >= eps]
             if nonempty.size == 0:
                 return
-            lo, hi = _lowest(nonempty), _highest(nonempty)
+            lo, hi = lowest_item(nonempty), highest_item(nonempty)
         if lo < self.min_bucket:
             self.min_bucket = lo
         if hi > self.max_bucket:
@@ -341,7 +341,7 @@ class DecayingHistogram(ExponentialHistogram):
         span = self.half_life_s * MAX_DECAY_EXPONENT
         ref = self.reference_timestamp
         if t_max is None:
-            t_max = _highest(times)
+            t_max = highest_item(times)
         if ref is not None and t_max <= ref + span:
             # Usual case: no sample moves the reference, one segment.
             self._add_to_buckets(buckets, np.exp2((times - ref) / self.half_life_s) * w,
@@ -370,11 +370,11 @@ class DecayingHistogram(ExponentialHistogram):
     def shift_reference_timestamp(self, new_reference: float) -> None:
         """``shiftReferenceTimestamp``: round to a half-life multiple, rescale the weights."""
         hl = self.half_life_s
-        new_reference = _go_round_half_up(new_reference / hl) * hl
+        new_reference = go_round_half_up(new_reference / hl) * hl
         if self.reference_timestamp is None:
             factor = 0.0  # 2 ** (about -7e5) from Go's zero time
         else:
-            exponent = int(_go_round_half_up((self.reference_timestamp - new_reference) / hl))
+            exponent = int(go_round_half_up((self.reference_timestamp - new_reference) / hl))
             factor = math.ldexp(1.0, exponent)
         self._scale(factor)
         self.reference_timestamp = new_reference

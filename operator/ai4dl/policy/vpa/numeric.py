@@ -17,18 +17,18 @@ import numpy as np
 # several times more than argmin/argmax plus ``item``, so the hot paths use these.
 
 
-def _lowest(a: np.ndarray):
+def lowest_item(a: np.ndarray):
     """``a.min()`` of a non-empty array as a Python scalar; NaN if it holds one (argmin
     returns the first NaN)."""
     return a.item(a.argmin())
 
 
-def _highest(a: np.ndarray):
+def highest_item(a: np.ndarray):
     """``a.max()`` of a non-empty array as a Python scalar; NaN if it holds one."""
     return a.item(a.argmax())
 
 
-def _all_true(mask: np.ndarray) -> bool:
+def all_true(mask: np.ndarray) -> bool:
     """``mask.all()`` for a non-empty boolean array: argmin finds the first False, if any."""
     return mask.item(mask.argmin())
 
@@ -36,7 +36,7 @@ def _all_true(mask: np.ndarray) -> bool:
 # --------------------------------------------------------------------------- Go arithmetic
 
 
-def _go_pow(x: float, y: float) -> float:
+def go_pow(x: float, y: float) -> float:
     """Go's ``math.Pow`` (src/math/pow.go) for integer-valued ``y``, bit for bit.
 
     Go multiplies out integer powers (an ``int8`` fast path, else repeated squaring) instead
@@ -60,14 +60,14 @@ def _go_pow(x: float, y: float) -> float:
         return 0.0 if (abs(x) < 1) == (y > 0) else math.inf
     if math.isinf(x):
         if x < 0:
-            return _go_pow(1 / x, -y)
+            return go_pow(1 / x, -y)
         return 0.0 if y < 0 else math.inf
     if y == 0.5:
         return math.sqrt(x)
     if y == -0.5:
         return 1 / math.sqrt(x)
     if y != int(y):
-        raise ValueError("_go_pow is only ported for integer exponents")
+        raise ValueError("go_pow is only ported for integer exponents")
     if -128 <= y <= 127:  # case float64(int8(y)) == y
         negative = y < 0
         n = int(-y if negative else y)
@@ -108,6 +108,6 @@ def _go_pow(x: float, y: float) -> float:
         return math.inf
 
 
-def _go_round_half_up(x: float) -> float:
+def go_round_half_up(x: float) -> float:
     """``round`` in decaying_histogram.go: ``math.Floor(x + 0.5)``."""
     return math.floor(x + 0.5)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ai4dl.policy.vpa.aggregate_container_state import AggregateContainerState
-from ai4dl.policy.vpa.estimator import _confidence_multiplier, estimate, estimator_constants
+from ai4dl.policy.vpa.estimator import confidence_multiplier, estimate, estimator_constants
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class VpaRecommender(AggregateContainerState):
 
     @staticmethod
     def _confidence_multiplier(multiplier: float, exponent: float, confidence: float) -> float:
-        return _confidence_multiplier(multiplier, exponent, confidence)
+        return confidence_multiplier(multiplier, exponent, confidence)
 
     def recommend(self, t_seconds: float | None = None) -> VpaRecommendation:
         """Target, lower and upper bound as VPA computes them now.
