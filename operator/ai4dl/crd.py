@@ -19,7 +19,7 @@ from ai4dl.crd_spec import (DURATION_PATTERN, MAX_FEATURES, MAX_QUERY_LENGTH,  #
                             MIN_WINDOW_STEPS, PROMQL_UNCHECKED, QUANTITY_PATTERN,
                             CpuObjective, FeatureSource, LabelSelector, LabelSelectorRequirement,
                             MemoryObjective, Objectives, PhaseModelSpec, Policy, RefitPolicy,
-                            ResourceBounds, _Base, default_features, parse_duration)
+                            ResourceBounds, CrdModel, default_features, parse_duration)
 from ai4dl.crd_status import (Condition, NoveltyStatus, NoveltyWindow,  # noqa: F401
                               ObjectiveStatus, PhaseModelStatus, PolicyScore, SavingsAmount,
                               SavingsStatus, TrainingPolicy, TrainingStatus)
@@ -41,7 +41,7 @@ MODEL_ANNOTATION = "ai4dl.io/phasemodel"
 TRAINER_FIELD_MANAGER = "ai4dl-trainer"
 
 
-class PhaseModelResource(_Base):
+class PhaseModelResource(CrdModel):
     api_version: Literal["ai4dl.io/v1alpha1"] = Field("ai4dl.io/v1alpha1", alias="apiVersion")
     kind: Literal["PhaseModel"] = "PhaseModel"
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import Field
 
 from ai4dl.crd import namespaced_crd, openapi_schema
-from ai4dl.crd_spec import _Base
+from ai4dl.crd_spec import CrdModel
 
 PROFILE_KIND = "WorkloadProfile"
 PROFILE_PLURAL = "workloadprofiles"
@@ -34,7 +34,7 @@ PROFILE_SHORT_NAMES = ["wp"]
 MAX_RECORD_CHARS = 256 * 1024
 
 
-class ProfileContainer(_Base):
+class ProfileContainer(CrdModel):
     name: str = Field(max_length=253)
     runs: int = Field(0, ge=0, description="executions remembered (at most 8)")
     first_request: dict[str, str] = Field(
@@ -44,12 +44,12 @@ class ProfileContainer(_Base):
                                  description="the peak its remembered runs reached")
 
 
-class WorkloadProfileSpec(_Base):
+class WorkloadProfileSpec(CrdModel):
     phase_model: str = Field(alias="phaseModel", max_length=253)
     workload: str = Field(max_length=600, description="kind/name (ai4dl.kube.workload)")
 
 
-class WorkloadProfileStatus(_Base):
+class WorkloadProfileStatus(CrdModel):
     executions: int = Field(0, ge=0)
     oom_kills: int = Field(0, ge=0, alias="oomKills")
     last_execution_end: str | None = Field(None, alias="lastExecutionEnd")
@@ -58,7 +58,7 @@ class WorkloadProfileStatus(_Base):
                         description="the profiles, sealed by the operator (the only part read)")
 
 
-class WorkloadProfileResource(_Base):
+class WorkloadProfileResource(CrdModel):
     api_version: Literal["ai4dl.io/v1alpha1"] = Field("ai4dl.io/v1alpha1", alias="apiVersion")
     kind: Literal["WorkloadProfile"] = "WorkloadProfile"
     metadata: dict = Field(default_factory=dict)

@@ -27,17 +27,18 @@ def parse_duration(text: str) -> float:
                      for n, u in re.findall(r"([0-9]+)([smhdw])", text)))
 
 
-class _Base(BaseModel):
+class CrdModel(BaseModel):
+    """The CRD models' base: unknown fields refused, a field by its name or its alias."""
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class LabelSelectorRequirement(_Base):
+class LabelSelectorRequirement(CrdModel):
     key: str
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[str] = []
 
 
-class LabelSelector(_Base):
+class LabelSelector(CrdModel):
     """Which opted-in pods this PhaseModel serves (a standard Kubernetes label selector)."""
     match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list,
@@ -101,7 +102,7 @@ _FEATURE_CEL = [{
 }]
 
 
-class FeatureSource(_Base):
+class FeatureSource(CrdModel):
     """One model feature and the PromQL that yields it per (namespace, pod, container).
     ``{selector}`` in the query stands for the label matchers the operator fills in: every
     selector of the query must carry it (it reads the PhaseModel's own pods only)."""
@@ -155,7 +156,7 @@ _SPEC_CEL = [
 ]
 
 
-class ResourceBounds(_Base):
+class ResourceBounds(CrdModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
                               json_schema_extra={"x-kubernetes-validations": _BOUNDS_CEL})
     floor: str | None = Field(None, pattern=QUANTITY_PATTERN, max_length=32,
@@ -182,7 +183,7 @@ _MEMORY_OBJECTIVE_CEL = [
 ]
 
 
-class CpuObjective(_Base):
+class CpuObjective(CrdModel):
     """CPU is compressible: a sample above the request is throttled time, not a failure, so cpu
     is judged by the share of samples covered."""
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
@@ -198,7 +199,7 @@ class CpuObjective(_Base):
                     "request (null: no bound)")
 
 
-class MemoryObjective(_Base):
+class MemoryObjective(CrdModel):
     """Memory is not compressible: a window in which a container uses more than its request is
     a window in which it may be evicted (or, at a Guaranteed pod's limit, OOM-killed), however
     few of its samples exceed. So memory is judged by windows at risk, not by samples."""
@@ -211,7 +212,7 @@ class MemoryObjective(_Base):
                     "above the request (0.01: one window in a hundred)")
 
 
-class Objectives(_Base):
+class Objectives(CrdModel):
     """What the trainer's ``auto`` choice and the head-room tables are asked to achieve, per
     resource."""
     cpu: CpuObjective = Field(default_factory=CpuObjective)
@@ -231,7 +232,7 @@ def _kinds_enum(schema: dict) -> None:
     schema["enum"] = list(policy_kinds())
 
 
-class Policy(_Base):
+class Policy(CrdModel):
     """How requests are set. The same policy functions the evaluator measures."""
     mode: Literal["Off", "Initial", "Recommend", "InPlace"] = Field(
         "Recommend", description="Off: nothing; Initial: requests set when a pod is created "
@@ -325,7 +326,7 @@ class Policy(_Base):
                 f"(spec.policy.objectives.cpu.fulfilment is unset)")
 
 
-class RefitPolicy(_Base):
+class RefitPolicy(CrdModel):
     """When the batch trainer (``ai4dl train --if-due``, run hourly by a CronJob) refits early.
     The operator counts novel windows and sets the ``RefitRecommended`` condition; the trainer
     also refits when its last run is older than ``maxAge``."""
@@ -338,7 +339,7 @@ class RefitPolicy(_Base):
                          description="refit when the last training run is older, e.g. 7d, 12h")
 
 
-class PhaseModelSpec(_Base):
+class PhaseModelSpec(CrdModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True,
                               json_schema_extra={"x-kubernetes-validations": _SPEC_CEL})
     selector: LabelSelector = Field(default_factory=LabelSelector)

@@ -7,10 +7,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from ai4dl.crd_spec import _Base
+from ai4dl.crd_spec import CrdModel
 
 
-class Condition(_Base):
+class Condition(CrdModel):
     type: str
     status: Literal["True", "False", "Unknown"]
     reason: str = ""
@@ -18,7 +18,7 @@ class Condition(_Base):
     last_transition_time: str | None = Field(None, alias="lastTransitionTime")
 
 
-class PolicyScore(_Base):
+class PolicyScore(CrdModel):
     policy: str
     resource: str
     target: float
@@ -30,7 +30,7 @@ class PolicyScore(_Base):
     wins: bool = Field(False, description="cheaper than adaptive-max with no more windows short")
 
 
-class TrainingPolicy(_Base):
+class TrainingPolicy(CrdModel):
     """The trainer's choice for ``kind: auto``: the winner per resource and every candidate's
     score on the most recent training executions."""
     served: dict[str, str] = Field(default_factory=dict, description="resource -> policy")
@@ -38,7 +38,7 @@ class TrainingPolicy(_Base):
     scores: list[PolicyScore] = Field(default_factory=list, max_length=100)
 
 
-class ObjectiveStatus(_Base):
+class ObjectiveStatus(CrdModel):
     """One resource's objective in the last training run, and what the served policy achieved
     on the most recent training executions (held out from the fit that chose it)."""
     resource: str
@@ -58,7 +58,7 @@ class ObjectiveStatus(_Base):
                     "policy set")
 
 
-class TrainingStatus(_Base):
+class TrainingStatus(CrdModel):
     """What the batch trainer did last (written by the trainer only, field manager
     ``ai4dl-trainer``). Scores are allocation ÷ oracle at the fulfilment target on the same
     held-out recent executions (lower is better)."""
@@ -84,12 +84,12 @@ class TrainingStatus(_Base):
                     "policy achieved on the most recent training executions")
 
 
-class NoveltyWindow(_Base):
+class NoveltyWindow(CrdModel):
     novel: int = Field(ge=0, description="containers whose window was novel")
     total: int = Field(ge=0, description="containers classified in the window")
 
 
-class NoveltyStatus(_Base):
+class NoveltyStatus(CrdModel):
     """The operator's count of novel windows under the current model (reset when the model
     changes): the state behind the ``RefitRecommended`` condition, kept in status so a
     restarted operator goes on counting."""
@@ -100,14 +100,14 @@ class NoveltyStatus(_Base):
     share: float = Field(0.0, ge=0, le=1, description="novel ÷ total over the recent windows")
 
 
-class SavingsAmount(_Base):
+class SavingsAmount(CrdModel):
     original: float = Field(0.0, ge=0, description="the authors' requests × time "
                             "(core-seconds, byte-seconds)")
     allocated: float = Field(0.0, ge=0, description="what the pods held (Recommend: what the "
                              "operator recommended) × time")
 
 
-class SavingsStatus(_Base):
+class SavingsStatus(CrdModel):
     """What the operator's pods held against what their authors requested, summed over the
     windows processed (ai4dl.controller.savings)."""
     since: str | None = Field(None, description="RFC 3339, UTC: the first window counted")
@@ -119,7 +119,7 @@ class SavingsStatus(_Base):
                          "'cpu 42%, memory 17%'")
 
 
-class WorkloadsStatus(_Base):
+class WorkloadsStatus(CrdModel):
     """The workloads of the PhaseModel's pods (ai4dl.kube.workload) and their profiles."""
     running: int = Field(0, ge=0, description="distinct workloads among the running pods")
     profiled: int = Field(0, ge=0, description="... of which have a WorkloadProfile (a known "
@@ -129,7 +129,7 @@ class WorkloadsStatus(_Base):
                                 description="WorkloadProfile writes by this operator process")
 
 
-class PhaseModelStatus(_Base):
+class PhaseModelStatus(CrdModel):
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = Field(None, alias="observedGeneration")
     pods_tracked: int = Field(0, alias="podsTracked")

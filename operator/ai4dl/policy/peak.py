@@ -75,10 +75,10 @@ import numpy as np
 
 from ai4dl.policy.headroom import check_table_call, check_training
 from ai4dl.policy.headroom_levels import first_window_level
-from ai4dl.policy.peak_fit import (_ULP, _lookup, _order_statistic, fit_states, group_folds,
+from ai4dl.policy.peak_fit import (ULP, lookup_cells, order_statistic, fit_states, group_folds,
                                    training_rows)
 from ai4dl.policy.peak_states import (EDGES, ELAPSED_EDGES, ESTIMATORS, FEATURES, N_CODES, SIZES,
-                                      State, _bin, bin_label, cells_from_states, digits_key,
+                                      State, state_bin, bin_label, cells_from_states, digits_key,
                                       key_digits, levels, state_codes, window_states)
 from ai4dl.policy.registry import Declared, FitInputs, StoredTable, declare
 
@@ -254,7 +254,7 @@ class PeakRiskPolicy:
             if best is None or cost < best[2] or not np.isfinite(best[2]):
                 best = (ph, mw, cost, g)
         ph, mw, _, g = best
-        factor = g * (1.0 + _ULP) if (self.calibrate and np.isfinite(g) and g > 0) \
+        factor = g * (1.0 + ULP) if (self.calibrate and np.isfinite(g) and g > 0) \
             else 1.0
         states = [st._replace(multiplier=st.multiplier * factor)
                   for st in self._states(cols, None, mw, ph, k, state_risk)]
@@ -263,7 +263,7 @@ class PeakRiskPolicy:
          self.support_[r]) = cells_from_states(states, self.use_phase, k)
         self.min_windows_[r] = mw
         self.calibration_[r] = factor
-        fitted = _lookup(self.multiplier_[r], self.estimator_[r], *cols[:4])
+        fitted = lookup_cells(self.multiplier_[r], self.estimator_[r], *cols[:4])
         report.update({"min_windows": float(mw), "calibration": float(factor),
                        "phase": float(ph),
                        "train_risk": float(np.mean(cols[4] > fitted))})
@@ -281,11 +281,11 @@ class PeakRiskPolicy:
             tr = ~test
             st = self._states(cols, tr, min_windows, phase, k, state_risk)
             mult, est = cells_from_states(st, self.use_phase, k)[:2]
-            alloc[test] = _lookup(mult, est, *(a[test] for a in cols[:4]))
+            alloc[test] = lookup_cells(mult, est, *(a[test] for a in cols[:4]))
         with np.errstate(divide="ignore", invalid="ignore"):
             q = np.where(alloc > 0, cols[4] / np.where(alloc > 0, alloc, 1.0),
                          np.where(cols[4] > 0, np.inf, 0.0))
-        g = _order_statistic(q, 1.0 - self.max_risk)
+        g = order_statistic(q, 1.0 - self.max_risk)
         return g, g * float((alloc * cols[5]).sum())
 
     def _states(self, cols, rows, min_windows: int, phase: bool, k: int,
@@ -326,7 +326,7 @@ class PeakRiskPolicy:
             raise ValueError(f"phase {int(p.max())} outside the table's {self.n_phases_} phases")
         out = np.empty((rows, R))
         for r in range(R):
-            out[:, r] = _lookup(self.multiplier_[r], self.estimator_[r], peak[:, r],
+            out[:, r] = lookup_cells(self.multiplier_[r], self.estimator_[r], peak[:, r],
                                 last[:, r], code[:, r], p)
         return out
 
@@ -335,7 +335,7 @@ class PeakRiskPolicy:
         this phase: what a container whose history lacks the state's other features gets, times
         its running maximum (never less than any of those states would give it: the last
         window's max is at most the running maximum)."""
-        e = _bin(ELAPSED_EDGES, np.asarray(elapsed))
+        e = state_bin(ELAPSED_EDGES, np.asarray(elapsed))
         p = np.zeros(len(e), np.int64) if (phase is None or not self.use_phase) else \
             np.asarray(phase, np.int64)
         per = N_CODES // SIZES[0]

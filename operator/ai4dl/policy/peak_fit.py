@@ -11,7 +11,7 @@ from ai4dl.policy.peak_states import ESTIMATORS, State, resolve_states, window_s
 
 #: Relative nudge up of fitted multipliers: a product of a level and a ratio of two levels can
 #: round just below the level it should reach.
-_ULP = 1e-12
+ULP = 1e-12
 
 
 def risk_lagrangian(ratio: np.ndarray, unit: np.ndarray, sid: np.ndarray, n_states: int,
@@ -150,7 +150,7 @@ def _lower_hull(x: np.ndarray, y: np.ndarray) -> list[int]:
     return hull
 
 
-def _order_statistic(r: np.ndarray, q: float) -> float:
+def order_statistic(r: np.ndarray, q: float) -> float:
     """The least m with share(r <= m) >= q."""
     need = min(max(int(math.ceil(q * len(r) - 1e-9)), 1), len(r))
     return float(np.partition(r, need - 1)[need - 1])
@@ -205,12 +205,12 @@ def fit_states(peak: np.ndarray, last: np.ndarray, code: np.ndarray, phase: np.n
     c, e = risk_lagrangian(ratio, base * length[:, None], sid, len(resolved), max_risk,
                            state_risk)
     # a level × (window max ÷ level) can round a hair below the window max it should cover
-    c = c * (1.0 + _ULP)
+    c = c * (1.0 + ULP)
     return [State(li, key, float(ci), n, idx[int(ei)])
             for (li, key, n), ci, ei in zip(resolved, c, e)]
 
 
-def _lookup(mult: np.ndarray, est: np.ndarray, peak: np.ndarray, last: np.ndarray,
+def lookup_cells(mult: np.ndarray, est: np.ndarray, peak: np.ndarray, last: np.ndarray,
             code: np.ndarray, phase: np.ndarray) -> np.ndarray:
     e = est[phase, code]
     return np.where(e == 0, peak, last) * mult[phase, code]

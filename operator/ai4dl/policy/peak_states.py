@@ -25,7 +25,7 @@ CHAIN = (("elapsed", "since", "ratio", "dip"), ("elapsed", "since", "ratio"),
          ("elapsed", "since"), ("elapsed",), ())
 
 
-def _bin(edges: Sequence[float], values) -> np.ndarray:
+def state_bin(edges: Sequence[float], values) -> np.ndarray:
     """Bin of each value: bin b holds [edges[b], edges[b+1]); below edges[0], bin 0."""
     return np.maximum(np.searchsorted(np.asarray(edges, np.float64), values, side="right") - 1,
                       0)
@@ -38,7 +38,7 @@ def state_codes(elapsed, since, ratio, dip) -> np.ndarray:
     shapes that broadcast)."""
     code = 0
     for edges, values in zip(EDGES, (elapsed, since, ratio, dip)):
-        code = code * len(edges) + _bin(edges, values)
+        code = code * len(edges) + state_bin(edges, values)
     return np.asarray(code, np.int64)
 
 
