@@ -330,29 +330,9 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
         return Admission()
 
     shown = {A_WORKLOAD: workload} if workload else {}
-
-    def unchanged(why: str) -> Admission:
-        return Admission(annotations={**shown, A_ADMISSION: f"unchanged: {why}"})
-    ns = meta.get("namespace")
-    if not namespace or ns != namespace:
-        # The API server fills the pod's namespace from the request before admission, so the
-        # two agree on every review it sends: a disagreement is a forged review, which must
-        # learn nothing of any PhaseModel (none is read).
-        return unchanged(f"the pod's metadata.namespace ({ns or 'none'}) is not the "
-                         f"request's namespace ({namespace or 'none'})")
-    target = targets.get((namespace, pm))
-    if target is None:
-        # not one of ours: another operator (a shard) may serve it, and its webhook decides;
-        # a PhaseModel that does not exist at all is the orphan sweep's Warning Event
-        return Admission()
-    if not target.admits:
-        return Admission()                      # Off / Recommend: not admission's business
-    if not target.selector.matches(labels):
-        return unchanged(f"the pod does not match PhaseModel {pm}'s spec.selector")
-    if target.reason:
-        return unchanged(f"PhaseModel {pm}: {target.reason}")
-    spec = pod.get("spec") or {}
-    specs = spec.get("containers") or []
+    target, decided = _serving_target(meta, labels, pm, targets, namespace, shown)
+    if decided is not None:
+        return decided
     containers = pod_info(dict(pod)).containers
     qos = qos_class(containers)
     managed = [i for i, c in enumerate(containers)
@@ -363,16 +343,90 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
                                  namespace=namespace, limit_ranges=limit_ranges, shown=shown,
                                  quotas=resource_quotas, seal=seal)
     if qos == "Guaranteed":
-        return unchanged("the pod is Guaranteed and no managed container's workload has a "
-                         "profile (a Guaranteed pod gets only its own workload's level, as "
-                         "request and limit)")
+        return _unchanged(shown, "the pod is Guaranteed and no managed container's workload "
+                                 "has a profile (a Guaranteed pod gets only its own workload's "
+                                 "level, as request and limit)")
     if qos != "Burstable":
-        return unchanged(f"the pod's QoS class is {qos}: setting requests would change it")
+        return _unchanged(shown, f"the pod's QoS class is {qos}: setting requests would "
+                                 f"change it")
     if not managed:
-        return unchanged(f"none of the pod's containers is in PhaseModel {pm}'s "
-                         f"spec.policy.containers")
-    notes: list[str] = []          # what was left unchanged, and the rule that kept it
-    # per managed container and resource: the request to set, as the quantity text written
+        return _unchanged(shown, f"none of the pod's containers is in PhaseModel {pm}'s "
+                                 f"spec.policy.containers")
+    return _admit_burstable(pod, pm, target, containers, managed, known, max_value, key,
+                            limit_ranges=limit_ranges, shown=shown, quotas=resource_quotas,
+                            seal=seal)
+
+
+def _unchanged(shown: Mapping[str, str], why: str) -> Admission:
+    """The pod admitted as it is, the reason in ``ai4dl.io/admission``."""
+    return Admission(annotations={**shown, A_ADMISSION: f"unchanged: {why}"})
+
+
+def _serving_target(meta: Mapping, labels: Mapping, pm: str,
+                    targets: Mapping[tuple[str, str], AdmissionTarget], namespace: str | None,
+                    shown: Mapping[str, str]
+                    ) -> tuple[AdmissionTarget | None, Admission | None]:
+    """(the PhaseModel that admits the pod, None), or (None, the decision) when the review is
+    forged, the PhaseModel is not this operator's or does not admit, or it has no level."""
+    ns = meta.get("namespace")
+    if not namespace or ns != namespace:
+        # The API server fills the pod's namespace from the request before admission, so the
+        # two agree on every review it sends: a disagreement is a forged review, which must
+        # learn nothing of any PhaseModel (none is read).
+        return None, _unchanged(shown, f"the pod's metadata.namespace ({ns or 'none'}) is not "
+                                       f"the request's namespace ({namespace or 'none'})")
+    target = targets.get((namespace, pm))
+    if target is None:
+        # not one of ours: another operator (a shard) may serve it, and its webhook decides;
+        # a PhaseModel that does not exist at all is the orphan sweep's Warning Event
+        return None, Admission()
+    if not target.admits:
+        return None, Admission()                # Off / Recommend: not admission's business
+    if not target.selector.matches(labels):
+        return None, _unchanged(shown, f"the pod does not match PhaseModel {pm}'s "
+                                       f"spec.selector")
+    if target.reason:
+        return None, _unchanged(shown, f"PhaseModel {pm}: {target.reason}")
+    return target, None
+
+
+def _admit_burstable(pod: Mapping, pm: str, target: AdmissionTarget,
+                     containers: list[Container], managed: list[int], known: Mapping,
+                     max_value: Mapping[str, float] | None, key: StateKey | None, *,
+                     limit_ranges: tuple[LimitRangeRules, ...] | list,
+                     shown: Mapping[str, str], quotas: tuple[QuotaRoom, ...] | list,
+                     seal: bool) -> Admission:
+    """A Burstable pod with managed containers: each gets its level as request, except where
+    the pod would become Guaranteed or break its pod-level bounds (the rule in the note)."""
+    spec = pod.get("spec") or {}
+    qos = qos_class(containers)
+    new, notes = _burstable_levels(target, containers, spec.get("containers") or [], managed,
+                                   known, max_value, limit_ranges)
+    keep: set = set()
+    if qos_class(_requests_after(containers, new, keep)) != qos:
+        # all requests would equal the limits (Guaranteed): the container-resources that would
+        # reach their limit keep their own request
+        keep = {(i, r) for i in managed for r, q in new[i].items()
+                if containers[i].limits.get(r) == parse_quantity(q)}
+        notes += [f"{containers[i].name} {r}: the learned level reaches its limit (the pod "
+                  f"would become Guaranteed)" for i, r in sorted(keep)]
+    keep = _pod_level_keeps(spec, containers, managed, new, keep, limit_ranges, notes)
+    if qos_class(_requests_after(containers, new, keep)) != qos:
+        return _unchanged(shown, "setting the learned requests would change the pod's QoS "
+                                 "class")
+    return _decision(pod, pm, containers, {i: {r: q for r, q in new[i].items()
+                                               if (i, r) not in keep} for i in managed},
+                     known, notes, key, shown, quotas=quotas, seal=seal)
+
+
+def _burstable_levels(target: AdmissionTarget, containers: list[Container], specs: list,
+                      managed: list[int], known: Mapping,
+                      max_value: Mapping[str, float] | None,
+                      limit_ranges: tuple[LimitRangeRules, ...] | list
+                      ) -> tuple[dict[int, dict[str, str]], list[str]]:
+    """Per managed container and resource, the request to set (the quantity text written),
+    and what was left unchanged, with the rule that kept it."""
+    notes: list[str] = []
     new: dict[int, dict[str, str]] = {i: {} for i in managed}
     for j, r in enumerate(target.resources):
         for i in managed:
@@ -389,26 +443,30 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
                 notes.append(f"{name} {r}: {note}")
             else:
                 new[i][r] = q
+    return new, notes
 
-    def requests_after(keep: set) -> list[Container]:
-        return [Container(c.name, {**c.requests, **{r: parse_quantity(q)
-                                                  for r, q in new.get(i, {}).items()
-                                                  if (i, r) not in keep}}, c.limits)
-                for i, c in enumerate(containers)]
-    keep: set = set()
-    if qos_class(requests_after(keep)) != qos:
-        # all requests would equal the limits (Guaranteed): the container-resources that would
-        # reach their limit keep their own request
-        keep = {(i, r) for i in managed for r, q in new[i].items()
-                if containers[i].limits.get(r) == parse_quantity(q)}
-        notes += [f"{containers[i].name} {r}: the learned level reaches its limit (the pod "
-                  f"would become Guaranteed)" for i, r in sorted(keep)]
+
+def _requests_after(containers: list[Container], new: Mapping[int, Mapping[str, str]],
+                    keep: set) -> list[Container]:
+    """The containers with the requests ``new`` set, but those in ``keep`` (container index,
+    resource)."""
+    return [Container(c.name, {**c.requests, **{r: parse_quantity(q)
+                                              for r, q in new.get(i, {}).items()
+                                              if (i, r) not in keep}}, c.limits)
+            for i, c in enumerate(containers)]
+
+
+def _pod_level_keeps(spec: Mapping, containers: list[Container], managed: list[int],
+                     new: Mapping[int, Mapping[str, str]], keep: set,
+                     limit_ranges: tuple[LimitRangeRules, ...] | list, notes: list[str]) -> set:
+    """``keep`` with every container's own request of each resource whose pod total would
+    break the pod's spec.resources or a Pod-type LimitRange (the rule added to ``notes``)."""
     # the pod as a whole: pod-level resources (spec.resources, PodLevelResources: the
     # containers' requests must sum within the pod's) and Pod-type LimitRanges. The sum moves
     # with every container, so a resource that would break one keeps every container's own.
     pod_res = spec.get("resources") or {}
     for r in sorted({r for i in managed for r in new[i]}):
-        after = requests_after(keep)
+        after = _requests_after(containers, new, keep)
         total = _pod_total(spec, r, [c.requests.get(r, 0.0) for c in after])
         why = ""
         bound = (pod_res.get("requests") or {}).get(r) or (pod_res.get("limits") or {}).get(r)
@@ -424,11 +482,7 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
         if why:
             keep |= {(i, r) for i in managed if r in new[i]}
             notes.append(f"{r} of every container: {why}")
-    if qos_class(requests_after(keep)) != qos:
-        return unchanged("setting the learned requests would change the pod's QoS class")
-    return _decision(pod, pm, containers, {i: {r: q for r, q in new[i].items()
-                                               if (i, r) not in keep} for i in managed},
-                     known, notes, key, shown, quotas=resource_quotas, seal=seal)
+    return keep
 
 
 def _burstable_request(r: str, value: float, res: Mapping, container: Container,

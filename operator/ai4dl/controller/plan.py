@@ -42,6 +42,7 @@ annotations, events, the take-back of a refused resize) by :mod:`ai4dl.controlle
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -137,6 +138,31 @@ def own_history(pod: PodInfo, container: str, histories: Mapping | None, model_k
     return got.copy()
 
 
+@dataclass(frozen=True)
+class _Window:
+    """What every container of one window is planned with: the PhaseModel's settings, the
+    served policy, and the window's place in time."""
+    spec: PhaseModelSpec
+    served: Served
+    resources: tuple[str, ...]
+    W: int
+    n_context: int
+    feature_idx: list[int]          # per spec.features: its column in the model's order
+    res_idx: list[int]              # per resource: its column in the model's order
+    safety: SafetyConfig
+    k: int                          # the model's phases (1 without a model)
+    cold: np.ndarray | None         # the served policy's cold-start level, if it has one
+    window_start: float
+    histories: Mapping | None
+    model_key: str
+
+
+# A container planned from its window: (its pod's plan index, its plan, its rows, context rows).
+_Row = tuple[int, ContainerPlan, np.ndarray, int]
+# A container given its cold-start level: (its pod's plan index, its plan, what was seen).
+_Cold = tuple[int, ContainerPlan, np.ndarray | None]
+
+
 def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 samples: Mapping[tuple[str, str, str], np.ndarray], n_context: int,
                 window_start: float, now_iso: str,
@@ -164,151 +190,11 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     workload's profile holds this window (the safety layer's hold, as in the evaluator).
     """
     served = served if served is not None else served_policy(spec, model)
-    resources = served.resources
-    W = window_samples(spec)
-    names = list(model.features_) if model is not None else [f.name for f in spec.features]
-    feature_idx = [names.index(f.name) if f.name in names else -1 for f in spec.features]
-    if sorted(feature_idx) != list(range(len(names))):
-        raise ValueError("spec.features do not match the model's features")
-    safety = safety_config(spec, resources, max_value)
-    limits = safety.max_value
-    res_idx = [names.index(r) for r in resources]
-    managed_names = set(spec.policy.containers)
-    k = model.n_phases_ if model is not None else 1
-    cold = served.cold_start
-
-    plans: list[PodPlan] = []
-    rows: list[tuple[int, ContainerPlan, np.ndarray, int]] = []  # (plan idx, cplan, x, ctx)
-    colds: list[tuple[int, ContainerPlan, np.ndarray | None]] = []
-    for pod in pods:
-        plan = PodPlan(pod, [])
-        plans.append(plan)
-        if pod.state().get("window") == window_start:
-            plan.skipped = "already-handled"
-            continue
-        if pod.qos == "BestEffort":
-            plan.skipped = "best-effort"
-            plan.notices.append(("BestEffortPod", "no cpu or memory requests or limits: setting "
-                                 "any would change its QoS class (BestEffort), so ai4dl leaves "
-                                 "this pod alone"))
-            continue
-        managed = [c for c in pod.containers if not managed_names or c.name in managed_names]
-        if not managed:
-            plan.skipped = "no-managed-container"
-            plan.notices.append(("NoManagedContainer", f"spec.policy.containers "
-                                 f"{sorted(managed_names)} of PhaseModel {pod.phasemodel} match "
-                                 f"none of this pod's containers "
-                                 f"({', '.join(c.name for c in pod.containers)})"))
-            continue
-        for c in managed:
-            cp = ContainerPlan(c.name, current={r: c.requests.get(r, np.nan) for r in resources})
-            plan.containers.append(cp)
-            refused = (rejected or {}).get((pod.namespace, pod.name, c.name))
-            if refused is not None:
-                cp.skipped, cp.detail = refused
-                plan.notices.append(("DuplicateSeries", f"container {c.name}: {refused[1]}"))
-                continue
-            x = samples.get((pod.namespace, pod.name, c.name))
-            if x is not None:
-                x = np.asarray(x, np.float64)[:, np.argsort(feature_idx)]   # model feature order
-            reason, detail = classify_window(x, W, res_idx, limits)
-            if reason in ("no-data", "partial-data"):
-                started = pod.started.get(c.name)
-                if started is not None and started > window_start - W * spec.step_seconds \
-                        - START_GRACE_SECONDS:
-                    reason, detail = "warming-up", "started during the window"
-            if reason == "warming-up" and cold is not None:
-                own = own_history(pod, c.name, histories, model_key, k, len(resources))
-                if own.n == 0:
-                    # a new container: the level learned from training executions' first
-                    # windows, not the author's request (memory only down to a sample seen)
-                    seen = None if x is None else x[-W:][:, res_idx]
-                    cp.usage = seen
-                    colds.append((len(plans) - 1, cp, seen))
-                    continue
-            if reason is not None:
-                cp.skipped, cp.detail = reason, detail   # never a resize based on it
-                if reason in ("warming-up", "partial-data") and x is not None:
-                    cp.usage = x[-W:][:, res_idx]        # what was seen, for its run's summary
-                continue
-            window = x[-W:]
-            context = x[:-W][-n_context:] if n_context else x[:0]
-            ctx = usable_context(context, res_idx, limits)
-            rows.append((len(plans) - 1, cp, np.vstack([context[len(context) - ctx:], window]),
-                         ctx))
-    n_rows = len(rows) + len(colds)
-    if n_rows:
-        current = np.array([[cp.current[r] for r in resources]
-                            for _, cp, *_ in (*rows, *colds)])
-        proposals = np.empty_like(current)
-        working_set = np.full(n_rows, np.nan)
-        rising = np.zeros(n_rows, bool)
-        # One encoder product and one nearest-centroid product for every container.
-        detections = (model.detect([r[2] for r in rows], n_context=[r[3] for r in rows])
-                      if model is not None and rows else [None] * len(rows))
-        lasts = np.empty((len(rows), W, len(resources)))
-        last_phases = np.zeros((len(rows), W), np.int64) if model is not None else None
-        owns = []
-        for i, ((pi, cp, x, ctx), det) in enumerate(zip(rows, detections)):
-            usage = x[ctx:][:, res_idx]
-            phases = None
-            if det is not None:
-                phases = det.phase
-                last_phases[i] = phases
-                cp.phase, cp.novel = int(det.phase[-1]), bool(det.novel[-1])
-            own = own_history(plans[pi].pod, cp.name, histories, model_key, k, len(resources))
-            own.add(usage, phases)
-            cp.own = own
-            cp.usage = usage
-            owns.append(own)
-            lasts[i] = usage
-        if safety.memory_index is not None and rows:
-            # every container's latest working set and whether it rose, in one call
-            m = safety.memory_index
-            working_set[:len(rows)] = lasts[:, -1, m]
-            began = [plans[pi].pod.started.get(cp.name) for pi, cp, *_ in rows]
-            rising[:len(rows)] = working_set_rising(
-                lasts[:, :, m], safety.memory_margin,
-                [b is not None and b > window_start - W * spec.step_seconds for b in began])
-        # the served policy for every container at once (tests/test_online.py: the same
-        # numbers as its replay over each whole history)
-        proposals[:len(rows)] = next_allocations(served.policy, lasts, last_phases, owns)
-        for i, (pi, cp, seen) in enumerate(colds, start=len(rows)):
-            cp.cold_start = True
-            proposals[i] = np.where(np.isfinite(cold), cold, np.nan)
-            if safety.memory_index is not None:
-                m = safety.memory_index
-                ok = None if seen is None else seen[:, m][np.isfinite(seen[:, m])]
-                # no working-set sample yet: memory is not lowered below the request in force
-                working_set[i] = (ok[-1] if ok is not None and len(ok)
-                                  else current[i, m] / (1.0 + (safety.memory_margin or 0.0)))
-                if seen is not None:     # a cold start: it started during the window
-                    rising[i] = working_set_rising(seen[:, m][None], safety.memory_margin,
-                                                   [True])[0]
-        everyone = [*((pi, cp) for pi, cp, *_ in rows), *((pi, cp) for pi, cp, _ in colds)]
-        since = np.array([[_windows_since_increase(plans[pi].pod, cp.name, r, window_start,
-                                                   spec.window_seconds)
-                           for r in resources] for pi, cp in everyone])
-        # A container with no request for a resource keeps none (its QoS depends on it).
-        known = np.isfinite(current)
-        state = SafetyState(np.where(known, current, 0.0), since)
-        holds = (np.array([held.get((plans[pi].pod.uid, cp.name), np.nan)
-                           for pi, cp in everyone]) if held else None)
-        targets, _ = apply_safety(np.where(known, proposals, np.nan), state, safety, working_set,
-                                  rising, holds)
-        below = _ceiling_below_working_set(safety, working_set)
-        _raise_to_floors(targets, everyone, plans, floors, resources, safety)
-        for i, (pi, cp) in enumerate(everyone):
-            cp.proposal = dict(zip(resources, proposals[i].tolist()))
-            cp.target = {r: float(targets[i, j]) for j, r in enumerate(resources) if known[i, j]}
-            if below[i] and not cp.cold_start:
-                m = safety.memory_index
-                plans[pi].notices.append(("CeilingBelowUsage", (
-                    f"container {cp.name}: memory ceiling "
-                    f"{format_resource('memory', safety.ceiling[m])} is below its working set "
-                    f"{format_resource('memory', working_set[i])} (+ memoryMargin "
-                    f"{safety.memory_margin:g}); its request comes down to the ceiling at most "
-                    f"maxDecrease per window")))
+    win = _window(spec, model, served, n_context, window_start, max_value, histories, model_key)
+    resources = win.resources
+    plans, rows, colds = _collect(win, pods, samples, rejected)
+    if rows or colds:
+        _decide(win, model, plans, rows, colds, floors, held)
     for plan in plans:
         if plan.skipped is None:
             finish_pod(plan, spec, resources, window_start, now_iso, model_key)
@@ -318,6 +204,223 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
             plan.skipped = "unchanged"
     return WindowPlan(plans, resources, served, bound_conflicts(spec, resources),
                       sum(1 for p in plans if any(n[0] == "CeilingBelowUsage" for n in p.notices)))
+
+
+def _window(spec: PhaseModelSpec, model, served: Served, n_context: int, window_start: float,
+            max_value: Mapping[str, float] | None, histories: Mapping | None,
+            model_key: str) -> _Window:
+    """The window's settings; a ValueError when spec.features are not the model's features."""
+    resources = served.resources
+    W = window_samples(spec)
+    names = list(model.features_) if model is not None else [f.name for f in spec.features]
+    feature_idx = [names.index(f.name) if f.name in names else -1 for f in spec.features]
+    if sorted(feature_idx) != list(range(len(names))):
+        raise ValueError("spec.features do not match the model's features")
+    safety = safety_config(spec, resources, max_value)
+    res_idx = [names.index(r) for r in resources]
+    k = model.n_phases_ if model is not None else 1
+    return _Window(spec, served, resources, W, n_context, feature_idx, res_idx, safety, k,
+                   served.cold_start, window_start, histories, model_key)
+
+
+def _collect(win: _Window, pods: Sequence[PodInfo],
+             samples: Mapping[tuple[str, str, str], np.ndarray],
+             rejected: Mapping[tuple[str, str, str], tuple[str, str]] | None
+             ) -> tuple[list[PodPlan], list[_Row], list[_Cold]]:
+    """Every pod's plan, with the containers to plan from their window and those to give a
+    cold start; the others are skipped, with their reason (and a notice for their owner)."""
+    managed_names = set(win.spec.policy.containers)
+    plans: list[PodPlan] = []
+    rows: list[_Row] = []
+    colds: list[_Cold] = []
+    for pod in pods:
+        plan = PodPlan(pod, [])
+        plans.append(plan)
+        for c in _managed_containers(plan, managed_names, win.window_start):
+            cp = ContainerPlan(c.name, current={r: c.requests.get(r, np.nan)
+                                                for r in win.resources})
+            plan.containers.append(cp)
+            refused = (rejected or {}).get((pod.namespace, pod.name, c.name))
+            if refused is not None:
+                cp.skipped, cp.detail = refused
+                plan.notices.append(("DuplicateSeries", f"container {c.name}: {refused[1]}"))
+                continue
+            _collect_container(win, len(plans) - 1, pod, cp,
+                               samples.get((pod.namespace, pod.name, c.name)), rows, colds)
+    return plans, rows, colds
+
+
+def _managed_containers(plan: PodPlan, managed_names: set[str], window_start: float) -> list:
+    """The pod's containers to plan; none (the pod skipped, and why) when it was handled this
+    window already, is BestEffort, or has no managed container."""
+    pod = plan.pod
+    if pod.state().get("window") == window_start:
+        plan.skipped = "already-handled"
+        return []
+    if pod.qos == "BestEffort":
+        plan.skipped = "best-effort"
+        plan.notices.append(("BestEffortPod", "no cpu or memory requests or limits: setting "
+                             "any would change its QoS class (BestEffort), so ai4dl leaves "
+                             "this pod alone"))
+        return []
+    managed = [c for c in pod.containers if not managed_names or c.name in managed_names]
+    if not managed:
+        plan.skipped = "no-managed-container"
+        plan.notices.append(("NoManagedContainer", f"spec.policy.containers "
+                             f"{sorted(managed_names)} of PhaseModel {pod.phasemodel} match "
+                             f"none of this pod's containers "
+                             f"({', '.join(c.name for c in pod.containers)})"))
+    return managed
+
+
+def _collect_container(win: _Window, pi: int, pod: PodInfo, cp: ContainerPlan,
+                       x: np.ndarray | None, rows: list[_Row], colds: list[_Cold]) -> None:
+    """One container's samples judged: appended to ``rows`` (a full window), to ``colds`` (a
+    new container, started at the cold-start level), or else skipped with the reason."""
+    W, res_idx, limits = win.W, win.res_idx, win.safety.max_value
+    if x is not None:
+        x = np.asarray(x, np.float64)[:, np.argsort(win.feature_idx)]   # model feature order
+    reason, detail = classify_window(x, W, res_idx, limits)
+    if reason in ("no-data", "partial-data"):
+        started = pod.started.get(cp.name)
+        if started is not None and started > win.window_start - W * win.spec.step_seconds \
+                - START_GRACE_SECONDS:
+            reason, detail = "warming-up", "started during the window"
+    if reason == "warming-up" and win.cold is not None:
+        own = own_history(pod, cp.name, win.histories, win.model_key, win.k, len(win.resources))
+        if own.n == 0:
+            # a new container: the level learned from training executions' first
+            # windows, not the author's request (memory only down to a sample seen)
+            seen = None if x is None else x[-W:][:, res_idx]
+            cp.usage = seen
+            colds.append((pi, cp, seen))
+            return
+    if reason is not None:
+        cp.skipped, cp.detail = reason, detail   # never a resize based on it
+        if reason in ("warming-up", "partial-data") and x is not None:
+            cp.usage = x[-W:][:, res_idx]        # what was seen, for its run's summary
+        return
+    window = x[-W:]
+    context = x[:-W][-win.n_context:] if win.n_context else x[:0]
+    ctx = usable_context(context, res_idx, limits)
+    rows.append((pi, cp, np.vstack([context[len(context) - ctx:], window]), ctx))
+
+
+def _decide(win: _Window, model, plans: list[PodPlan], rows: list[_Row], colds: list[_Cold],
+            floors: Mapping | None, held: Mapping | None) -> None:
+    """Phases, proposals and safe targets for every container collected, recorded on its
+    ContainerPlan (what its owner must hear of, in its pod's notices)."""
+    resources, safety = win.resources, win.safety
+    n_rows = len(rows) + len(colds)
+    current = np.array([[cp.current[r] for r in resources]
+                        for _, cp, *_ in (*rows, *colds)])
+    proposals = np.empty_like(current)
+    working_set = np.full(n_rows, np.nan)
+    rising = np.zeros(n_rows, bool)
+    lasts, last_phases, owns = _observe_rows(win, model, plans, rows)
+    if safety.memory_index is not None and rows:
+        # every container's latest working set and whether it rose, in one call
+        m = safety.memory_index
+        working_set[:len(rows)] = lasts[:, -1, m]
+        began = [plans[pi].pod.started.get(cp.name) for pi, cp, *_ in rows]
+        rising[:len(rows)] = working_set_rising(
+            lasts[:, :, m], safety.memory_margin,
+            [b is not None and b > win.window_start - win.W * win.spec.step_seconds
+             for b in began])
+    # the served policy for every container at once (tests/test_online.py: the same
+    # numbers as its replay over each whole history)
+    proposals[:len(rows)] = next_allocations(win.served.policy, lasts, last_phases, owns)
+    _cold_proposals(win, colds, len(rows), current, proposals, working_set, rising)
+    everyone = [*((pi, cp) for pi, cp, *_ in rows), *((pi, cp) for pi, cp, _ in colds)]
+    targets, known = _safe_targets(win, plans, everyone, current, proposals, working_set,
+                                   rising, held)
+    below = _ceiling_below_working_set(safety, working_set)
+    _raise_to_floors(targets, everyone, plans, floors, resources, safety)
+    _record_targets(win, plans, everyone, proposals, targets, known, below, working_set)
+
+
+def _observe_rows(win: _Window, model, plans: list[PodPlan], rows: list[_Row]
+                  ) -> tuple[np.ndarray, np.ndarray | None, list[OwnHistory]]:
+    """Each row's phases (the model's detection), usage and running statistics updated with
+    the window: (usage per row, phases per row or None without a model, the statistics)."""
+    W, resources = win.W, win.resources
+    # One encoder product and one nearest-centroid product for every container.
+    detections = (model.detect([r[2] for r in rows], n_context=[r[3] for r in rows])
+                  if model is not None and rows else [None] * len(rows))
+    lasts = np.empty((len(rows), W, len(resources)))
+    last_phases = np.zeros((len(rows), W), np.int64) if model is not None else None
+    owns = []
+    for i, ((pi, cp, x, ctx), det) in enumerate(zip(rows, detections)):
+        usage = x[ctx:][:, win.res_idx]
+        phases = None
+        if det is not None:
+            phases = det.phase
+            last_phases[i] = phases
+            cp.phase, cp.novel = int(det.phase[-1]), bool(det.novel[-1])
+        own = own_history(plans[pi].pod, cp.name, win.histories, win.model_key, win.k,
+                          len(resources))
+        own.add(usage, phases)
+        cp.own = own
+        cp.usage = usage
+        owns.append(own)
+        lasts[i] = usage
+    return lasts, last_phases, owns
+
+
+def _cold_proposals(win: _Window, colds: list[_Cold], first: int, current: np.ndarray,
+                    proposals: np.ndarray, working_set: np.ndarray, rising: np.ndarray) -> None:
+    """The cold-start level proposed for each cold container (rows from ``first`` on), with
+    its working set and whether it rose (in place)."""
+    safety = win.safety
+    for i, (pi, cp, seen) in enumerate(colds, start=first):
+        cp.cold_start = True
+        proposals[i] = np.where(np.isfinite(win.cold), win.cold, np.nan)
+        if safety.memory_index is not None:
+            m = safety.memory_index
+            ok = None if seen is None else seen[:, m][np.isfinite(seen[:, m])]
+            # no working-set sample yet: memory is not lowered below the request in force
+            working_set[i] = (ok[-1] if ok is not None and len(ok)
+                              else current[i, m] / (1.0 + (safety.memory_margin or 0.0)))
+            if seen is not None:     # a cold start: it started during the window
+                rising[i] = working_set_rising(seen[:, m][None], safety.memory_margin,
+                                               [True])[0]
+
+
+def _safe_targets(win: _Window, plans: list[PodPlan], everyone: list, current: np.ndarray,
+                  proposals: np.ndarray, working_set: np.ndarray, rising: np.ndarray,
+                  held: Mapping | None) -> tuple[np.ndarray, np.ndarray]:
+    """The proposals through the safety layer: (targets, which requests the containers have)."""
+    resources = win.resources
+    since = np.array([[_windows_since_increase(plans[pi].pod, cp.name, r, win.window_start,
+                                               win.spec.window_seconds)
+                       for r in resources] for pi, cp in everyone])
+    # A container with no request for a resource keeps none (its QoS depends on it).
+    known = np.isfinite(current)
+    state = SafetyState(np.where(known, current, 0.0), since)
+    holds = (np.array([held.get((plans[pi].pod.uid, cp.name), np.nan)
+                       for pi, cp in everyone]) if held else None)
+    targets, _ = apply_safety(np.where(known, proposals, np.nan), state, win.safety, working_set,
+                              rising, holds)
+    return targets, known
+
+
+def _record_targets(win: _Window, plans: list[PodPlan], everyone: list, proposals: np.ndarray,
+                    targets: np.ndarray, known: np.ndarray, below: np.ndarray,
+                    working_set: np.ndarray) -> None:
+    """Each container's proposal and target on its plan; a notice on the pod when the memory
+    ceiling is below its working set."""
+    resources, safety = win.resources, win.safety
+    for i, (pi, cp) in enumerate(everyone):
+        cp.proposal = dict(zip(resources, proposals[i].tolist()))
+        cp.target = {r: float(targets[i, j]) for j, r in enumerate(resources) if known[i, j]}
+        if below[i] and not cp.cold_start:
+            m = safety.memory_index
+            plans[pi].notices.append(("CeilingBelowUsage", (
+                f"container {cp.name}: memory ceiling "
+                f"{format_resource('memory', safety.ceiling[m])} is below its working set "
+                f"{format_resource('memory', working_set[i])} (+ memoryMargin "
+                f"{safety.memory_margin:g}); its request comes down to the ceiling at most "
+                f"maxDecrease per window")))
 
 
 def _raise_to_floors(targets: np.ndarray, everyone, plans: list[PodPlan],

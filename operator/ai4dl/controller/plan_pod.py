@@ -39,21 +39,52 @@ def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     if mode == "Off":
         plan.skipped = "mode-off"
         return
-    for c in plan.containers:
-        if c.skipped is None and c.target and not all(_representable(r, v)
-                                                      for r, v in c.target.items()):
-            # The API server would cap it (and it is far beyond any machine anyway).
-            c.skipped, c.detail = "unrepresentable", f"target {c.target} beyond int64"
-            c.target = {}
+    _drop_unrepresentable(plan)
     planned = [c for c in plan.containers if c.skipped is None and c.target]
     if not planned:
         reasons = [c.skipped for c in plan.containers if c.skipped]
         plan.skipped = min(reasons, key=lambda r: SKIP_ORDER.index(r) if r in SKIP_ORDER
                            else len(SKIP_ORDER)) if reasons else "no-request"
         return
+    refused_hold = {} if pod.state_untrusted else (pod.state().get("refused") or {})
+    new_containers, changes = _new_requests(plan, planned, mode, refused_hold, window_start)
+    _annotate_recommendation(plan, planned, now_iso)
+    state = _next_state(plan, refused_hold, resources, window_start, model_key)
+
+    # Writes only when something a user can see changed: with thousands of pods, an
+    # annotation patch per pod per window would be the operator's main load on the API server.
+    # (Handling a window twice without a resize is harmless, so the window id need not be
+    # recorded then.)
+    # (a record that is not the operator's is replaced at once, by a sealed one)
+    unchanged = not pod.state_untrusted and all(pod.annotations.get(k) ==
+                                                plan.annotations.get(k)
+                                                for k in (A_PHASE, A_RECOMMENDATION))
+    if mode == "InPlace" and pod.resize_error and not pod.resize_pending:
+        _take_back_refused(plan, state, spec, window_start, unchanged)
+        return
+    if _no_resize(plan, mode, changes, new_containers, unchanged):
+        return
+    _resize(plan, state, changes, planned, resources, window_start, unchanged)
+
+
+def _drop_unrepresentable(plan: PodPlan) -> None:
+    """Containers whose target the API server would cap are skipped, their target dropped."""
+    for c in plan.containers:
+        if c.skipped is None and c.target and not all(_representable(r, v)
+                                                      for r, v in c.target.items()):
+            # The API server would cap it (and it is far beyond any machine anyway).
+            c.skipped, c.detail = "unrepresentable", f"target {c.target} beyond int64"
+            c.target = {}
+
+
+def _new_requests(plan: PodPlan, planned: list, mode: str, refused_hold: dict,
+                  window_start: float) -> tuple[list[Container], dict[str, dict]]:
+    """Every container's requests and limits with the planned targets (the QoS rules, the
+    resize policy and a refused level's back-off applied; each target as set), and, per
+    container that changes, its new requests and limits and its old self."""
+    pod = plan.pod
     by_name = {c.name: c for c in pod.containers}
     qos = pod.qos
-    refused_hold = {} if pod.state_untrusted else (pod.state().get("refused") or {})
     new_containers: list[Container] = []
     changes: dict[str, dict] = {}
     for c in pod.containers:
@@ -85,7 +116,12 @@ def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         new_containers.append(Container(c.name, req, lim))
         if req != c.requests or lim != c.limits:
             changes[c.name] = {"requests": req, "limits": lim, "old": by_name[c.name]}
+    return new_containers, changes
 
+
+def _annotate_recommendation(plan: PodPlan, planned: list, now_iso: str) -> None:
+    """The phase (and since when) and the recommendation annotations of the plan."""
+    pod = plan.pod
     phase = plan.phase
     old_phase = pod.annotations.get(A_PHASE)
     if phase is not None:          # no model yet (the baseline) or a cold start: no phase
@@ -97,6 +133,14 @@ def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
                   **({"coldStart": True} if c.cold_start else {}),
                   **{r: format_resource(r, v) for r, v in c.target.items()}} for c in planned},
         separators=(",", ":"), sort_keys=True)
+
+
+def _next_state(plan: PodPlan, refused_hold: dict, resources: tuple[str, ...],
+                window_start: float, model_key: str) -> dict:
+    """The pod's state record after this window (also its state annotation in the plan):
+    the window, the refusals still held, the authors' requests, the running statistics."""
+    pod = plan.pod
+    by_name = {c.name: c for c in pod.containers}
     state = pod.state()
     state["window"] = window_start
     if refused_hold and not pod.resize_error:
@@ -125,18 +169,15 @@ def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         state["own"] = {**(state.get("own") or {}), **own}
         state["model"] = model_key
     plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
+    return state
 
-    # Writes only when something a user can see changed: with thousands of pods, an
-    # annotation patch per pod per window would be the operator's main load on the API server.
-    # (Handling a window twice without a resize is harmless, so the window id need not be
-    # recorded then.)
-    # (a record that is not the operator's is replaced at once, by a sealed one)
-    unchanged = not pod.state_untrusted and all(pod.annotations.get(k) ==
-                                                plan.annotations.get(k)
-                                                for k in (A_PHASE, A_RECOMMENDATION))
-    if mode == "InPlace" and pod.resize_error and not pod.resize_pending:
-        _take_back_refused(plan, state, spec, window_start, unchanged)
-        return
+
+def _no_resize(plan: PodPlan, mode: str, changes: dict[str, dict],
+               new_containers: list[Container], unchanged: bool) -> bool:
+    """Whether the pod gets no resize this window (the reason and events recorded): not
+    InPlace, nothing changes, the QoS class would change, or a resize is pending."""
+    pod = plan.pod
+    qos = pod.qos
     if mode == "InPlace" and not changes and pod.resize_pending == "Infeasible":
         # The plan is the resize the kubelet will never apply (its own target): the owner
         # still hears of it from the operator, as when the target moved.
@@ -144,23 +185,58 @@ def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
         plan.skipped = "resize-pending"
         if unchanged:
             plan.annotations = {}
-        return
+        return True
     if mode != "InPlace" or not changes:
         if unchanged:
             plan.annotations = {}
-        return
+        return True
     if qos_class(new_containers) != qos:
         plan.events.append(("Warning", "ResizeSkipped", f"the resize would change the QoS class "
                             f"from {qos} to {qos_class(new_containers)}"))
         plan.skipped = "qos"
-        return
+        return True
     if pod.resize_pending or pod.resize_in_progress:
         plan.events.append(("Warning" if pod.resize_pending == "Infeasible" or pod.resize_error
                             else "Normal", "ResizeWaiting", _waiting(pod)))
         plan.skipped = "resize-pending"
-        return
-    body = []
+        return True
+    return False
+
+
+def _resize(plan: PodPlan, state: dict, changes: dict[str, dict], planned: list,
+            resources: tuple[str, ...], window_start: float, unchanged: bool) -> None:
+    """The resize of the changes (body, state, last-applied record, Resized event), unless
+    the API server did not apply this very resize as sent."""
     increases = {k: dict(v) for k, v in state.get("lastIncrease", {}).items()}
+    body, summary = _resize_body(changes, resources, window_start, increases)
+    untaken = state.get("untaken") or {}
+    sent = {b["name"]: b["resources"] for b in body}
+    if untaken.get("containers") == sent:
+        # The API server did not apply this very resize as sent (it capped or changed it):
+        # sending it again every window would change nothing. Sent again once the target moves.
+        plan.skipped = "resize-not-taken"
+        if unchanged:
+            plan.annotations = {}
+        return
+    plan.resize = {"spec": {"containers": body}}
+    state.pop("untaken", None)
+    if increases:
+        state["lastIncrease"] = increases
+    plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
+    plan.annotations[A_LAST_APPLIED] = json.dumps(
+        {"window": window_start, "containers": {b["name"]: b["resources"] for b in body}},
+        separators=(",", ":"), sort_keys=True)
+    phase = plan.phase
+    what = (f"phase {phase}" if phase is not None else
+            "cold start" if any(c.cold_start for c in planned) else "no phase model")
+    plan.events.append(("Normal", "Resized", f"{what}: " + ", ".join(summary)))
+
+
+def _resize_body(changes: dict[str, dict], resources: tuple[str, ...], window_start: float,
+                 increases: dict) -> tuple[list[dict], list[str]]:
+    """The resize's containers (only what changes) and its summary, old→new per request;
+    each request raised is recorded in ``increases`` (in place) at ``window_start``."""
+    body = []
     summary = []
     for name, ch in changes.items():
         old = ch["old"]
@@ -179,26 +255,7 @@ def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
                                f"{format_resource(r, new_v)}")
                 if new_v > old_v:
                     increases.setdefault(name, {})[r] = window_start
-    untaken = state.get("untaken") or {}
-    sent = {b["name"]: b["resources"] for b in body}
-    if untaken.get("containers") == sent:
-        # The API server did not apply this very resize as sent (it capped or changed it):
-        # sending it again every window would change nothing. Sent again once the target moves.
-        plan.skipped = "resize-not-taken"
-        if unchanged:
-            plan.annotations = {}
-        return
-    plan.resize = {"spec": {"containers": body}}
-    state.pop("untaken", None)
-    if increases:
-        state["lastIncrease"] = increases
-    plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
-    plan.annotations[A_LAST_APPLIED] = json.dumps(
-        {"window": window_start, "containers": {b["name"]: b["resources"] for b in body}},
-        separators=(",", ":"), sort_keys=True)
-    what = (f"phase {phase}" if phase is not None else
-            "cold start" if any(c.cold_start for c in planned) else "no phase model")
-    plan.events.append(("Normal", "Resized", f"{what}: " + ", ".join(summary)))
+    return body, summary
 
 
 def _waiting(pod: PodInfo) -> str:

@@ -29,7 +29,7 @@ from ai4dl.controller.runtime_window import (ModelCache, WindowReport, label_sel
 from ai4dl.controller.runtime_writes import PodWrites
 from ai4dl.controller.savings import (add_window, clamp_originals, original_requests,
                                       window_amounts)
-from ai4dl.policy.serving import served_policy, window_samples
+from ai4dl.policy.serving import Served, served_policy, window_samples
 from ai4dl.kube.raw import api_message, paged_items
 from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
 from ai4dl.controller.profiles import ProfileStore
@@ -119,102 +119,28 @@ class WindowRunner(PodWrites):
         """One window; ``pods`` None lists them (tests and benchmarks may pass their own)."""
         started = time.perf_counter()
         now = time.time() if now is None else now
-        labels = (self.namespace, self.name)
-        try:
-            # the PromQL confinement is checked below, with its own reason (QueryRefused)
-            spec = PhaseModelSpec.model_validate(body.get("spec") or {}, context=PROMQL_UNCHECKED)
-        except ValidationError as err:
-            e = err.errors()[0]
-            return self._degraded(body, WindowReport(now), "InvalidSpec",
-                                  f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        spec, failed = self._validated_spec(body, now)
+        if failed is not None:
+            return failed
         start = window_start(now, spec.window_seconds)
         report = WindowReport(start)
-        if (body.get("metadata") or {}).get("deletionTimestamp"):
-            return report        # being deleted: its pods' annotations are being removed
-        if spec.policy.mode == "Off":
-            self._status(body, report, ready=True, reason="Off", message="mode Off: not acting")
-            return report
-        if not self.allow_free_promql:
-            from ai4dl.sources.promql import template_problem
-
-            for f in spec.features:
-                problem = template_problem(f.query)
-                if problem is not None:     # stored before the CRD's rule, or bypassing it
-                    m.ERRORS.labels(*labels, "promql-refused").inc()
-                    return self._degraded(
-                        body, report, "QueryRefused",
-                        f"spec.features[{f.name}].query {problem}; nothing is queried or "
-                        f"resized until it is fixed", skip=True)
-        try:
-            model = self.models.get(spec) if spec.model is not None else None
-        except (ValueError, Ai4dlError) as err:
-            return self._degraded(body, report, "InvalidModel", str(err))
-        try:
-            served = served_policy(spec, model)
-        except ValueError as err:
-            reason = "NoModel" if model is None else "InvalidModel"
-            return self._degraded(body, report, reason, str(err))
+        stopped = self._not_acting(body, spec, report)
+        if stopped is not None:
+            return stopped
+        model, served, failed = self._serving(body, spec, report)
+        if failed is not None:
+            return failed
         model_key = ModelCache.key(spec)[:16] if model is not None else ""
-
         if pods is None:
-            from kubernetes.client.exceptions import ApiException
-            from urllib3.exceptions import HTTPError
-
-            try:
-                pods = self.list_pods(spec)
-            except ApiException as err:
-                m.ERRORS.labels(*labels, f"api-{err.status}").inc()
-                return self._degraded(body, report, "PodListFailed",
-                                      f"listing pods: {api_message(err)}", skip=True)
-            except (OSError, HTTPError) as err:   # unreachable (urllib3's retries spent)
-                m.ERRORS.labels(*labels, "api-unreachable").inc()
-                return self._degraded(body, report, "PodListFailed",
-                                      f"listing pods: {type(err).__name__}: {err}"[:300],
-                                      skip=True)
-        mine = [p for p in pods if p.running and not p.deleting and p.phasemodel == self.name
-                and spec.selector.matches(p.labels)]
-        for p in mine:
-            verify_pod(p, self.key)     # only records sealed by the operator are read
-        report.pods = len(mine)
-        m.PODS_TRACKED.labels(*labels).set(len(mine))
-        refs = [(p.namespace, p.name, c.name) for p in mine for c in p.containers
-                if not spec.policy.containers or c.name in spec.policy.containers]
+            pods, failed = self._listed_pods(body, spec, report)
+            if failed is not None:
+                return failed
+        mine = self._mine(spec, pods, report)
         W = window_samples(spec)
         n_context = model.crbm_.n_history if model is not None else 0
-        samples = {}
-        rejected: dict[tuple[str, str, str], tuple[str, str]] = {}
-        if refs:
-            from ai4dl.sources.prometheus_types import (FeatureQuery, PrometheusQueryError,
-                                                        SeriesLimitExceeded)
-
-            step = spec.step_seconds
-            # grid: n_context history samples, then the W samples of the window that just ended
-            end = start
-            begin = start - (W + n_context - 1) * step
-            try:
-                got = self.source.fetch([FeatureQuery(f.name, f.query,
-                                                      confined=not self.allow_free_promql)
-                                         for f in spec.features],
-                                        refs, begin, end, step)
-            except SeriesLimitExceeded as err:
-                m.ERRORS.labels(*labels, "too-many-series").inc()
-                return self._degraded(body, report, "TooManySeries", str(err), skip=True)
-            except PrometheusQueryError as err:
-                m.ERRORS.labels(*labels, "promql").inc()
-                return self._degraded(body, report, "QueryError", str(err), skip=True)
-            except Ai4dlError as err:   # PrometheusUnavailable: no data, no resize
-                m.ERRORS.labels(*labels, "prometheus").inc()
-                return self._degraded(body, report, "PrometheusUnavailable", str(err), skip=True)
-            samples = {tuple(ref): got[ref].values for ref in got}
-            for ref, features in got.duplicated.items():
-                key = tuple(ref)
-                detail = (f"more than one series for {', '.join(features)} (the query does "
-                          f"not give one series per container): its samples are not used")
-                rejected[key] = ("duplicate-series", detail)
-                if key not in self._duplicate_warned:
-                    self._duplicate_warned.add(key)
-                    log.warning("PhaseModel %s/%s: container %s: %s", self.namespace, self.name,
-                                "/".join(key), detail)
+        samples, rejected, failed = self._fetch(body, spec, report, mine, W, n_context)
+        if failed is not None:
+            return failed
         # runs that ended since the last window (their pods ended, vanished, or a container
         # restarted): an OOM-killed container's memory is raised at once by this plan
         ended = self.runs.ended(pods, now)
@@ -227,38 +153,182 @@ class WindowRunner(PodWrites):
                                held=self._held(mine, start))
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
+        originals = self._apply_window(plan, spec, report, model_key, started)
+        novelty = (update_novelty((body.get("status") or {}).get("novelty"), model_key, start,
+                                  report.novel, report.classified, spec.refit)
+                   if model is not None else None)
+        workloads = self._profile_runs(body, spec, ended, mine, plan, start, W, now)
+        savings = self._window_savings(body, spec, plan, originals, start)
+        self._processed_status(body, report, plan, model is None, served, novelty, savings,
+                               workloads)
+        return report
+
+    def _validated_spec(self, body: dict, now: float
+                        ) -> tuple[PhaseModelSpec | None, WindowReport | None]:
+        """(the PhaseModel's spec, None), or (None, the degraded report) when it is invalid."""
+        try:
+            # the PromQL confinement is checked below, with its own reason (QueryRefused)
+            spec = PhaseModelSpec.model_validate(body.get("spec") or {}, context=PROMQL_UNCHECKED)
+        except ValidationError as err:
+            e = err.errors()[0]
+            return None, self._degraded(body, WindowReport(now), "InvalidSpec",
+                                        f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        return spec, None
+
+    def _not_acting(self, body: dict, spec: PhaseModelSpec,
+                    report: WindowReport) -> WindowReport | None:
+        """The report when the window stops before reading anything: the PhaseModel is being
+        deleted, is in mode Off, or has a feature query that the PromQL confinement refuses."""
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            return report        # being deleted: its pods' annotations are being removed
+        if spec.policy.mode == "Off":
+            self._status(body, report, ready=True, reason="Off", message="mode Off: not acting")
+            return report
+        if not self.allow_free_promql:
+            from ai4dl.sources.promql import template_problem
+
+            for f in spec.features:
+                problem = template_problem(f.query)
+                if problem is not None:     # stored before the CRD's rule, or bypassing it
+                    m.ERRORS.labels(self.namespace, self.name, "promql-refused").inc()
+                    return self._degraded(
+                        body, report, "QueryRefused",
+                        f"spec.features[{f.name}].query {problem}; nothing is queried or "
+                        f"resized until it is fixed", skip=True)
+        return None
+
+    def _serving(self, body: dict, spec: PhaseModelSpec, report: WindowReport) -> tuple:
+        """(the model or None, the served policy, None), or (None, None, the degraded report)
+        when the model or the served policy cannot be had."""
+        try:
+            model = self.models.get(spec) if spec.model is not None else None
+        except (ValueError, Ai4dlError) as err:
+            return None, None, self._degraded(body, report, "InvalidModel", str(err))
+        try:
+            served = served_policy(spec, model)
+        except ValueError as err:
+            reason = "NoModel" if model is None else "InvalidModel"
+            return None, None, self._degraded(body, report, reason, str(err))
+        return model, served, None
+
+    def _listed_pods(self, body: dict, spec: PhaseModelSpec, report: WindowReport
+                     ) -> tuple[list[PodInfo] | None, WindowReport | None]:
+        """(the PhaseModel's pods, None), or (None, the degraded report) when the LIST fails."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        labels = (self.namespace, self.name)
+        try:
+            return self.list_pods(spec), None
+        except ApiException as err:
+            m.ERRORS.labels(*labels, f"api-{err.status}").inc()
+            return None, self._degraded(body, report, "PodListFailed",
+                                        f"listing pods: {api_message(err)}", skip=True)
+        except (OSError, HTTPError) as err:   # unreachable (urllib3's retries spent)
+            m.ERRORS.labels(*labels, "api-unreachable").inc()
+            return None, self._degraded(body, report, "PodListFailed",
+                                        f"listing pods: {type(err).__name__}: {err}"[:300],
+                                        skip=True)
+
+    def _mine(self, spec: PhaseModelSpec, pods: Sequence[PodInfo],
+              report: WindowReport) -> list[PodInfo]:
+        """The running pods of this PhaseModel, their records verified, counted."""
+        mine = [p for p in pods if p.running and not p.deleting and p.phasemodel == self.name
+                and spec.selector.matches(p.labels)]
+        for p in mine:
+            verify_pod(p, self.key)     # only records sealed by the operator are read
+        report.pods = len(mine)
+        m.PODS_TRACKED.labels(self.namespace, self.name).set(len(mine))
+        return mine
+
+    def _fetch(self, body: dict, spec: PhaseModelSpec, report: WindowReport,
+               mine: Sequence[PodInfo], W: int, n_context: int) -> tuple:
+        """(samples per container, containers whose samples are refused, None) from one
+        query, or (None, None, the degraded report) when Prometheus does not answer."""
+        labels = (self.namespace, self.name)
+        refs = [(p.namespace, p.name, c.name) for p in mine for c in p.containers
+                if not spec.policy.containers or c.name in spec.policy.containers]
+        samples = {}
+        rejected: dict[tuple[str, str, str], tuple[str, str]] = {}
+        if not refs:
+            return samples, rejected, None
+        from ai4dl.sources.prometheus_types import (FeatureQuery, PrometheusQueryError,
+                                                    SeriesLimitExceeded)
+
+        step = spec.step_seconds
+        # grid: n_context history samples, then the W samples of the window that just ended
+        end = report.window_start
+        begin = end - (W + n_context - 1) * step
+        try:
+            got = self.source.fetch([FeatureQuery(f.name, f.query,
+                                                  confined=not self.allow_free_promql)
+                                     for f in spec.features],
+                                    refs, begin, end, step)
+        except SeriesLimitExceeded as err:
+            m.ERRORS.labels(*labels, "too-many-series").inc()
+            return None, None, self._degraded(body, report, "TooManySeries", str(err), skip=True)
+        except PrometheusQueryError as err:
+            m.ERRORS.labels(*labels, "promql").inc()
+            return None, None, self._degraded(body, report, "QueryError", str(err), skip=True)
+        except Ai4dlError as err:   # PrometheusUnavailable: no data, no resize
+            m.ERRORS.labels(*labels, "prometheus").inc()
+            return None, None, self._degraded(body, report, "PrometheusUnavailable", str(err),
+                                              skip=True)
+        samples = {tuple(ref): got[ref].values for ref in got}
+        for ref, features in got.duplicated.items():
+            key = tuple(ref)
+            detail = (f"more than one series for {', '.join(features)} (the query does "
+                      f"not give one series per container): its samples are not used")
+            rejected[key] = ("duplicate-series", detail)
+            if key not in self._duplicate_warned:
+                self._duplicate_warned.add(key)
+                log.warning("PhaseModel %s/%s: container %s: %s", self.namespace, self.name,
+                            "/".join(key), detail)
+        return samples, rejected, None
+
+    def _apply_window(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
+                      model_key: str, started: float) -> list[dict]:
+        """The plan applied (records, histories, the writes to the pods) and timed; the
+        authors' requests per pod, read once per pod: for the metrics and the savings."""
+        labels = (self.namespace, self.name)
         report.plan = plan
         self._rejected_records(plan)
         self._keep_histories(plan, model_key)
-        # the authors' requests, read once per pod: for the metrics and the savings
         originals = [self._capped_originals(p, labels) if p.containers else {}
                      for p in plan.pods]
         self._apply(plan, spec, report, originals)
         report.seconds = time.perf_counter() - started
         m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)
-        novelty = (update_novelty((body.get("status") or {}).get("novelty"), model_key, start,
-                                  report.novel, report.classified, spec.refit)
-                   if model is not None else None)
-        workloads = self._profile_runs(body, spec, ended, mine, plan, start, W, now)
-        amounts = window_amounts(plan.pods, plan.resources, spec.policy.mode,
-                                 max(spec.window_seconds, self.period_seconds), originals)
-        # a window with nothing to count adds nothing (and writes no status for it)
-        savings = add_window((body.get("status") or {}).get("savings"), amounts, start,
-                             now_iso(start)) if amounts else None
-        if savings is not None:
-            for r, (orig, held) in amounts.items():
-                m.REQUEST_SECONDS.labels(*labels, r, "original").inc(orig)
-                m.REQUEST_SECONDS.labels(*labels, r, "allocated").inc(held)
+        return originals
+
+    def _processed_status(self, body: dict, report: WindowReport, plan: WindowPlan,
+                          no_model: bool, served: Served, novelty: NoveltyVerdict | None,
+                          savings: dict | None, workloads: dict) -> None:
+        """The status of a window processed: what was served, to how many pods, and what the
+        window found wrong."""
         self._status(body, report, ready=True,
-                     reason="BaselineNoModel" if served.baseline and model is None
+                     reason="BaselineNoModel" if served.baseline and no_model
                      else "WindowProcessed",
                      message=f"{report.pods} pods, {report.resized} resized; serving "
-                             f"{served.summary()}" + (" (no model yet)" if model is None
+                             f"{served.summary()}" + (" (no model yet)" if no_model
                                                       else ""),
                      per_phase=plan.pods_per_phase(), novelty=novelty,
                      extra=self._plan_conditions(body, plan), served=served.reason,
                      policy=served.summary(), savings=savings, workloads=workloads)
-        return report
+
+    def _window_savings(self, body: dict, spec: PhaseModelSpec, plan: WindowPlan,
+                        originals: list[dict], start: float) -> dict | None:
+        """The status' savings with this window added (each amount counted in the metrics),
+        or None: a window with nothing to count adds nothing (and writes no status for it)."""
+        amounts = window_amounts(plan.pods, plan.resources, spec.policy.mode,
+                                 max(spec.window_seconds, self.period_seconds), originals)
+        savings = add_window((body.get("status") or {}).get("savings"), amounts, start,
+                             now_iso(start)) if amounts else None
+        if savings is not None:
+            for r, (orig, held) in amounts.items():
+                m.REQUEST_SECONDS.labels(self.namespace, self.name, r, "original").inc(orig)
+                m.REQUEST_SECONDS.labels(self.namespace, self.name, r, "allocated").inc(held)
+        return savings
 
     def _refresh_profiles(self, now: float) -> None:
         """The PhaseModel's workload profiles (the holds the window's plan keeps), read at the
