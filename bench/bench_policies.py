@@ -133,7 +133,7 @@ def headroom_bench(model, args) -> tuple:
                  "windows at risk: + peak-risk, every candidate calibrated)",
                  f"**{time.perf_counter() - t:.1f} s** (winners: {', '.join(choice.winners)}; "
                  f"memory × {choice.calibration[1]:.3f})", ""))
-    from ai4dl.policy.safety import SafetyConfig
+    from ai4dl.rules.safety import SafetyConfig
 
     t = time.perf_counter()
     choice = choose_policy(data, args.window, model, None,

@@ -45,7 +45,7 @@ GiB = 2.0 ** 30
 
 
 def run_of(i: int, now: float):
-    from ai4dl.policy.workload_profile import EARLY_WINDOWS, RunSummary
+    from ai4dl.rules.workload_profile import EARLY_WINDOWS, RunSummary
 
     mem = (2.0 + (i % 17) / 4.0) * GiB
     early = tuple((0.5 + k / 10.0, mem * (1.0 + k / 8.0)) for k in range(EARLY_WINDOWS))
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
 
     n = args.workloads
     from ai4dl.controller.profiles import profile_object
-    from ai4dl.policy.workload_profile import MAX_RUNS, profile_from_runs
+    from ai4dl.rules.workload_profile import MAX_RUNS, profile_from_runs
 
     full = profile_from_runs(("cpu", "memory"), [run_of(k, now + k) for k in range(MAX_RUNS)])
     full_bytes = len(json.dumps(profile_object("bench", "pm", uid, "Label/w0",

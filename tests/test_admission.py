@@ -335,7 +335,7 @@ def spec_of(model, spec: dict) -> dict:
 
 def test_the_learned_level_comes_from_the_models_tables(policy_model):
     from ai4dl.crd import PhaseModelSpec
-    from ai4dl.policy.serving import served_policy
+    from ai4dl.serving import served_policy
 
     doc = json.loads(policy_model.to_document().model_dump_json(by_alias=True))
     spec = spec_of(policy_model, {

@@ -702,7 +702,7 @@ def test_a_known_workload_starts_from_its_profile(kube_cluster, k8s_namespace, w
     from ai4dl.controller.pods import A_WORKLOAD
     from ai4dl.controller.profiles import ProfileStore, profile_object
     from ai4dl.crd_profile import PROFILE_PLURAL
-    from ai4dl.policy.workload_profile import RunSummary, profile_from_runs
+    from ai4dl.rules.workload_profile import RunSummary, profile_from_runs
     from ai4dl.quantity import parse_quantity
     from e2e_fixtures_operator import state_key_file
 

@@ -29,7 +29,7 @@ from ai4dl.evaluation.evaluate import (
     wins_over,
 )
 from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, Oracle, Static
-from ai4dl.policy.safety import SafetyConfig
+from ai4dl.rules.safety import SafetyConfig
 from ai4dl.method.traces import Execution, TraceSet
 
 GiB = 1024.0 ** 3

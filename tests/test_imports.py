@@ -18,11 +18,11 @@ import pytest
 
 OPERATOR = Path(__file__).resolve().parents[1] / "operator"
 
-#: What the judge may import from the policies: modules that import nothing from the package
-#: themselves (the safety chain every replay applies; the reported shares of windows at risk;
-#: the workload profile's hold, which the safety chain keeps).
-JUDGE_MAY_IMPORT = {"ai4dl.policy.safety", "ai4dl.policy.objectives",
-                    "ai4dl.policy.workload_profile"}
+#: The rules the judge applies, in their own folder below it: modules that import nothing from
+#: the package themselves (the safety chain every replay applies; the reported shares of windows
+#: at risk; the workload profile's hold, which the safety chain keeps).
+JUDGE_MAY_IMPORT = {"ai4dl.rules.safety", "ai4dl.rules.objectives",
+                    "ai4dl.rules.workload_profile"}
 #: What no policy module may reach, directly or through others: the layers above the policies.
 ABOVE_THE_POLICIES = ("ai4dl.evaluation", "ai4dl.cli", "ai4dl.controller")
 
@@ -123,6 +123,37 @@ def circles(graph: dict[str, set[str]]) -> list[str]:
     return [" -> ".join(a_cycle(graph, c)) for c in strongly_connected(graph) if len(c) > 1]
 
 
+def room(module: str) -> str:
+    """A module's room: its folder (or module) at the package's first level."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def room_graph(graph: dict[str, set[str]]) -> tuple[dict[str, set[str]], dict]:
+    """Room -> the rooms it imports, and (room, room) -> one module import behind that edge
+    (what a failure names)."""
+    rooms: dict[str, set[str]] = {}
+    behind: dict[tuple[str, str], tuple[str, str]] = {}
+    for a, targets in graph.items():
+        rooms.setdefault(room(a), set())
+        for b in sorted(targets):
+            ra, rb = room(a), room(b)
+            if ra != rb:
+                rooms[ra].add(rb)
+                behind.setdefault((ra, rb), (a, b))
+    return rooms, behind
+
+
+def room_circles(graph: dict[str, set[str]]) -> list[str]:
+    """One line per circle between rooms, each step with the import that makes it."""
+    rooms, behind = room_graph(graph)
+    out = []
+    for path in (a_cycle(rooms, c) for c in strongly_connected(rooms) if len(c) > 1):
+        out.append("; ".join(f"{ra} -> {rb} ({' imports '.join(behind[(ra, rb)])})"
+                             for ra, rb in zip(path, path[1:])))
+    return out
+
+
 def reaches(graph: dict[str, set[str]], start: str) -> set[str]:
     """Every module ``start`` imports, directly or through others."""
     seen: set[str] = set()
@@ -147,9 +178,21 @@ def test_the_package_has_no_import_circle(graph):
     assert not found, "import circles (module -> module it imports):\n" + "\n".join(found)
 
 
-def test_the_judge_imports_no_policy_beyond_its_pure_leaves(graph):
-    policies = {m for m in graph["ai4dl.judge"] if m.startswith("ai4dl.policy")}
-    assert policies <= JUDGE_MAY_IMPORT, sorted(policies - JUDGE_MAY_IMPORT)
+def test_the_package_folders_import_one_way(graph):
+    # the layers as folders (../shared/docs/architecture.md): rules below the judge, the judge
+    # below the policies, serving from a PhaseModel spec above the CRD models and the
+    # policies, adapters above what they feed; no folder imports one that imports it back
+    rooms, _ = room_graph(graph)
+    assert {"rules", "judge", "policy", "serving", "crd_spec", "sources", "evaluation",
+            "controller"} <= set(rooms)
+    found = room_circles(graph)
+    assert not found, "folder circles (folder -> folder it imports):\n" + "\n".join(found)
+
+
+def test_the_judge_imports_no_policy_only_the_rules_below_it(graph):
+    assert not {m for m in graph["ai4dl.judge"] if m.startswith("ai4dl.policy")}
+    rules = {m for m in graph["ai4dl.judge"] if m.startswith("ai4dl.rules")}
+    assert rules == JUDGE_MAY_IMPORT, sorted(rules ^ JUDGE_MAY_IMPORT)
     for leaf in JUDGE_MAY_IMPORT:      # leaves indeed: they pull nothing else in
         assert graph[leaf] == set(), (leaf, sorted(graph[leaf]))
 
@@ -213,6 +256,20 @@ def test_a_circle_through_a_function_level_import_is_found(tmp_path):
         ["pkg.a", "pkg.b", "pkg.sub.c"]]
     assert circles(graph) == ["pkg.a -> pkg.b -> pkg.sub.c -> pkg.a"]
     assert "pkg.a" in reaches(graph, "pkg.leaf") and "pkg.leaf" not in reaches(graph, "pkg.a")
+
+
+def test_a_folder_circle_is_found_and_named_by_its_imports(tmp_path):
+    graph = _package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/low/__init__.py": "",
+        "pkg/low/a.py": "from pkg.high import b\n",      # the low folder reaching up
+        "pkg/high/__init__.py": "",
+        "pkg/high/b.py": "x = 1\n",
+        "pkg/high/c.py": "from pkg.low import a\n",
+    })
+    assert circles(graph) == []                          # no module circle...
+    assert room_circles(graph) == [                      # ...but the folders form one
+        "high -> low (pkg.high.c imports pkg.low); low -> high (pkg.low.a imports pkg.high)"]
 
 
 def test_a_package_without_a_circle_has_none(tmp_path):

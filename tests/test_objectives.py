@@ -2,7 +2,7 @@
 
 import pytest
 
-from ai4dl.policy.objectives import Objective, default_objective, resolve
+from ai4dl.rules.objectives import Objective, default_objective, resolve
 
 
 def test_defaults_are_fulfilment_for_cpu_and_risk_for_memory():

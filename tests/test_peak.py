@@ -421,7 +421,7 @@ def model_with_risk_tables(fitted_model, synthetic_train):
 
 
 def test_document_holds_the_risk_tables(model_with_risk_tables):
-    from ai4dl.policy.serving import build
+    from ai4dl.serving import build
 
     m, data = model_with_risk_tables
     doc = json.loads(m.to_document().model_dump_json(by_alias=True, exclude_none=True))
@@ -487,7 +487,7 @@ def test_malformed_risk_tables_are_refused_in_one_line(model_with_risk_tables, m
 
 def test_serving_build_refuses_a_wrong_window_resources_or_a_missing_table(
         model_with_risk_tables, fitted_model):
-    from ai4dl.policy.serving import build
+    from ai4dl.serving import build
 
     m, _ = model_with_risk_tables
     with pytest.raises(ValueError, match="windows of 20 samples, the PhaseModel's window is 40"):
@@ -499,7 +499,7 @@ def test_serving_build_refuses_a_wrong_window_resources_or_a_missing_table(
 
 
 def test_served_cold_start_is_the_tables(model_with_risk_tables):
-    from ai4dl.policy.serving import Served, build
+    from ai4dl.serving import Served, build
 
     m, _ = model_with_risk_tables
     pol = build("peak-risk", m, ("memory",), 20)
@@ -528,7 +528,7 @@ def test_describe_shows_the_risk_tables(model_with_risk_tables, tmp_path, capsys
 def test_a_choice_of_peak_risk_needs_its_table(model_with_risk_tables):
     from ai4dl.method.document import PhaseModelDocument
     from ai4dl.policy import catalog
-    from ai4dl.policy.serving import build
+    from ai4dl.serving import build
 
     m, _ = model_with_risk_tables
     doc = json.loads(m.to_document().model_dump_json(by_alias=True, exclude_none=True))

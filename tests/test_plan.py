@@ -425,7 +425,7 @@ def chosen_model(fitted_model, synthetic_train):
 
 def test_auto_serves_the_trainers_choice_from_the_document(chosen_model, window):
     from ai4dl.method.model import PhaseModel
-    from ai4dl.policy.serving import served_policy
+    from ai4dl.serving import served_policy
 
     m, choice = chosen_model
     m = PhaseModel.from_document(json.loads(m.to_document().model_dump_json(by_alias=True)))

@@ -21,7 +21,7 @@ from ai4dl.policy import catalog
 from ai4dl.policy.online import next_allocations
 from ai4dl.policy.registry import Declared, declare, withdraw
 from ai4dl.policy.running import OwnHistory
-from ai4dl.policy.serving import served_policy
+from ai4dl.serving import served_policy
 
 TOY = "toy-half-max"
 

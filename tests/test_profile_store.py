@@ -20,7 +20,7 @@ from ai4dl.controller.runs import RunTracker, oom_floors
 from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector
 from ai4dl.crd_profile import WorkloadProfileResource
 from ai4dl.quantity import parse_quantity
-from ai4dl.policy.workload_profile import (OOM_MIN_BUMP_BYTES, RunSummary, WorkloadProfile,
+from ai4dl.rules.workload_profile import (OOM_MIN_BUMP_BYTES, RunSummary, WorkloadProfile,
                                            profile_from_runs)
 
 GiB = 2.0 ** 30
@@ -295,7 +295,7 @@ class TestAdmissionFromProfile:
         assert prof.hold(1000.0) == pytest.approx((3 * GiB, 60.0))
         # held as a limit (a Guaranteed pod): VPA's margin on the peak; as a request (risk,
         # what the evaluator replays): the peak; past the point where it came: nothing
-        from ai4dl.policy.workload_profile import held_level
+        from ai4dl.rules.workload_profile import held_level
 
         assert held_level(prof.hold(1000.0), 30.0, as_limit=True) == pytest.approx(
             3 * GiB * 1.15)

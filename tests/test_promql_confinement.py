@@ -1,6 +1,6 @@
 """A PhaseModel's PromQL reads only its own namespace's pods; several series for one container
 are an error for that container; a window's answer is bounded (issue 26). Unit tests: the
-template checker (ai4dl.sources.promql), pydantic, the source's handling of duplicated and
+template checker (ai4dl.promql), pydantic, the source's handling of duplicated and
 excess series, the plan's skip, the operator's flags. The same cases against the real API
 server, the real Prometheus and the operator: tests/test_tenancy_promql.py."""
 
@@ -19,7 +19,7 @@ from ai4dl.sources.prometheus import PrometheusSource, pod_selector
 from ai4dl.sources.prometheus_types import (DEFAULT_QUERIES, FeatureQuery, PodRef,
                                             PrometheusQueryError, SeriesLimitExceeded)
 from ai4dl.crd_spec import TEMPLATE_RE2
-from ai4dl.sources.promql import (TemplateError, check_template, render_template, sent_problem,
+from ai4dl.promql import (TemplateError, check_template, render_template, sent_problem,
                                   template_problem)
 
 # What a namespace owner could write to read elsewhere, and why each is refused.
@@ -123,7 +123,7 @@ def test_the_exact_text_sent_is_checked_against_the_real_matchers():
 
 def test_a_literal_copy_of_the_operators_matchers_is_not_mistaken_for_them():
     """The probe's matchers hold a random token: a template cannot spell them in advance."""
-    from ai4dl.sources import promql
+    from ai4dl import promql
 
     probe = promql._probe_matchers("0" * 16)
     literal = ",".join(promql._matcher_text(*m) for m in probe)

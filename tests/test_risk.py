@@ -12,7 +12,7 @@ from ai4dl.evaluation.evaluate import (EvaluationConfig, Replay, ReplayInput,
                                        matched_risk_multiplier, replay, run_evaluation, score,
                                        wins_at_risk)
 from ai4dl.policy.auto import calibration_factor, choose_policy
-from ai4dl.policy.objectives import Objective
+from ai4dl.rules.objectives import Objective
 from ai4dl.policy.online import OwnHistory, next_allocations
 from ai4dl.policy.policies import AdaptiveMax, Calibrated, Oracle, PerResource
 
@@ -221,7 +221,7 @@ def test_auto_is_calibrated_through_the_safety_layer_it_is_served_under():
     """The layer's holds (memory kept while the working set rises) leave fewer windows at
     risk than the bare policy: a choice calibrated on the bare replays is served safer and
     dearer than its objective; calibrated through the layer, it realises its share."""
-    from ai4dl.policy.safety import SafetyConfig
+    from ai4dl.rules.safety import SafetyConfig
 
     data = _starting(60, 3)
     safety = SafetyConfig(max_decrease=0.5, memory_margin=0.1, memory_index=1)
@@ -249,7 +249,7 @@ def test_a_matched_share_under_a_safety_layer_is_found_in_the_served_order():
     layer's floors too (the working-set cover, memory held while it rises): allocations that
     no factor on the policy's rows would get served."""
     from ai4dl.judge import served_risk_match, through_safety
-    from ai4dl.policy.safety import SafetyConfig
+    from ai4dl.rules.safety import SafetyConfig
 
     data = _starting(40, 5)
     safety = SafetyConfig(max_decrease=0.5, memory_margin=0.1, memory_index=1)
@@ -295,7 +295,7 @@ def test_score_under_a_layer_reports_the_served_rows_at_the_matched_share():
     served rows at the served-order factor, the same for a one-execution score from the
     precomputed per-execution matches; without the own rows, the closed form as before."""
     from ai4dl.judge import served_matches, served_risk_match, subset
-    from ai4dl.policy.safety import SafetyConfig
+    from ai4dl.rules.safety import SafetyConfig
 
     data = _starting(30, 6)
     safety = SafetyConfig(max_decrease=0.5, memory_margin=0.1, memory_index=1)
@@ -341,7 +341,7 @@ def test_the_bootstrap_under_a_layer_matches_each_resample_in_the_served_order()
     agrees with the closed form to the grid's step; with the working-set cover it is the
     served rows' cost, which the closed form on the served rows is not."""
     from ai4dl.policy.auto import GRID_PER_OCTAVE, bootstrap_risk_costs
-    from ai4dl.policy.safety import SafetyConfig
+    from ai4dl.rules.safety import SafetyConfig
 
     data = _starting(30, 8)
     own = {"a": replay(data, AdaptiveMax(), 10)}

@@ -1,4 +1,4 @@
-"""Tests of the safety layer (ai4dl.policy.safety).
+"""Tests of the safety layer (ai4dl.rules.safety).
 
 Known answers per rule (computed by hand on small (pods, resources) arrays), the chain
 (``apply_safety``: NaN proposals, rule order) and property-based invariants of the guarantees
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ai4dl.policy.safety import (
+from ai4dl.rules.safety import (
     SafetyConfig,
     SafetyState,
     apply_safety,
@@ -550,7 +550,7 @@ class TestBadNumbers:
 
 
 def test_a_workload_peak_is_held_at_once_and_only_where_given():
-    from ai4dl.policy.safety import hold_workload_peak
+    from ai4dl.rules.safety import hold_workload_peak
 
     cfg = SafetyConfig(max_increase=0.1, memory_margin=0.1, memory_index=1)
     cur = np.array([[1.0, 100.0], [1.0, 100.0]])
@@ -568,7 +568,7 @@ def test_a_workload_peak_is_held_at_once_and_only_where_given():
 
 def test_the_replay_holds_each_executions_peak_until_its_time():
     from ai4dl.judge import ReplayInput, held_windows
-    from ai4dl.policy.workload_profile import held_level
+    from ai4dl.rules.workload_profile import held_level
 
     usage = [np.ones((12, 2)), np.ones((8, 2))]
     data = ReplayInput(["a", "b"], usage, [None, None], [np.ones(2)] * 2, 15.0,

@@ -11,9 +11,9 @@ import pytest
 from ai4dl import trainer as T
 from ai4dl.cli import main as cli_main
 from ai4dl.crd import PhaseModelSpec, TrainingStatus
-from ai4dl.policy import serving
+from ai4dl import serving
 from ai4dl.policy.auto import AutoChoice
-from ai4dl.policy.objectives import Objective
+from ai4dl.rules.objectives import Objective
 
 
 def spec(**policy) -> PhaseModelSpec:

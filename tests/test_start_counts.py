@@ -21,7 +21,7 @@ import pytest
 from ai4dl.cli import main
 from ai4dl.judge import Replay, ReplayInput, score
 from ai4dl.policy.policies import AdaptiveMax, Oracle
-from ai4dl.policy.safety import SafetyConfig
+from ai4dl.rules.safety import SafetyConfig
 from ai4dl.judge import replay
 
 GiB = 1024.0 ** 3

@@ -1,4 +1,4 @@
-"""Workload profiles (ai4dl.policy.workload_profile) and the evaluator's served start
+"""Workload profiles (ai4dl.rules.workload_profile) and the evaluator's served start
 (ai4dl.evaluation.starts): what a workload's earlier executions give its next one.
 
 - a run's summary (first-window peak, lifetime peak, when it came, the OOM bump) by hand;
@@ -21,7 +21,7 @@ import pytest
 from ai4dl.evaluation.starts import served_starts, workload_of
 from ai4dl.method import synthetic
 from ai4dl.method.traces import Execution
-from ai4dl.policy import workload_profile as wp
+from ai4dl.rules import workload_profile as wp
 
 GiB = 1024.0 ** 3
 MiB = 1024.0 ** 2

@@ -39,7 +39,7 @@ from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from verdict_stats import mean_se
 from ai4dl.judge import _per_sample, _scored_mask, served_risk_match
 from ai4dl.policy.peak_states import RATIO_EDGES
-from ai4dl.policy.safety import SafetyConfig
+from ai4dl.rules.safety import SafetyConfig
 
 import risk
 

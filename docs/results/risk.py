@@ -27,8 +27,8 @@ from ai4dl.errors import Ai4dlError
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from verdict_stats import mean_se, side_of_one_se
 from ai4dl.io import load_traces
-from ai4dl.policy.objectives import RISKS
-from ai4dl.policy.safety import SafetyConfig
+from ai4dl.rules.objectives import RISKS
+from ai4dl.rules.safety import SafetyConfig
 
 DATA = Path(os.environ.get("AI4DL_DATA", "../shared/data"))
 OUT = Path("out/risk")

@@ -33,8 +33,8 @@ from risk import load_set, run_or_table, store
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from verdict_stats import mean_se, side_of_one_se
 from ai4dl.io import load_traces
-from ai4dl.policy.objectives import RISKS
-from ai4dl.policy.safety import SafetyConfig
+from ai4dl.rules.objectives import RISKS
+from ai4dl.rules.safety import SafetyConfig
 
 OUT = Path("out/starts")
 #: run.sh's synthetic jobs, each re-run four times (one group per job: its runs one after

@@ -40,10 +40,10 @@ from verdict_stats import mean_se
 from ai4dl.io import load_traces
 from ai4dl.judge import replay, score, serve
 from ai4dl.policy.headroom_levels import first_window_level
-from ai4dl.policy.objectives import RISKS
+from ai4dl.rules.objectives import RISKS
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import Oracle, Static
-from ai4dl.policy.safety import SafetyConfig
+from ai4dl.rules.safety import SafetyConfig
 from risk import SETS as RISK_SETS
 
 #: risk.py's data sets (what to load, load options, window, title), those with workloads that

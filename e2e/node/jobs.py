@@ -523,7 +523,7 @@ def preload_profiles(api, namespace: str, history: dict, key_file, name: str = "
     from ai4dl.controller.profiles import ProfileStore
     from ai4dl.crd import GROUP, PLURAL, VERSION, PhaseModelSpec
     from ai4dl.kube.workload import Workload
-    from ai4dl.policy.serving import managed_resources, safety_config, window_samples
+    from ai4dl.serving import managed_resources, safety_config, window_samples
 
     custom = client.CustomObjectsApi(api)
     pm = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)

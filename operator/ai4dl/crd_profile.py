@@ -6,7 +6,7 @@ VPA and container. The pydantic models are the one source of its schema;
 
 One object per (PhaseModel, workload), in the PhaseModel's namespace, owned by it (deleted
 with it). ``status.record`` is what the operator trusts: the profiles of the workload's
-containers (:class:`ai4dl.policy.workload_profile.WorkloadProfile`), sealed with the operator's
+containers (:class:`ai4dl.rules.workload_profile.WorkloadProfile`), sealed with the operator's
 key for this namespace, PhaseModel and workload — an object edited, or copied from another
 workload, reads as absent. The rest of the status is for people (``kubectl get wp``): the
 counts and the first request the profile gives now.

@@ -11,7 +11,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from ai4dl.method.document import PhaseModelDocument
 from ai4dl.policy import catalog
-from ai4dl.policy.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
+from ai4dl.rules.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 # Durations as Prometheus writes them, without fractions: 90s, 15m, 12h, 7d, 2w, 1d12h
@@ -83,18 +83,18 @@ MAX_QUERY_LENGTH = 4096
 MAX_FEATURES = 16
 # CEL can check what is safe to require even where the operator allows free PromQL
 # (--allow-free-promql): that the operator's matchers go into the query at all. Which
-# selectors carry them takes a PromQL parser (ai4dl.sources.promql: pydantic, and the operator
+# selectors carry them takes a PromQL parser (ai4dl.promql: pydantic, and the operator
 # at run time, for objects stored before this rule existed).
 #: A query template's language as an RE2 pattern, for the CEL rule below: any character but a
 #: brace, the escapes {{ and }}, and the tokens {selector} and {rate_window}. The renderer
-#: (ai4dl.sources.promql.render_template) reads the same language; a test holds them together.
+#: (ai4dl.promql.render_template) reads the same language; a test holds them together.
 TEMPLATE_RE2 = "^([^{}]|[{][{]|[}][}]|[{]selector[}]|[{]rate_window[}])*$"
 _FEATURE_CEL = [{
     "rule": "self.query.contains('{selector}')",
     "message": "query must contain {selector}: the operator puts the PhaseModel's namespace and "
                "pod matchers there (e.g. metric{{{selector}}})",
 }, {
-    # the template language (ai4dl.sources.promql.render_template): no brace but {selector},
+    # the template language (ai4dl.promql.render_template): no brace but {selector},
     # {rate_window}, {{ and }} (issue 43: a format string's {selector[19]} was a bypass)
     "rule": f"self.query.matches('{TEMPLATE_RE2}')",
     "message": "query is not a template: every brace must be part of {selector}, {rate_window}, "
@@ -118,7 +118,7 @@ class FeatureSource(CrdModel):
     @classmethod
     def _confined(cls, query: str, info: ValidationInfo) -> str:
         if (info.context or {}).get("promql") != PROMQL_UNCHECKED["promql"]:
-            from ai4dl.sources.promql import check_template
+            from ai4dl.promql import check_template
 
             check_template(query, info.data.get("name", ""))
         return query

@@ -7,8 +7,8 @@ figure is an allocation the operator would serve.
 
 It sits below the policies: ``ai4dl.policy.auto`` uses it to choose, ``ai4dl.evaluation.evaluate``
 orchestrates whole runs above it. So it imports no policy, only the safety chain every replay
-applies (:mod:`ai4dl.policy.safety`) and the reported shares of windows at risk
-(:mod:`ai4dl.policy.objectives`), both modules that import nothing from the package
+applies (:mod:`ai4dl.rules.safety`) and the reported shares of windows at risk
+(:mod:`ai4dl.rules.objectives`), both modules that import nothing from the package
 (tests/test_imports.py keeps it so). A policy is anything with the
 :class:`ai4dl.policy.policies.Policy` interface. Pure: no I/O, no plotting.
 """
@@ -20,9 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ai4dl.policy.objectives import RISKS
-from ai4dl.policy.safety import SafetyConfig, apply_safety_sequence, working_set_rising
-from ai4dl.policy.workload_profile import held_level
+from ai4dl.rules.objectives import RISKS
+from ai4dl.rules.safety import SafetyConfig, apply_safety_sequence, working_set_rising
+from ai4dl.rules.workload_profile import held_level
 
 TARGETS = (0.95, 0.97)
 GiB = 1024.0 ** 3
@@ -55,7 +55,7 @@ class ReplayInput:
     groups: list[str] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
     #: per execution, the memory its workload's profile holds and until when in the run
-    #: (:meth:`ai4dl.policy.workload_profile.WorkloadProfile.hold`; none: nothing held)
+    #: (:meth:`ai4dl.rules.workload_profile.WorkloadProfile.hold`; none: nothing held)
     holds: list = field(default_factory=list)
 
 

@@ -12,9 +12,9 @@ windows at risk; the winner per resource, never one that lost to the reactive ba
 fitted head-room tables go into the model document).
 
 **Score.** A model is scored the way the operator would serve it: the policy
-:func:`ai4dl.policy.serving.served_policy` gives for the PhaseModel's ``spec.policy`` and that
+:func:`ai4dl.serving.served_policy` gives for the PhaseModel's ``spec.policy`` and that
 model (``auto``: the model's own choice) and the operator's safety layer
-(:func:`ai4dl.policy.serving.safety_config`), replayed window by window
+(:func:`ai4dl.serving.safety_config`), replayed window by window
 (``spec.windowSeconds / spec.stepSeconds`` samples) over the held-out executions by the
 evaluator (:mod:`ai4dl.evaluation.evaluate`). The score is allocation ÷ oracle at the fulfilment target
 (the cpu fulfilment, ``spec.policy.objectives.cpu.fulfilment``, 0.97 by default: the
@@ -108,13 +108,13 @@ class ModelScore:
 def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
                 target: float | None = None) -> ModelScore:
     """Score ``model`` on ``executions`` as the operator would serve it (see the module doc):
-    the policy :func:`ai4dl.policy.serving.served_policy` picks for the spec and this model
+    the policy :func:`ai4dl.serving.served_policy` picks for the spec and this model
     (``auto``: the model's own choice), under the PhaseModel's safety layer, at each resource's
     objective. ValueError (one line) when the model cannot provision these executions."""
     from ai4dl.evaluation.evaluate import prepare, replay, score, serve
-    from ai4dl.policy.objectives import Objective
+    from ai4dl.rules.objectives import Objective
     from ai4dl.policy.policies import Oracle
-    from ai4dl.policy.serving import objectives, safety_config, served_policy, window_samples
+    from ai4dl.serving import objectives, safety_config, served_policy, window_samples
 
     served = served_policy(spec, model)
     resources = served.resources
@@ -149,7 +149,7 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
 
 def choice_objectives(spec: PhaseModelSpec, resources: Sequence[str]) -> dict:
     """{resource: Objective} from ``spec.policy.objectives``: what ``auto`` is chosen for."""
-    from ai4dl.policy.serving import objectives
+    from ai4dl.serving import objectives
 
     return {o.resource: o for o in objectives(spec, resources)}
 
@@ -198,7 +198,7 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     from ai4dl.policy import catalog
     from ai4dl.policy.auto import build_candidate, choose_policy
     from ai4dl.policy.headroom import to_table
-    from ai4dl.policy.serving import managed_resources, safety_config, window_samples
+    from ai4dl.serving import managed_resources, safety_config, window_samples
 
     resources = managed_resources(model)
     window = window_samples(spec)
@@ -441,12 +441,12 @@ def batch_runs(executions: Sequence[Execution], resources: Sequence[str], window
                workload_of: Any, ended_before: float
                ) -> dict[str, list[tuple[str, Any]]]:
     """The trainer's batch fill of workload profiles (issue 42): per workload key, each
-    execution's (container, :class:`~ai4dl.policy.workload_profile.RunSummary`), with the run id
+    execution's (container, :class:`~ai4dl.rules.workload_profile.RunSummary`), with the run id
     the window loop gives the same container (so that a run both report counts once).
     ``workload_of(execution)`` names its workload (the operator's key); only executions whose
     last sample came before ``ended_before`` are taken (a container still running has not
     reached its peak: the window loop reports it when it ends)."""
-    from ai4dl.policy.workload_profile import container_run_id, summarise
+    from ai4dl.rules.workload_profile import container_run_id, summarise
 
     mem = list(resources).index("memory") if "memory" in resources else None
     out: dict[str, list[tuple[str, Any]]] = {}

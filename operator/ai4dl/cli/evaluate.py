@@ -61,7 +61,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ai4dl.evaluation import report, report_json, report_sweep
     from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
     from ai4dl.policy import catalog
-    from ai4dl.policy.safety import SafetyConfig
+    from ai4dl.rules.safety import SafetyConfig
 
     if args.prometheus:
         from ai4dl.cli.replay import evaluate_prometheus

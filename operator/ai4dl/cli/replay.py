@@ -85,7 +85,7 @@ def _phasemodel(args):
     from ai4dl.crd import PhaseModelSpec
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
     from ai4dl.method.model import PhaseModel, validation_message
-    from ai4dl.policy.serving import served_policy
+    from ai4dl.serving import served_policy
 
     ns, name = parse_ref(args.phasemodel)
     resource = PhaseModels(api_client(args.kubeconfig)).get(ns, name)
@@ -115,7 +115,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     from ai4dl.crd import parse_duration
     from ai4dl.evaluation.evaluate import EvaluationConfig, run_cross_fitted, run_served
     from ai4dl.io.writers import save_figure, write_text_atomic
-    from ai4dl.policy.safety import SafetyConfig
+    from ai4dl.rules.safety import SafetyConfig
     from ai4dl.sources import workloads as owners_src
     from ai4dl.sources.prometheus import PrometheusSource
     from ai4dl.sources.prometheus_types import FeatureQuery, PodRef, default_feature_queries
@@ -134,7 +134,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     log = RunLog("text", args.quiet)
     spec = served = model = None
     if args.phasemodel:
-        from ai4dl.policy.serving import safety_config, window_samples
+        from ai4dl.serving import safety_config, window_samples
 
         spec, model, served = _phasemodel(args)
         features = [FeatureQuery(f.name, f.query) for f in spec.features]

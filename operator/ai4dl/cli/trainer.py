@@ -352,7 +352,7 @@ def train_phasemodel(args: argparse.Namespace) -> int:
     from ai4dl.crd import PhaseModelSpec, parse_duration
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
     from ai4dl.method.model import PhaseModel, validation_message
-    from ai4dl.policy.serving import window_samples
+    from ai4dl.serving import window_samples
     from ai4dl.method.traces import TraceSet
 
     _check_flags(args)
@@ -468,7 +468,7 @@ def fill_profiles(args, spec, executions, resources: tuple[str, ...], kube, ns: 
     from ai4dl.controller.podstate import StateKey
     from ai4dl.controller.profiles import ProfileStore
     from ai4dl.kube.workload import owner_workload
-    from ai4dl.policy.serving import safety_config, window_samples
+    from ai4dl.serving import safety_config, window_samples
     from ai4dl.sources import workloads as owners_src
     from ai4dl.sources.prometheus import PrometheusSource
 

@@ -15,7 +15,7 @@ The rules, in order:
   objectSelector already sends no other), of a PhaseModel this operator serves (a pod of
   another one is left to the operator that serves it, untouched), whose selector it matches, in
   mode Initial or InPlace;
-- the level is the served policy's cold start (:attr:`ai4dl.policy.serving.Served.cold_start`:
+- the level is the served policy's cold start (:attr:`ai4dl.serving.Served.cold_start`:
   the target quantile of the training executions' first-window peaks), per managed resource,
   clamped to the PhaseModel's floor and ceiling and the operator's physical maximum, and never
   above the container's limit;
@@ -126,7 +126,7 @@ def admission_target(body: Mapping) -> AdmissionTarget:
     if spec.model is None:
         return AdmissionTarget(**base, resources=(), reason="it has no model yet")
     from ai4dl.method.model import PhaseModel
-    from ai4dl.policy.serving import safety_config, served_policy
+    from ai4dl.serving import safety_config, served_policy
 
     try:
         served = served_policy(spec, PhaseModel.from_document(spec.validated_model()))
@@ -149,7 +149,7 @@ def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float
                    ) -> dict[str, tuple[tuple[float | None, ...], int]]:
     """Per container with a profile of the target's resources: the first request its profile
     gives (in ``target.resources`` order) and how many runs it remembers — the same
-    :meth:`~ai4dl.policy.workload_profile.WorkloadProfile.first_request` the evaluator's served
+    :meth:`~ai4dl.rules.workload_profile.WorkloadProfile.first_request` the evaluator's served
     start calls, with the same growth limit (a Guaranteed pod's too: its first window, counted
     from its start, lasts until its first resize)."""
     out = {}

@@ -346,7 +346,7 @@ def workload_profiles(namespace, name, body, **_):
     if stored.problem is not None or not stored.containers:
         return None
     pm = (body.get("spec") or {}).get("phaseModel", "")
-    # only what the first request reads (ai4dl.policy.workload_profile.CompactProfile)
+    # only what the first request reads (ai4dl.rules.workload_profile.CompactProfile)
     return {(namespace, pm, stored.workload): {c: p.compact()
                                                for c, p in stored.containers.items()}}
 

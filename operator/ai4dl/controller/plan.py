@@ -26,7 +26,7 @@ Rules that make it safe to change other people's running jobs:
 Every pod that gets nothing says why: ``PodPlan.skipped`` (a reason counted in /metrics) and,
 for what its owner must fix, ``PodPlan.notices`` (Warning Events the runtime emits once per pod).
 
-What is served comes from :func:`ai4dl.policy.serving.served_policy` (``auto``: the trainer's
+What is served comes from :func:`ai4dl.serving.served_policy` (``auto``: the trainer's
 choice, or the reactive baseline before there is a model) and is computed for the window about
 to start by :func:`ai4dl.policy.online.next_allocation`, from the window that ended and the
 container's running statistics (:class:`~ai4dl.policy.online.OwnHistory`: the runtime keeps
@@ -52,8 +52,8 @@ from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.pods import A_PHASE, A_PHASE_SINCE, PodInfo
 from ai4dl.crd import PhaseModelSpec
 from ai4dl.policy.online import OwnHistory, next_allocations
-from ai4dl.policy.safety import SafetyConfig, SafetyState, apply_safety, working_set_rising
-from ai4dl.policy.serving import Served, safety_config, served_policy, window_samples
+from ai4dl.rules.safety import SafetyConfig, SafetyState, apply_safety, working_set_rising
+from ai4dl.serving import Served, safety_config, served_policy, window_samples
 from ai4dl.quantity import format_resource, parse_quantity
 # Grace after a container starts before its series is complete: the cpu feature is a rate over
 # one minute, which Prometheus answers only once two scrapes are in it.

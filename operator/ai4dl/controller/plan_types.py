@@ -8,7 +8,7 @@ import numpy as np
 
 from ai4dl.controller.pods import PodInfo
 from ai4dl.policy.online import OwnHistory
-from ai4dl.policy.serving import Served
+from ai4dl.serving import Served
 
 # Why a container's window could not be used. The first three are gaps or garbage in the
 # metrics (counted by the MetricsIncomplete condition); a container that started during the

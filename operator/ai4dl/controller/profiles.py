@@ -3,8 +3,8 @@
 
 Pure but for :class:`ProfileStore` (one GET and at most one write per workload whose executions
 ended in a window). What a record holds is
-:class:`ai4dl.policy.workload_profile.WorkloadProfile` per container: the same object, and the
-same :meth:`~ai4dl.policy.workload_profile.WorkloadProfile.first_request`, that the evaluator's
+:class:`ai4dl.rules.workload_profile.WorkloadProfile` per container: the same object, and the
+same :meth:`~ai4dl.rules.workload_profile.WorkloadProfile.first_request`, that the evaluator's
 served start uses (:mod:`ai4dl.evaluation.starts`) — a figure from the evaluator is a promise
 about the operator.
 
@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 from ai4dl.controller.podstate import StateKey
 from ai4dl.crd import GROUP, KIND, VERSION
 from ai4dl.crd_profile import PROFILE_KIND, PROFILE_PLURAL
-from ai4dl.policy.workload_profile import ProfileError, RunSummary, WorkloadProfile
+from ai4dl.rules.workload_profile import ProfileError, RunSummary, WorkloadProfile
 from ai4dl.quantity import format_resource
 
 log = logging.getLogger("ai4dl.operator")

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.controller.pods import PodInfo
-from ai4dl.policy.workload_profile import (EARLY_WINDOWS, RunSummary, bump_for_oom,
+from ai4dl.rules.workload_profile import (EARLY_WINDOWS, RunSummary, bump_for_oom,
                                            container_run_id)
 
 #: A container that started this long before the first window the operator saw of it still
@@ -53,7 +53,7 @@ class RunInProgress:
         run must hold from its start until its first resize, which comes at most one window
         later wherever the grid falls; the grid's first window of a run is only the part of one
         in which it started (5 s in one run, 25 s in the next). The trainer's batch fill
-        (:func:`~ai4dl.policy.workload_profile.summarise`) counts from the start too. Samples
+        (:func:`~ai4dl.rules.workload_profile.summarise`) counts from the start too. Samples
         from before the container started (more than a step: a restarted container's
         predecessor) are not its run's."""
         u = np.asarray(usage, np.float64)

@@ -29,12 +29,12 @@ from ai4dl.controller.runtime_window import (ModelCache, WindowReport, label_sel
 from ai4dl.controller.runtime_writes import PodWrites
 from ai4dl.controller.savings import (add_window, clamp_originals, original_requests,
                                       window_amounts)
-from ai4dl.policy.serving import Served, served_policy, window_samples
+from ai4dl.serving import Served, served_policy, window_samples
 from ai4dl.kube.raw import api_message, paged_items
 from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
 from ai4dl.controller.profiles import ProfileStore
 from ai4dl.controller.runs import RunTracker, oom_floors
-from ai4dl.policy.workload_profile import held_level
+from ai4dl.rules.workload_profile import held_level
 from ai4dl.controller.pods import (A_ADMITTED, A_STATE, PodInfo, pod_info, qos_class,
                                    verify_pod)
 from ai4dl.crd import GROUP, PLURAL, PROMQL_UNCHECKED, VERSION, PhaseModelSpec
@@ -64,7 +64,7 @@ class WindowRunner(PodWrites):
         # seals the records the operator keeps on pods (ai4dl.controller.podstate)
         self.key = key if key is not None else StateKey.generate()
         # --allow-free-promql: the feature queries are sent without the confinement check
-        # (ai4dl.sources.promql); off, a query that could read another namespace is refused.
+        # (ai4dl.promql); off, a query that could read another namespace is refused.
         self.allow_free_promql = allow_free_promql
         # Containers already warned about (log) for getting several series for one feature:
         # once per container, not every window.
@@ -185,7 +185,7 @@ class WindowRunner(PodWrites):
             self._status(body, report, ready=True, reason="Off", message="mode Off: not acting")
             return report
         if not self.allow_free_promql:
-            from ai4dl.sources.promql import template_problem
+            from ai4dl.promql import template_problem
 
             for f in spec.features:
                 problem = template_problem(f.query)
@@ -360,7 +360,7 @@ class WindowRunner(PodWrites):
 
     def _held(self, mine: Sequence[PodInfo], start: float) -> dict[tuple[str, str], float]:
         """Per (pod uid, container): the memory its workload's profile holds for the window
-        starting at ``start`` (:func:`~ai4dl.policy.workload_profile.held_level`, the
+        starting at ``start`` (:func:`~ai4dl.rules.workload_profile.held_level`, the
         evaluator's own rule)."""
         out = {}
         for p in mine:
@@ -381,7 +381,7 @@ class WindowRunner(PodWrites):
         """Hand the runs that ended to their workloads' profiles (one write per workload at
         most), feed the window to the runs in progress, and count the workloads for the
         status. A failure here is logged and counted: it never stops the window's resizes."""
-        from ai4dl.policy.serving import safety_config
+        from ai4dl.serving import safety_config
 
         self.runs.observe(plan, start, W, spec.step_seconds)
         by_workload: dict[str, list] = defaultdict(list)

@@ -25,10 +25,10 @@ from ai4dl.judge import (GiB, TARGETS, Replay, ReplayInput, ResourceScore,  # no
 from ai4dl.policy import catalog
 from ai4dl.policy.auto import choose_policy
 from ai4dl.policy.headroom_levels import first_window_level
-from ai4dl.policy.objectives import RISKS
+from ai4dl.rules.objectives import RISKS
 from ai4dl.policy.policies import Oracle, Policy
 from ai4dl.policy.registry import FitInputs
-from ai4dl.policy.safety import SafetyConfig
+from ai4dl.rules.safety import SafetyConfig
 from ai4dl.method.traces import Execution
 from ai4dl.evaluation.starts import (StartCounts, initial_request, served_starts,  # noqa: F401
                                      trace_request)
@@ -351,7 +351,7 @@ def _fit_per_target(cfg: EvaluationConfig, fitted_names: Sequence[str], train_da
 def risk_objectives(resources: Sequence[str], share: float) -> dict:
     """The served objectives with memory's share of windows at risk set to ``share``: what
     ``auto`` is chosen under in the evaluator's risk view (cpu keeps its default fulfilment)."""
-    from ai4dl.policy.objectives import Objective, default_objective
+    from ai4dl.rules.objectives import Objective, default_objective
 
     return {r: Objective(r, "risk", share) if r == "memory" else default_objective(r)
             for r in resources}

@@ -2,7 +2,7 @@
 it was observed (../shared/docs/evaluation.md, "The start counts").
 
 ``served`` (the default of ``ai4dl evaluate``) is what the operator serves a new pod: a workload
-seen before starts from its own profile (:mod:`ai4dl.policy.workload_profile`), learned from the
+seen before starts from its own profile (:mod:`ai4dl.rules.workload_profile`), learned from the
 executions of the same workload that *ended* before this one started (runs still going, such as
 the other ranks of one job, have taught it nothing yet); a workload never seen starts from the
 pooled first-window level that admission sets; without a learned level, from the request the
@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.method.traces import Execution
-from ai4dl.policy.workload_profile import RunSummary, profile_from_runs, summarise
+from ai4dl.rules.workload_profile import RunSummary, profile_from_runs, summarise
 
 #: How a start was chosen, in the order ``served`` tries them.
 SOURCES = ("profile", "pooled", "request", "peak")

@@ -4,7 +4,7 @@ A *workload* is what a platform engineer calls "the same job again": its top con
 the suffixes Kubernetes generates stripped, so that a retry, the next CronJob run or the next
 trial of a sweep submitted under the same name is the same workload; all ranks and replicas of
 one job are one workload. Per container, it is what a workload profile
-(:mod:`ai4dl.policy.workload_profile`) is kept for.
+(:mod:`ai4dl.rules.workload_profile`) is kept for.
 
 Read from the pod object only — its labels and ownerReferences, which the controllers that
 create pods set at creation, so admission sees them too — never from the controller objects

@@ -239,7 +239,7 @@ class PhaseModel:
             prototypes=[Prototype(**p) for p in self.prototypes_],
             fit=self.fit_report_,
             # fitted policies and auto's choice (schema v2), kept as the document's own
-            # objects: the core does not import the policies (ai4dl.policy.serving reads them)
+            # objects: the core does not import the policies (ai4dl.serving reads them)
             policyTables=list(getattr(self, "policy_tables_", None) or []) or None,
             riskTables=list(getattr(self, "risk_tables_", None) or []) or None,
             policyChoice=getattr(self, "policy_choice_", None),

@@ -3,7 +3,7 @@
 :func:`choose_policy` is pure (no I/O, no clock): given the training executions (usage,
 phases, starts, groups as :class:`ai4dl.judge.ReplayInput`, e.g. from
 :func:`ai4dl.evaluation.evaluate.prepare`), the fitted phase model, the window and an objective per
-resource (:mod:`ai4dl.policy.objectives`: cpu a fulfilment of samples, memory a share of
+resource (:mod:`ai4dl.rules.objectives`: cpu a fulfilment of samples, memory a share of
 windows at risk), it
 
 1. holds out the most recent executions (by start time; ``holdout`` of them),
@@ -42,7 +42,7 @@ from ai4dl.judge import (Replay, matched_risk_multiplier, replay, score,
                          working_set_inputs)
 from ai4dl.policy import catalog
 from ai4dl.policy.headroom import HeadroomPolicy
-from ai4dl.policy.objectives import Objective, resolve
+from ai4dl.rules.objectives import Objective, resolve
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import Calibrated, Oracle, PerResource
 from ai4dl.policy.registry import FitInputs
@@ -362,7 +362,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     (see the module docstring). ``train`` is a :class:`ai4dl.judge.ReplayInput` of the
     training executions (with phases when a phase candidate is considered); ``target`` what
     each resource must achieve: a fulfilment (float), one per resource (sequence or
-    {resource: target}), :class:`~ai4dl.policy.objectives.Objective` s, or None (the
+    {resource: target}), :class:`~ai4dl.rules.objectives.Objective` s, or None (the
     defaults: cpu 97 % of samples, memory at most 1 % of windows at risk). Only ``servable``
     policies can win (what the operator can serve window by window: not VPA, which is scored
     for the record; the default: the catalogue's); None: any. ``candidates``: the catalogue's
@@ -373,7 +373,7 @@ def choose_policy(train, window: int, model=None, target=DEFAULT_TARGET,
     what it realises on the held-out recent ones (``achieved``) is what a pod would get; the
     served winner is calibrated again on every training execution (``calibration``).
 
-    ``safety`` (a :class:`~ai4dl.policy.safety.SafetyConfig`): the safety layer the choice
+    ``safety`` (a :class:`~ai4dl.rules.safety.SafetyConfig`): the safety layer the choice
     will be served under; every candidate is replayed through it, and for a share of windows
     at risk every one (peak-risk too, whose own calibration knows no safety layer) is
     calibrated on what it realises through it. The layer's holds (a cool-down, memory held

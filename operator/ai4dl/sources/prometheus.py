@@ -27,7 +27,7 @@ are an error for that pod: its samples are all NaN and it is named in
 ``max_series_factor`` an answer with more series than that is refused
 (:class:`SeriesLimitExceeded`), and one larger in bytes than they can take is not read further
 (the operator's window query; the templates themselves are confined to the PhaseModel's own
-pods by :mod:`ai4dl.sources.promql`). A window longer than ``max_points``
+pods by :mod:`ai4dl.promql`). A window longer than ``max_points``
 grid points (Prometheus refuses more than 11,000 points per series) is split into consecutive
 queries, one per chunk.
 
@@ -64,7 +64,7 @@ from ai4dl.sources.prometheus_answers import (LeanMatrix, connection_reason, one
 from ai4dl.sources.prometheus_types import (DEFAULT_RATE_WINDOW, FeatureQuery, PodRef, PodSamples,
                                             PrometheusQueryError, PrometheusUnavailable,
                                             SeriesLimitExceeded, default_feature_queries)
-from ai4dl.sources.promql import check_template, template_problem
+from ai4dl.promql import check_template, template_problem
 
 __all__ = ["MAX_POINTS", "PrometheusSource", "check_template", "pod_selector",
            "template_problem"]

@@ -17,7 +17,7 @@ from ai4dl.method.traces import CANONICAL_UNITS, Execution
 DEFAULT_RATE_WINDOW = "1m"
 
 # Templates: ``{selector}`` -> label matchers, ``{rate_window}`` -> a PromQL duration; literal
-# braces are doubled (ai4dl.sources.promql.render_template). Every expression must keep the
+# braces are doubled (ai4dl.promql.render_template). Every expression must keep the
 # labels namespace, pod and container and give at most one series per container.
 # cpu and memory take the max over a container's series, not the sum (issue 43 item 6): one
 # container scraped by two jobs is two equal series (a sum doubled it), and cAdvisor goes on
@@ -77,11 +77,11 @@ class FeatureQuery:
 
     def render(self, selector: str, rate_window: str = DEFAULT_RATE_WINDOW) -> str:
         """The query sent for ``selector``: the template's tokens substituted
-        (:func:`~ai4dl.sources.promql.render_template`, never ``str.format``) and, ``confined``,
+        (:func:`~ai4dl.promql.render_template`, never ``str.format``) and, ``confined``,
         the exact text checked to hold the selector's matchers in every selector
-        (:func:`~ai4dl.sources.promql.sent_problem`); :class:`PrometheusQueryError` naming the
+        (:func:`~ai4dl.promql.sent_problem`); :class:`PrometheusQueryError` naming the
         feature otherwise."""
-        from ai4dl.sources.promql import TemplateError, render_template, sent_problem
+        from ai4dl.promql import TemplateError, render_template, sent_problem
 
         try:
             query = render_template(self.promql, selector, rate_window)

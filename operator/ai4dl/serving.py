@@ -24,9 +24,9 @@ import numpy as np
 from ai4dl.quantity import parse_quantity
 from ai4dl.crd import PhaseModelSpec
 from ai4dl.policy import catalog
-from ai4dl.policy.objectives import Objective
+from ai4dl.rules.objectives import Objective
 from ai4dl.policy.policies import Calibrated, PerResource
-from ai4dl.policy.safety import SafetyConfig
+from ai4dl.rules.safety import SafetyConfig
 from ai4dl.method.traces import CANONICAL_UNITS
 
 MANAGED = ("cpu", "memory")
@@ -72,7 +72,7 @@ def target(spec: PhaseModelSpec) -> float:
 
 
 def objectives(spec: PhaseModelSpec, resources: Sequence[str]) -> tuple[Objective, ...]:
-    """One :class:`~ai4dl.policy.objectives.Objective` per resource from
+    """One :class:`~ai4dl.rules.objectives.Objective` per resource from
     ``spec.policy.objectives``: cpu a fulfilment of samples (with its optional bound on windows
     short), memory a bound on windows at risk, any other resource the cpu fulfilment."""
     obj = spec.policy.objectives

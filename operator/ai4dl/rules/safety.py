@@ -9,7 +9,7 @@ decreases while the working set is rising -> cover the latest memory working set
 floor and ceiling -> approach a ceiling below the allocation in force at the per-window
 decrease limit -> hold resources whose bounds contradict each other -> cap at the physical
 maximum. Between covering the working set and the clamp, where a workload profile says so
-(:mod:`ai4dl.policy.workload_profile`), memory holds the peak the workload's runs reached until
+(:mod:`ai4dl.rules.workload_profile`), memory holds the peak the workload's runs reached until
 the point in a run where it came has passed (at once: a level the runs reached is no guess).
 
 The guarantees: memory is never set below the latest working set × (1 + margin) (unless the
