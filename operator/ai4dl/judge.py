@@ -371,162 +371,208 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
     the share are those of the served rows. ``matches`` ((name, share, j) -> a per-execution
     :class:`ServedMatch` of every execution, :func:`served_matches`) supplies them
     precomputed for a one-execution score. Without ``own`` the served rows are multiplied."""
-    idx = list(range(len(data.usage)) if only is None else only)
-    hours = data.step / 3600.0
-    scales = [resource_unit_scale(u)[0] for u in data.units]
-    first = 0 if include_cold_start else 1
-    masks = [_scored_mask(len(data.usage[i]), window, include_cold_start) for i in idx]
-    usage = (np.concatenate([data.usage[i][m] for i, m in zip(idx, masks)]) if idx
-             else np.empty((0, len(scales))))
-    static_peak = (np.concatenate([np.repeat(data.usage[i].max(0)[None], m.sum(), 0)
-                                   for i, m in zip(idx, masks)]) if idx else usage)
-    # per scored window: its max usage (a window is short when it exceeds the allocation)
-    wmax = [np.maximum.reduceat(data.usage[i], np.arange(0, len(data.usage[i]), window),
-                                axis=0)[first:] for i in idx]
-    window_max = np.concatenate(wmax) if wmax else np.empty((0, len(scales)))
+    sc = _Scoring(data, window, include_cold_start, only, safety, matches)
+    oracle = sc.per_sample(replays["oracle"]) if "oracle" in replays else None
+    per_target = per_target or {}
+    per_risk = per_risk or {}
+    out: dict[str, list[ResourceScore]] = {}
+    for name, rep in replays.items():
+        A, WA = sc.per_sample(rep), sc.per_window(rep)
+        fits = {t: (sc.per_sample(r), sc.per_window(r))
+                for t, r in per_target.get(name, {}).items()}
+        risk_fits = {s: (sc.per_sample(r), sc.per_window(r))
+                     for s, r in per_risk.get(name, {}).items()}
+        rows = []
+        for j, scale in enumerate(sc.scales):
+            oracle_t = (float(oracle[:, j].sum() * sc.hours / scale) if oracle is not None
+                        else np.nan)
+            s = sc.raw(rep, A, WA, j, oracle_t)
+            # as replayed: a policy fitted per share of windows at risk, its fit for the least
+            wr = risk_fits[min(risk_fits)][1] if risk_fits else WA
+            if len(sc.window_max):
+                s.risk_share = float(np.mean(sc.window_max[:, j] > wr[:, j]))
+            for share in risks:
+                rows_own = (per_risk_own or {}).get(name, {}).get(share) \
+                    if share in risk_fits else (own or {}).get(name)
+                sc.at_risk(s, name, share, j, risk_fits.get(share, (A, WA)), rows_own,
+                           oracle_t)
+            for t in targets:
+                sc.at_target(s, t, j, fits.get(t, (A, WA)), oracle_t)
+            rows.append(s)
+        out[name] = rows
+    return out
 
-    def per_sample(rep: Replay) -> np.ndarray:
-        return (np.concatenate([_per_sample(rep.allocations[i], len(data.usage[i]), window)[m]
-                                for i, m in zip(idx, masks)]) if idx else usage)
 
-    def per_window(rep: Replay) -> np.ndarray:
-        return (np.concatenate([rep.allocations[i][first: first + len(w)]
-                                for i, w in zip(idx, wmax)]) if idx else window_max)
+class _Scoring:
+    """What :func:`score` reads for every policy: the scored samples and windows of the
+    executions ``only`` (default: all), and how a replay's rows become per-sample and
+    per-window allocations there."""
 
-    def served_at(rows_own: Replay, name: str, share: float, j: int):
+    def __init__(self, data: ReplayInput, window: int, include_cold_start: bool,
+                 only: Sequence[int] | None, safety: SafetyConfig | None,
+                 matches: dict | None):
+        self.data, self.window, self.safety, self.matches = data, window, safety, matches
+        self.include_cold_start = include_cold_start
+        self.idx = idx = list(range(len(data.usage)) if only is None else only)
+        self.hours = data.step / 3600.0
+        self.scales = [resource_unit_scale(u)[0] for u in data.units]
+        self.first = first = 0 if include_cold_start else 1
+        self.masks = masks = [_scored_mask(len(data.usage[i]), window, include_cold_start)
+                              for i in idx]
+        self.usage = (np.concatenate([data.usage[i][m] for i, m in zip(idx, masks)]) if idx
+                      else np.empty((0, len(self.scales))))
+        self.static_peak = (np.concatenate([np.repeat(data.usage[i].max(0)[None], m.sum(), 0)
+                                            for i, m in zip(idx, masks)]) if idx
+                            else self.usage)
+        # per scored window: its max usage (a window is short when it exceeds the allocation)
+        self.wmax = [np.maximum.reduceat(data.usage[i],
+                                         np.arange(0, len(data.usage[i]), window),
+                                         axis=0)[first:] for i in idx]
+        self.window_max = (np.concatenate(self.wmax) if self.wmax
+                           else np.empty((0, len(self.scales))))
+
+    def per_sample(self, rep: Replay) -> np.ndarray:
+        """The replay's allocation at every scored sample, (N, R)."""
+        if not self.idx:
+            return self.usage
+        return np.concatenate([_per_sample(rep.allocations[i], len(self.data.usage[i]),
+                                           self.window)[m]
+                               for i, m in zip(self.idx, self.masks)])
+
+    def per_window(self, rep: Replay) -> np.ndarray:
+        """The replay's allocation of every scored window, (N_w, R)."""
+        if not self.idx:
+            return self.window_max
+        return np.concatenate([rep.allocations[i][self.first: self.first + len(w)]
+                               for i, w in zip(self.idx, self.wmax)])
+
+    def _samples_of(self, rows, j: int) -> np.ndarray:
+        """Resource j's allocation at the scored samples, from one row array per execution."""
+        return np.concatenate([_per_sample(r, len(self.data.usage[i]), self.window)[m][:, j]
+                               for r, i, m in zip(rows, self.idx, self.masks)])
+
+    def raw(self, rep: Replay, A: np.ndarray, WA: np.ndarray, j: int,
+            oracle_t: float) -> ResourceScore:
+        """Resource j's figures as replayed (no margin, no multiplier)."""
+        scale, hours = self.scales[j], self.hours
+        a, u = A[:, j], self.usage[:, j]
+        alloc_t = float(a.sum() * hours / scale)
+        short = u - a
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(a > 0, short / a, np.where(short > 0, np.inf, 0.0))
+        # the change from the cold start's request at window 1 is a resize too
+        resizes = sum(int(np.count_nonzero(np.diff(rep.allocations[i][:, j]) != 0))
+                      for i in self.idx)
+        peak_sum = float(self.static_peak[:, j].sum()) if len(a) else 0.0
+        return ResourceScore(
+            allocation=alloc_t, usage=float(u.sum() * hours / scale),
+            vs_oracle=alloc_t / oracle_t if oracle_t else np.nan,
+            # an execution idle at 0 all its life has a static peak of 0: no ratio then
+            vs_static_peak=float(a.sum() / peak_sum) if peak_sum > 0 else np.nan,
+            fulfilment=float(np.mean(u <= a)) if len(a) else np.nan,
+            fulfilment_10=float(np.mean(u <= 1.1 * a)) if len(a) else np.nan,
+            under_samples=int(np.count_nonzero(u > a)),
+            worst_shortfall=float(max(short.max(), 0.0)) / scale if len(a) else 0.0,
+            worst_shortfall_rel=float(max(rel.max(), 0.0)) if len(a) else 0.0,
+            oom_windows=int(np.count_nonzero(self.window_max[:, j] > WA[:, j])),
+            resizes=resizes, scored_windows=len(self.window_max),
+            risk_share=float("nan"))
+
+    def served_at(self, rows_own: Replay, name: str, share: float, j: int):
         """The served-order match on these executions: (factor, per-sample allocation of
         resource j at it); the factor is inf where no factor meets the share."""
-        pre = (matches or {}).get((name, share, j))
+        pre = (self.matches or {}).get((name, share, j))
         if pre is not None:
-            factors = np.where(pre.met, pre.factors, np.inf)[idx]
-            rows = [pre.allocations[i] for i in idx]
-            f = float(factors[0]) if len(idx) == 1 else float("nan")
+            factors = np.where(pre.met, pre.factors, np.inf)[self.idx]
+            rows = [pre.allocations[i] for i in self.idx]
+            f = float(factors[0]) if len(self.idx) == 1 else float("nan")
         else:
-            got = served_risk_match(data, rows_own.allocations, window, j, share, safety, idx,
-                                    include_cold_start)
+            got = served_risk_match(self.data, rows_own.allocations, self.window, j, share,
+                                    self.safety, self.idx, self.include_cold_start)
             rows = got.allocations
             f = float(got.factors[0]) if got.met[0] else np.inf
-        a = (np.concatenate([_per_sample(r, len(data.usage[i]), window)[m][:, j]
-                             for r, i, m in zip(rows, idx, masks)]) if idx else np.empty(0))
-        return f, a
+        return f, (self._samples_of(rows, j) if self.idx else np.empty(0))
 
-    def floor_at(rows_own: Replay | None, a_j: np.ndarray, wat: np.ndarray, j: int):
+    def floor_at(self, rows_own: Replay | None, a_j: np.ndarray, wat: np.ndarray, j: int):
         """Where no multiplier reaches a share: (the least share of windows at risk one
         reaches, the per-sample allocation of resource j at the smallest that reaches it)."""
-        n = len(window_max)
-        if not n:
+        window_max = self.window_max
+        if not len(window_max):
             return np.nan, None
-        if safety is not None and rows_own is not None:
-            widest = served_risk_match(data, rows_own.allocations, window, j, 0.0, safety, idx,
-                                       include_cold_start)
-            al = np.concatenate([r[first: first + len(w), j]
-                                 for r, w in zip(widest.allocations, wmax)])
+        if self.safety is not None and rows_own is not None:
+            widest = served_risk_match(self.data, rows_own.allocations, self.window, j, 0.0,
+                                       self.safety, self.idx, self.include_cold_start)
+            al = np.concatenate([r[self.first: self.first + len(w), j]
+                                 for r, w in zip(widest.allocations, self.wmax)])
             floor = float(np.mean(window_max[:, j] > al))
-            got = served_risk_match(data, rows_own.allocations, window, j, floor, safety, idx,
-                                    include_cold_start)
+            got = served_risk_match(self.data, rows_own.allocations, self.window, j, floor,
+                                    self.safety, self.idx, self.include_cold_start)
             rows = got.allocations if got.met.all() else widest.allocations
-            return floor, np.concatenate([_per_sample(r, len(data.usage[i]), window)[m][:, j]
-                                          for r, i, m in zip(rows, idx, masks)])
+            return floor, self._samples_of(rows, j)
         # no layer: only windows allocated nothing stay at risk whatever the multiplier
         floor = float(np.mean((wat <= 0) & (window_max[:, j] > 0)))
         m = matched_risk_multiplier(window_max[:, j], wat, floor)
         return floor, (a_j * m if np.isfinite(m) else None)
 
-    oracle = per_sample(replays["oracle"]) if "oracle" in replays else None
-    per_target = per_target or {}
-    per_risk = per_risk or {}
-    out: dict[str, list[ResourceScore]] = {}
-    for name, rep in replays.items():
-        A, WA = per_sample(rep), per_window(rep)
-        fits = {t: (per_sample(r), per_window(r)) for t, r in per_target.get(name, {}).items()}
-        risk_fits = {s: (per_sample(r), per_window(r))
-                     for s, r in per_risk.get(name, {}).items()}
-        rows = []
-        for j, scale in enumerate(scales):
-            a, u = A[:, j], usage[:, j]
-            oracle_t = float(oracle[:, j].sum() * hours / scale) if oracle is not None else np.nan
-            alloc_t = float(a.sum() * hours / scale)
-            short = u - a
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.where(a > 0, short / a, np.where(short > 0, np.inf, 0.0))
-            # the change from the cold start's request at window 1 is a resize too
-            resizes = sum(int(np.count_nonzero(np.diff(rep.allocations[i][:, j]) != 0))
-                          for i in idx)
-            peak_sum = float(static_peak[:, j].sum()) if len(a) else 0.0
-            s = ResourceScore(
-                allocation=alloc_t, usage=float(u.sum() * hours / scale),
-                vs_oracle=alloc_t / oracle_t if oracle_t else np.nan,
-                # an execution idle at 0 all its life has a static peak of 0: no ratio then
-                vs_static_peak=float(a.sum() / peak_sum) if peak_sum > 0 else np.nan,
-                fulfilment=float(np.mean(u <= a)) if len(a) else np.nan,
-                fulfilment_10=float(np.mean(u <= 1.1 * a)) if len(a) else np.nan,
-                under_samples=int(np.count_nonzero(u > a)),
-                worst_shortfall=float(max(short.max(), 0.0)) / scale if len(a) else 0.0,
-                worst_shortfall_rel=float(max(rel.max(), 0.0)) if len(a) else 0.0,
-                oom_windows=int(np.count_nonzero(window_max[:, j] > WA[:, j])),
-                resizes=resizes, scored_windows=len(window_max),
-                risk_share=float("nan"))
-            # as replayed: a policy fitted per share of windows at risk, its fit for the least
-            wr = risk_fits[min(risk_fits)][1] if risk_fits else WA
-            if len(window_max):
-                s.risk_share = float(np.mean(window_max[:, j] > wr[:, j]))
-            for share in risks:
-                at, wat = risk_fits.get(share, (A, WA))
-                at, wat = at[:, j], wat[:, j]
-                rows_own = (per_risk_own or {}).get(name, {}).get(share) \
-                    if share in risk_fits else (own or {}).get(name)
-                if safety is not None and rows_own is not None and name != "oracle":
-                    m, at = served_at(rows_own, name, share, j)
-                    scaled = 1.0          # the served rows at the factor: as they are
-                else:
-                    m = matched_risk_multiplier(window_max[:, j], wat, share)
-                    scaled = m
-                s.risk_multiplier_at[share] = m
-                total = float(at.sum() * hours / scale)
-                s.vs_oracle_risk_at[share] = (total * scaled / oracle_t
-                                              if oracle_t and np.isfinite(m) else np.inf)
-                if not np.isfinite(m) and len(u) and (matches or {}).get((name, share, j)) is None:
-                    floor, at_floor = floor_at(rows_own if safety is not None and
-                                               name != "oracle" else None,
-                                               risk_fits.get(share, (A, WA))[0][:, j], wat, j)
-                    s.risk_floor_at[share] = floor
-                    s.vs_oracle_floor_at[share] = (
-                        float(at_floor.sum() * hours / scale) / oracle_t
-                        if oracle_t and at_floor is not None else np.nan)
-                if not np.isfinite(m) or not len(u):
-                    s.fulfilment_risk_at[share] = s.worst_shortfall_risk_at[share] = np.nan
-                    s.worst_shortfall_risk_rel_at[share] = np.nan
-                    continue
-                gap = u - at * scaled
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
-                s.fulfilment_risk_at[share] = float(np.mean(gap <= 0))
-                s.worst_shortfall_risk_at[share] = float(max(gap.max(), 0.0)) / scale
-                s.worst_shortfall_risk_rel_at[share] = float(max(rel_u.max(), 0.0))
-            for t in targets:
-                at, wat = fits.get(t, (A, WA))
-                at, wat = at[:, j], wat[:, j]
-                mm = matched_margin(u, at, t)
-                s.margin_at[t] = mm
-                total = float(at.sum() * hours / scale)
-                s.vs_oracle_at[t] = (total * (1 + mm) / oracle_t
-                                     if oracle_t and np.isfinite(mm) else np.inf)
-                if not np.isfinite(mm):
-                    s.short_windows_at[t] = s.short_window_share_at[t] = np.nan
-                    s.worst_shortfall_at[t] = s.worst_shortfall_rel_at[t] = np.nan
-                    continue
-                n_short = int(np.count_nonzero(window_max[:, j] > wat * (1.0 + mm)))
-                gap = u - at * (1.0 + mm)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
-                s.short_windows_at[t] = n_short
-                s.short_window_share_at[t] = (n_short / len(window_max) if len(window_max)
-                                              else np.nan)
-                s.worst_shortfall_at[t] = float(max(gap.max(), 0.0)) / scale if len(gap) else 0.0
-                s.worst_shortfall_rel_at[t] = float(max(rel_u.max(), 0.0)) if len(gap) else 0.0
-            rows.append(s)
-        out[name] = rows
-    return out
+    def at_risk(self, s: ResourceScore, name: str, share: float, j: int, fit: tuple,
+                rows_own: Replay | None, oracle_t: float) -> None:
+        """Resource j's figures at a matched ``share`` of windows at risk, into ``s``: served
+        in order through the layer where the policy's own rows are given, else the rows times
+        the matched multiplier; where no multiplier reaches it, the floor and its cost."""
+        scale, u = self.scales[j], self.usage[:, j]
+        at, wat = fit[0][:, j], fit[1][:, j]
+        if self.safety is not None and rows_own is not None and name != "oracle":
+            m, at = self.served_at(rows_own, name, share, j)
+            scaled = 1.0          # the served rows at the factor: as they are
+        else:
+            m = matched_risk_multiplier(self.window_max[:, j], wat, share)
+            scaled = m
+        s.risk_multiplier_at[share] = m
+        total = float(at.sum() * self.hours / scale)
+        s.vs_oracle_risk_at[share] = (total * scaled / oracle_t
+                                      if oracle_t and np.isfinite(m) else np.inf)
+        if not np.isfinite(m) and len(u) and (self.matches or {}).get((name, share, j)) is None:
+            floor, at_floor = self.floor_at(rows_own if self.safety is not None and
+                                            name != "oracle" else None,
+                                            fit[0][:, j], wat, j)
+            s.risk_floor_at[share] = floor
+            s.vs_oracle_floor_at[share] = (
+                float(at_floor.sum() * self.hours / scale) / oracle_t
+                if oracle_t and at_floor is not None else np.nan)
+        if not np.isfinite(m) or not len(u):
+            s.fulfilment_risk_at[share] = s.worst_shortfall_risk_at[share] = np.nan
+            s.worst_shortfall_risk_rel_at[share] = np.nan
+            return
+        gap = u - at * scaled
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
+        s.fulfilment_risk_at[share] = float(np.mean(gap <= 0))
+        s.worst_shortfall_risk_at[share] = float(max(gap.max(), 0.0)) / scale
+        s.worst_shortfall_risk_rel_at[share] = float(max(rel_u.max(), 0.0))
+
+    def at_target(self, s: ResourceScore, t: float, j: int, fit: tuple,
+                  oracle_t: float) -> None:
+        """Resource j's figures at the matched margin for fulfilment ``t``, into ``s``."""
+        scale, u = self.scales[j], self.usage[:, j]
+        at, wat = fit[0][:, j], fit[1][:, j]
+        mm = matched_margin(u, at, t)
+        s.margin_at[t] = mm
+        total = float(at.sum() * self.hours / scale)
+        s.vs_oracle_at[t] = (total * (1 + mm) / oracle_t
+                             if oracle_t and np.isfinite(mm) else np.inf)
+        if not np.isfinite(mm):
+            s.short_windows_at[t] = s.short_window_share_at[t] = np.nan
+            s.worst_shortfall_at[t] = s.worst_shortfall_rel_at[t] = np.nan
+            return
+        n_short = int(np.count_nonzero(self.window_max[:, j] > wat * (1.0 + mm)))
+        gap = u - at * (1.0 + mm)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel_u = np.where(u > 0, gap / np.where(u > 0, u, 1.0), 0.0)
+        s.short_windows_at[t] = n_short
+        s.short_window_share_at[t] = (n_short / len(self.window_max) if len(self.window_max)
+                                      else np.nan)
+        s.worst_shortfall_at[t] = float(max(gap.max(), 0.0)) / scale if len(gap) else 0.0
+        s.worst_shortfall_rel_at[t] = float(max(rel_u.max(), 0.0)) if len(gap) else 0.0
 
 
 def served_matches(data: ReplayInput, own: dict[str, Replay], window: int,

@@ -134,7 +134,7 @@ def output_folder(path: str | Path, flag: str = "-o") -> Path:
 
 
 # ----------------------------------------------------------------------------- commands
-def _model_from_args(args: argparse.Namespace):
+def model_from_args(args: argparse.Namespace):
     from ai4dl.method.model import PhaseModel
 
     if args.phases == "auto":

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.cli.common import (_model_from_args, add_trace_args, fit_with_progress,
+from ai4dl.cli.common import (model_from_args, add_trace_args, fit_with_progress,
                               load_from_args, output_file, output_folder, say)
 from ai4dl.cli.evaluate import _add_evaluate_args, cmd_evaluate
 from ai4dl import __version__
@@ -49,7 +49,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                             ("--memory-risk", args.memory_risk)):
             if not 0.0 < value < 1.0:
                 raise Ai4dlError(f"{flag} must be in (0, 1), got {value:g}")
-    model = _model_from_args(args)  # flags first: a typo should not wait for the data to load
+    model = model_from_args(args)  # flags first: a typo should not wait for the data to load
     output_file(args.output)        # ... and the output: a finished fit must not be lost
     traces = load_from_args(args)
     # what the policy choice needs of the data, checked before the fit (not after minutes)

@@ -24,9 +24,10 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-
+from ai4dl.cli.common import say
 from ai4dl.cli.trainer import (RunLog, add_prometheus_client_args, check_pull_flags,
                                read_history)
 from ai4dl.errors import Ai4dlError
@@ -109,17 +110,13 @@ def _phasemodel(args):
 
 
 def evaluate_prometheus(args: argparse.Namespace) -> int:
-    from ai4dl.evaluation import report, report_json
-    from ai4dl.evaluation import workload_report as wr
-    from ai4dl.cli.common import evaluation_flags, say, window_in_samples
+    """``ai4dl evaluate --prometheus``: the history pulled, each container's workload and
+    requests read, replayed (a PhaseModel as served, or every policy cross-fitted), reported
+    per workload; the files written once everything is computed."""
+    from ai4dl.cli.common import evaluation_flags
     from ai4dl.crd import parse_duration
-    from ai4dl.evaluation.evaluate import EvaluationConfig, run_cross_fitted, run_served
-    from ai4dl.io.writers import save_figure, write_text_atomic
-    from ai4dl.rules.safety import SafetyConfig
-    from ai4dl.sources import workloads as owners_src
-    from ai4dl.sources.prometheus import PrometheusSource
-    from ai4dl.sources.prometheus_types import FeatureQuery, PodRef, default_feature_queries
-    from ai4dl.method.traces import CANONICAL_UNITS, TraceSet
+    from ai4dl.evaluation import workload_report as wr
+    from ai4dl.evaluation.evaluate import EvaluationConfig
 
     check_replay_flags(args)
     if args.phasemodel and (args.window is not None or
@@ -132,6 +129,32 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise Ai4dlError(f"--since: {err}") from None
     log = RunLog("text", args.quiet)
+    spec, model, served, features, units, step, resources, safety = _replay_setup(args, kw)
+    history = _owned_history(args, features, units, step, since_s, log)
+    if not getattr(args, "workload_by", None):
+        kw["workload_by"] = "workload"
+    cfg = EvaluationConfig(resources=tuple(resources), safety=safety,
+                           **{**kw, "test_fraction": 0.0})
+    res, ctx, shown = _replayed(args, history.traces, cfg, served, model, model_params)
+    rows, total = wr.rows_for(res, history.traces, history.owner_of)
+    terminal, full, doc = _rendered(args, res, ctx, shown, rows, total, history, model_params)
+    # Everything is computed: now write (each file whole or not at all).
+    written = _write_outputs(args, full, doc, res, rows, shown)
+    sys.stdout.write(terminal)
+    if written:
+        say(args, "wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _replay_setup(args: argparse.Namespace, kw: dict) -> tuple:
+    """What is replayed and how: (spec, model, served, features, units, step, resources,
+    safety) from ``--phasemodel`` (as the operator serves it) or the flags; sets
+    ``kw["window"]``."""
+    from ai4dl.cli.common import window_in_samples
+    from ai4dl.rules.safety import SafetyConfig
+    from ai4dl.sources.prometheus_types import FeatureQuery, default_feature_queries
+    from ai4dl.method.traces import CANONICAL_UNITS
+
     spec = served = model = None
     if args.phasemodel:
         from ai4dl.serving import safety_config, window_samples
@@ -146,19 +169,44 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
         safety = safety_config(spec, resources) if args.safety != "none" else None
         say(args, f"PhaseModel {args.phasemodel}: {served.reason}; window {kw['window']} "
              f"samples of {step:g} s")
-    else:
-        features = default_feature_queries(("cpu", "memory"))
-        units = [CANONICAL_UNITS[f.name] for f in features]
-        step = float(args.step or 15.0)
-        kw["window"] = window_in_samples(args, step)
-        resources = tuple(args.resources.split(",")) if args.resources else ("cpu", "memory")
-        unknown = [r for r in resources if r not in ("cpu", "memory")]
-        if unknown:
-            raise Ai4dlError(f"--resources: the Prometheus replay reads cpu and memory, not "
-                             f"{unknown[0]!r}")
-        safety = (SafetyConfig.operator_defaults(
-            len(resources), resources.index("memory") if "memory" in resources else None)
-            if args.safety in (None, "operator") else None)
+        return spec, model, served, features, units, step, resources, safety
+    features = default_feature_queries(("cpu", "memory"))
+    units = [CANONICAL_UNITS[f.name] for f in features]
+    step = float(args.step or 15.0)
+    kw["window"] = window_in_samples(args, step)
+    resources = tuple(args.resources.split(",")) if args.resources else ("cpu", "memory")
+    unknown = [r for r in resources if r not in ("cpu", "memory")]
+    if unknown:
+        raise Ai4dlError(f"--resources: the Prometheus replay reads cpu and memory, not "
+                         f"{unknown[0]!r}")
+    safety = (SafetyConfig.operator_defaults(
+        len(resources), resources.index("memory") if "memory" in resources else None)
+        if args.safety in (None, "operator") else None)
+    return spec, model, served, features, units, step, resources, safety
+
+
+@dataclass
+class _OwnedHistory:
+    """The history pulled, as traces whose executions know their workload and requests."""
+    result: object            # ai4dl.sources.prometheus_history.HistoryResult
+    selector: str
+    traces: object            # TraceSet
+    refs: list
+    owner_of: dict
+    from_ksm: int
+    requested: dict
+
+
+def _owned_history(args: argparse.Namespace, features, units, step: float, since_s: float,
+                   log: RunLog) -> _OwnedHistory:
+    """The last ``--since`` of history from Prometheus, each execution given its workload (the
+    pod's top controller and the container: what a served start learns from) and its
+    container's requests."""
+    from ai4dl.sources import workloads as owners_src
+    from ai4dl.sources.prometheus import PrometheusSource
+    from ai4dl.sources.prometheus_types import PodRef
+    from ai4dl.method.traces import TraceSet
+
     now = time.time()
     start = now - since_s
     result, selector, hist = read_history(args, features, units, step, start, now, log,
@@ -193,10 +241,15 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
          f"their names; requests known for {len(requested)} of {len(refs)} containers")
     traces = TraceSet(result.executions,
                       source=f"prometheus {args.prometheus} {{{selector}}} last {args.since}")
-    if not getattr(args, "workload_by", None):
-        kw["workload_by"] = "workload"
-    cfg = EvaluationConfig(resources=tuple(resources), safety=safety,
-                           **{**kw, "test_fraction": 0.0})
+    return _OwnedHistory(result, selector, traces, refs, owner_of, from_ksm, requested)
+
+
+def _replayed(args: argparse.Namespace, traces, cfg, served, model, model_params) -> tuple:
+    """(the result, its report context, the policy shown per workload): the PhaseModel as
+    served, or every policy cross-fitted over ``--folds``."""
+    from ai4dl.evaluation import report
+    from ai4dl.evaluation.evaluate import run_cross_fitted, run_served
+
     on_stage = (lambda msg: say(args, msg))
     if served is not None:
         level = served.cold_start
@@ -207,27 +260,34 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
         ctx = report.RunContext(traces.source, 0, 0, len(traces), len(traces.groups()), False,
                                 f"PhaseModel {args.phasemodel} ({served.summary()})",
                                 getattr(model, "n_phases_", None))
-        shown = "phasemodel"
-    else:
-        try:
-            res = run_cross_fitted(traces, cfg, args.folds, model_params or None,
-                                   on_stage=on_stage)
-        except ValueError as err:
-            raise Ai4dlError(str(err).splitlines()[0]) from None
-        ctx = report.RunContext(traces.source, res.n_train, 0, len(traces),
-                                len(traces.groups()), False,
-                                f"fitted per fold on the other {args.folds - 1} fold(s)",
-                                getattr(res.model, "n_phases_", None), folds=args.folds)
-        shown = "auto" if "auto" in res.scores else next(
-            p for p in report.policy_order(list(res.scores)) if p != "oracle")
-    rows, total = wr.rows_for(res, traces, owner_of)
+        return res, ctx, "phasemodel"
+    try:
+        res = run_cross_fitted(traces, cfg, args.folds, model_params or None,
+                               on_stage=on_stage)
+    except ValueError as err:
+        raise Ai4dlError(str(err).splitlines()[0]) from None
+    ctx = report.RunContext(traces.source, res.n_train, 0, len(traces),
+                            len(traces.groups()), False,
+                            f"fitted per fold on the other {args.folds - 1} fold(s)",
+                            getattr(res.model, "n_phases_", None), folds=args.folds)
+    shown = "auto" if "auto" in res.scores else next(
+        p for p in report.policy_order(list(res.scores)) if p != "oracle")
+    return res, ctx, shown
+
+
+def _rendered(args: argparse.Namespace, res, ctx, shown: str, rows, total,
+              history: _OwnedHistory, model_params) -> tuple[str, str, dict | None]:
+    """(what the terminal shows, the markdown file, the JSON document or None)."""
+    from ai4dl.evaluation import report, report_json
+    from ai4dl.evaluation import workload_report as wr
+
     names = [p for p in report.policy_order(list(res.scores))]
     data = res.data
     top = max(res.config.targets)
-    intro = (f"{len(rows)} workloads, {len(refs)} containers, {total.hours:,.0f} container-hours "
-             f"scored. Per workload: the mean request, usage and allocation of **{shown}** "
-             f"(fitted policies at {100 * top:g} %), its own fulfilment and windows short "
-             f"(cpu / memory), and the saving against the requests.")
+    intro = (f"{len(rows)} workloads, {len(history.refs)} containers, {total.hours:,.0f} "
+             f"container-hours scored. Per workload: the mean request, usage and allocation of "
+             f"**{shown}** (fitted policies at {100 * top:g} %), its own fulfilment and windows "
+             f"short (cpu / memory), and the saving against the requests.")
     workload_md = wr.workload_table(rows, total, shown, data.resources, data.units)
     totals_md = ("Every policy in total, at its own allocation (the matched-fulfilment tables "
                  "above compare them at equal fulfilment):\n\n"
@@ -239,36 +299,42 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     full = "\n\n".join([base.rstrip(), intro, workload_md, totals_md]) + "\n"
     doc = None
     if args.json:
+        result = history.result
         doc = report_json.to_json(res, ctx, None, model_params)
         doc["workloads"] = {"shown_policy": shown, "fitted_target": top,
-                            "owners_from_kube_state_metrics": from_ksm,
-                            "containers_with_requests": len(requested),
+                            "owners_from_kube_state_metrics": history.from_ksm,
+                            "containers_with_requests": len(history.requested),
                             "rows": [wr.row_dict(r) for r in rows],
                             "total": wr.row_dict(total)}
-        doc["history"] = {"prometheus": args.prometheus, "selector": selector,
+        doc["history"] = {"prometheus": args.prometheus, "selector": history.selector,
                           "since": args.since, "containers": result.pods,
                           "queries": result.queries, "seconds": round(result.seconds, 3),
                           "samples": result.samples}
-    # Everything is computed: now write (each file whole or not at all).
+    return terminal, full, doc
+
+
+def _write_outputs(args: argparse.Namespace, full: str, doc: dict | None, res, rows,
+                   shown: str) -> list[Path]:
+    """The markdown, the JSON and the figures asked for, each file whole or not at all."""
+    from ai4dl.io.writers import save_figure, write_text_atomic
+
     written: list[Path] = []
     if args.markdown:
         write_text_atomic(Path(args.markdown), full)
         written.append(Path(args.markdown))
     if doc is not None:
         write_text_atomic(Path(args.json),
-                      json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n")
+                          json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n")
         written.append(Path(args.json))
     if args.plots:
         from ai4dl.evaluation.plots import workloads_figure, write_evaluation_plots
         import matplotlib.pyplot as plt
 
+        data = res.data
         written += write_evaluation_plots(res, args.plots, args.plot_executions)
         fig = workloads_figure(rows, shown, data.resources, data.units, args.top)
         path = Path(args.plots) / "workloads.png"
         save_figure(fig, path)
         plt.close(fig)
         written.append(path)
-    sys.stdout.write(terminal)
-    if written:
-        say(args, "wrote " + ", ".join(str(p) for p in written))
-    return 0
+    return written

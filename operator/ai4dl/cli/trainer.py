@@ -15,6 +15,7 @@ import sys
 import time
 from typing import NamedTuple
 
+from ai4dl import trainer as T
 from ai4dl.crd import OPT_IN_LABEL
 from ai4dl.errors import Ai4dlError
 
@@ -345,25 +346,55 @@ def _traces(args, spec, log: RunLog):
 
 
 def train_phasemodel(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from ai4dl import trainer as T
-    from ai4dl.cli.common import _model_from_args, fit_with_progress
-    from ai4dl.crd import PhaseModelSpec, parse_duration
+    """``ai4dl train --phasemodel``: pull the PhaseModel's history, fit a candidate, choose
+    the policy it serves, score it against the current model on the held-out executions and
+    apply it when it is not worse (the decision in the status either way)."""
+    from ai4dl.cli.common import fit_with_progress, model_from_args
+    from ai4dl.crd import parse_duration
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
-    from ai4dl.method.model import PhaseModel, validation_message
-    from ai4dl.serving import window_samples
     from ai4dl.method.traces import TraceSet
 
     _check_flags(args)
     log = RunLog(args.log_format, args.quiet)
-    candidate = _model_from_args(args)          # flag errors before any I/O
+    candidate = model_from_args(args)           # flag errors before any I/O
     ns, name = parse_ref(args.phasemodel)
     try:
         since_s = parse_duration(args.since)
     except ValueError as err:
         raise Ai4dlError(f"--since: {err}") from None
     kube = PhaseModels(api_client(args.kubeconfig))
+    resource, spec = _phasemodel_spec(args, kube, ns, name)
+    now = time.time()
+    if args.if_due and not _due(resource, now, log):
+        return 0
+    executions, source, train, held = _training_data(args, spec, since_s, now, log, kube,
+                                                     ns, name)
+    log.info("fit-start", f"fitting on {len(train)} executions, {len(held)} held out for "
+             f"scoring", executions=len(train), heldOut=len(held))
+    fit_with_progress(candidate, TraceSet(train), quiet=log.json or args.quiet)
+    choice, objectives = _served_choice(candidate, train, spec, log)
+    record, decision = _decided(args, candidate, held, spec, source, len(train), choice,
+                                objectives, log)
+    if decision.replaces_model:
+        _apply_model(kube, ns, name, candidate, spec, log)
+    kube.apply_status(T.status_apply(ns, name, record))
+    if args.prometheus and args.state_key_file:
+        fill_profiles(args, spec, executions, tuple(choice.resources), kube, ns, name, now, log)
+    log.info(decision.decision, f"PhaseModel {ns}/{name}: {decision.decision}: "
+             f"{decision.reason}", decision=decision.decision)
+    if decision.decision == "rejected" and args.fail_on_reject:
+        return EXIT_REJECTED
+    return 0
+
+
+def _phasemodel_spec(args: argparse.Namespace, kube, ns: str, name: str) -> tuple:
+    """(the PhaseModel resource or None, its spec): refused in one line when it is missing
+    (without ``--create``) or invalid."""
+    from pydantic import ValidationError
+
+    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.method.model import validation_message
+
     resource = kube.get(ns, name)
     if resource is None and not args.create:
         raise Ai4dlError(f"PhaseModel {ns}/{name} not found (create it first, or pass --create "
@@ -374,13 +405,23 @@ def train_phasemodel(args: argparse.Namespace) -> int:
         raise Ai4dlError(f"PhaseModel {ns}/{name}: "
                          f"{validation_message(err).replace('invalid phase model: ', '')}") \
             from None
-    now = time.time()
-    if args.if_due:
-        due, why = (True, "the PhaseModel does not exist yet") if resource is None else \
-            T.refit_due(resource, now)
-        log.info("due" if due else "not-due", why, due=due)
-        if not due:
-            return 0
+    return resource, spec
+
+
+def _due(resource: dict | None, now: float, log: RunLog) -> bool:
+    """``--if-due``: whether the PhaseModel is due a refit (said in the log either way)."""
+    due, why = (True, "the PhaseModel does not exist yet") if resource is None else \
+        T.refit_due(resource, now)
+    log.info("due" if due else "not-due", why, due=due)
+    return due
+
+
+def _training_data(args: argparse.Namespace, spec, since_s: float, now: float, log: RunLog,
+                   kube, ns: str, name: str) -> tuple:
+    """(every execution, where they came from, the training ones, the held-out ones), checked
+    against the PhaseModel's window and, from Prometheus, for levels in the wrong unit."""
+    from ai4dl.method.traces import TraceSet
+    from ai4dl.serving import window_samples
 
     executions, source = (_pull(args, spec, since_s, now, log, kube.core) if args.prometheus
                           else _traces(args, spec, log))
@@ -396,10 +437,11 @@ def train_phasemodel(args: argparse.Namespace) -> int:
         from ai4dl.method.plausibility import check_queried_levels
 
         check_queried_levels(TraceSet(executions), f"PhaseModel {ns}/{name}'s queries")
-    log.info("fit-start", f"fitting on {len(train)} executions, {len(held)} held out for "
-             f"scoring", executions=len(train), heldOut=len(held))
-    fit_with_progress(candidate, TraceSet(train), quiet=log.json or args.quiet)
-    rep = candidate.fit_report_
+    return executions, source, train, held
+
+
+def _served_choice(candidate, train, spec, log: RunLog) -> tuple:
+    """(``auto``'s choice for the fitted candidate, its objectives' status), logged."""
     try:
         choice = T.choose_served_policy(candidate, train, spec)
     except ValueError as err:
@@ -408,6 +450,16 @@ def train_phasemodel(args: argparse.Namespace) -> int:
     note = spec.policy.objective_note()
     log.info("policy", f"auto: {choice.reason}" + (f" ({note})" if note else ""),
              served=dict(zip(choice.resources, choice.winners)), objectives=objectives)
+    return choice, objectives
+
+
+def _decided(args: argparse.Namespace, candidate, held, spec, source: str, n_train: int,
+             choice, objectives, log: RunLog) -> tuple:
+    """The candidate and the current model scored on the held-out executions, the decision,
+    and the training record for the status (logged)."""
+    from ai4dl.method.model import PhaseModel
+
+    rep = candidate.fit_report_
     try:
         cand_score = T.score_model(candidate, held, spec)
     except ValueError as err:
@@ -424,7 +476,7 @@ def train_phasemodel(args: argparse.Namespace) -> int:
                         args.tolerance, args.force, problem)
     record = T.TrainingRecord(
         decision=decision.decision, reason=decision.reason, trained_at=_now_iso(),
-        source=source, executions=len(train), samples=rep.n_samples,
+        source=source, executions=n_train, samples=rep.n_samples,
         held_out_executions=cand_score.executions, fit_seconds=candidate.fit_seconds_,
         reconstruction_error=rep.reconstruction_error, silhouette=rep.silhouette,
         novelty_rate=rep.novelty_rate, phases=candidate.n_phases_,
@@ -436,24 +488,20 @@ def train_phasemodel(args: argparse.Namespace) -> int:
              f"{rep.reconstruction_error:.4f}, {candidate.fit_seconds_:.1f} s; score "
              f"{cand_score}; current {cur_score if cur_score else problem or 'none'}",
              **record.to_status())
-    if decision.replaces_model:
-        doc = json.loads(candidate.to_document().model_dump_json(by_alias=True,
-                                                                 exclude_none=True))
-        try:
-            plan = T.model_apply(ns, name, doc, spec.model)
-        except ValueError as err:
-            raise Ai4dlError(str(err)) from None
-        if plan.warning:
-            log.warning("previous-not-kept", plan.warning)
-        kube.apply_spec(plan.body)          # model + previousModel in one apply
-    kube.apply_status(T.status_apply(ns, name, record))
-    if args.prometheus and args.state_key_file:
-        fill_profiles(args, spec, executions, tuple(choice.resources), kube, ns, name, now, log)
-    log.info(decision.decision, f"PhaseModel {ns}/{name}: {decision.decision}: "
-             f"{decision.reason}", decision=decision.decision)
-    if decision.decision == "rejected" and args.fail_on_reject:
-        return EXIT_REJECTED
-    return 0
+    return record, decision
+
+
+def _apply_model(kube, ns: str, name: str, candidate, spec, log: RunLog) -> None:
+    """The candidate's document applied as spec.model, the current one kept as
+    spec.previousModel, in one apply."""
+    doc = json.loads(candidate.to_document().model_dump_json(by_alias=True, exclude_none=True))
+    try:
+        plan = T.model_apply(ns, name, doc, spec.model)
+    except ValueError as err:
+        raise Ai4dlError(str(err)) from None
+    if plan.warning:
+        log.warning("previous-not-kept", plan.warning)
+    kube.apply_spec(plan.body)              # model + previousModel in one apply
 
 
 def fill_profiles(args, spec, executions, resources: tuple[str, ...], kube, ns: str, name: str,
@@ -464,7 +512,6 @@ def fill_profiles(args, spec, executions, resources: tuple[str, ...], kube, ns: 
     operator already reported counted once. A failure is a warning: the model is written."""
     from kubernetes.client.exceptions import ApiException
 
-    from ai4dl import trainer as T
     from ai4dl.controller.podstate import StateKey
     from ai4dl.controller.profiles import ProfileStore
     from ai4dl.kube.workload import owner_workload
@@ -510,7 +557,7 @@ def fill_profiles(args, spec, executions, resources: tuple[str, ...], kube, ns: 
 
 # ----------------------------------------------------------------------------- rollback
 def rollback(args: argparse.Namespace) -> int:
-    from ai4dl import trainer as T
+    """``ai4dl rollback``: the PhaseModel's previous model back in spec.model."""
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
 
     log = RunLog(args.log_format, args.quiet)
