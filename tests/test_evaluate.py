@@ -222,8 +222,8 @@ class TestScoreDetails:
         # the rule: cheaper than adaptive-max with no more windows short
         other = self._score(False)
         other["adaptive-max"] = other["p"]
-        assert wins_over(other, "p", 0, 0.95) is False                      # equal cost
-        assert wins_over(other, "nope", 0, 0.95) is None
+        assert wins_over(other, "p", 0, 0.95, "adaptive-max") is False     # equal cost
+        assert wins_over(other, "nope", 0, 0.95, "adaptive-max") is None
 
     def test_an_idle_resource_has_no_static_peak_ratio(self):
         # an execution that never used a resource: its static peak is 0 (no division by zero,

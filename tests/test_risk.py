@@ -72,10 +72,10 @@ def test_wins_at_risk_is_cheaper_at_the_matched_share():
     # a constant multiple is the same policy at a matched share: not cheaper
     assert sc["double"][1].vs_oracle_risk_at[0.01] == pytest.approx(
         sc["adaptive-max"][1].vs_oracle_risk_at[0.01])
-    assert wins_at_risk(sc, "double", 1, 0.01) is False
+    assert wins_at_risk(sc, "double", 1, 0.01, "adaptive-max") is False
     # the known ceiling 2 beats chasing a uniform(1, 2) series window by window at 1 %
-    assert wins_at_risk(sc, "flat", 1, 0.01) is True
-    assert wins_at_risk(sc, "missing", 1, 0.01) is None
+    assert wins_at_risk(sc, "flat", 1, 0.01, "adaptive-max") is True
+    assert wins_at_risk(sc, "missing", 1, 0.01, "adaptive-max") is None
 
 
 def _bursty(n_exec, seed, n=400, window=10):

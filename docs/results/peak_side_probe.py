@@ -37,7 +37,7 @@ import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from verdict_stats import mean_se
-from ai4dl.judge import _per_sample, _scored_mask, served_risk_match
+from ai4dl.judge import per_sample_allocation, scored_mask, served_risk_match
 from ai4dl.policy.peak_states import RATIO_EDGES
 from ai4dl.rules.safety import SafetyConfig
 
@@ -70,7 +70,7 @@ def sample_kinds(data, window: int, j: int) -> list[tuple[np.ndarray, np.ndarray
     for u in data.usage:
         n = len(u)
         kind = np.repeat(window_kinds(u[:, j], window), window)[:n]
-        out.append((_scored_mask(n, window, False), kind))
+        out.append((scored_mask(n, window, False), kind))
     return out
 
 
@@ -79,7 +79,7 @@ def split_cost(kinds, rows: list[np.ndarray], window: int, j: int) -> np.ndarray
     (windows, R) array per execution) over the scored samples (``kinds``: :func:`sample_kinds`)."""
     out = np.zeros(len(KINDS))
     for (mask, kind), r in zip(kinds, rows):
-        alloc = _per_sample(r, len(kind), window)[:, j]
+        alloc = per_sample_allocation(r, len(kind), window)[:, j]
         out += np.bincount(kind[mask], weights=alloc[mask], minlength=len(KINDS))
     return out
 

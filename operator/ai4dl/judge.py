@@ -295,11 +295,14 @@ class ResourceScore:
     vs_oracle_floor_at: dict = field(default_factory=dict)     # s -> allocation ÷ oracle at it
 
 
-def _per_sample(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
+def per_sample_allocation(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
+    """(n, R): each window's allocation row repeated over its samples."""
     return np.repeat(alloc_windows, window, axis=0)[:n]
 
 
-def _scored_mask(n: int, window: int, include_cold_start: bool) -> np.ndarray:
+def scored_mask(n: int, window: int, include_cold_start: bool) -> np.ndarray:
+    """(n,): the samples an execution is scored on (its first window only when the start
+    counts)."""
     mask = np.ones(n, bool)
     if not include_cold_start:
         mask[:window] = False
@@ -417,7 +420,7 @@ class _Scoring:
         self.hours = data.step / 3600.0
         self.scales = [resource_unit_scale(u)[0] for u in data.units]
         self.first = first = 0 if include_cold_start else 1
-        self.masks = masks = [_scored_mask(len(data.usage[i]), window, include_cold_start)
+        self.masks = masks = [scored_mask(len(data.usage[i]), window, include_cold_start)
                               for i in idx]
         self.usage = (np.concatenate([data.usage[i][m] for i, m in zip(idx, masks)]) if idx
                       else np.empty((0, len(self.scales))))
@@ -435,7 +438,7 @@ class _Scoring:
         """The replay's allocation at every scored sample, (N, R)."""
         if not self.idx:
             return self.usage
-        return np.concatenate([_per_sample(rep.allocations[i], len(self.data.usage[i]),
+        return np.concatenate([per_sample_allocation(rep.allocations[i], len(self.data.usage[i]),
                                            self.window)[m]
                                for i, m in zip(self.idx, self.masks)])
 
@@ -448,7 +451,8 @@ class _Scoring:
 
     def _samples_of(self, rows, j: int) -> np.ndarray:
         """Resource j's allocation at the scored samples, from one row array per execution."""
-        return np.concatenate([_per_sample(r, len(self.data.usage[i]), self.window)[m][:, j]
+        return np.concatenate([per_sample_allocation(r, len(self.data.usage[i]),
+                                                     self.window)[m][:, j]
                                for r, i, m in zip(rows, self.idx, self.masks)])
 
     def raw(self, rep: Replay, A: np.ndarray, WA: np.ndarray, j: int,
@@ -599,7 +603,7 @@ def served_matches(data: ReplayInput, own: dict[str, Replay], window: int,
 
 
 def wins_over(scores: dict[str, list[ResourceScore]], name: str, j: int, target: float,
-              baseline: str = "adaptive-max") -> bool | None:
+              baseline: str) -> bool | None:
     """The rule of ../shared/docs/evaluation.md: ``name`` wins on resource ``j`` at ``target``
     when it is cheaper than ``baseline`` (allocation ÷ oracle at the matched margin) and has no
     more windows with a shortfall there. None when either was not scored or cannot reach it."""
@@ -613,7 +617,7 @@ def wins_over(scores: dict[str, list[ResourceScore]], name: str, j: int, target:
 
 
 def wins_at_risk(scores: dict[str, list[ResourceScore]], name: str, j: int, share: float,
-                 baseline: str = "adaptive-max") -> bool | None:
+                 baseline: str) -> bool | None:
     """Judged by risk: ``name`` wins on resource ``j`` at ``share`` of windows at risk when it
     is cheaper than ``baseline`` there (both have, by construction, the same windows at risk).
     None when either was not scored or cannot reach it."""

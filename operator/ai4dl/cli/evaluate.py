@@ -136,7 +136,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_evaluate_args(p: argparse.ArgumentParser) -> None:
+def add_evaluate_args(p: argparse.ArgumentParser) -> None:
     """The evaluate command's options: traces, replay, evaluation, policy parameters, model
     and output."""
     from ai4dl.cli.replay import add_replay_args

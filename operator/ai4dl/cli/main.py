@@ -21,7 +21,7 @@ import numpy as np
 
 from ai4dl.cli.common import (model_from_args, add_trace_args, fit_with_progress,
                               load_from_args, output_file, output_folder, say)
-from ai4dl.cli.evaluate import _add_evaluate_args, cmd_evaluate
+from ai4dl.cli.evaluate import add_evaluate_args, cmd_evaluate
 from ai4dl import __version__
 from ai4dl.errors import Ai4dlError, one_line
 from ai4dl.io.writers import atomic_output, figure_folder, save_figure, write_text_atomic
@@ -498,7 +498,7 @@ def _add_evaluate_parser(sub) -> None:
     """``ai4dl evaluate``: replay traces through provisioning policies."""
     p = sub.add_parser("evaluate", help="replay traces through provisioning policies and score "
                        "them (allocation ÷ oracle at matched fulfilment)")
-    _add_evaluate_args(p)
+    add_evaluate_args(p)
     p.set_defaults(func=cmd_evaluate)
 
 

@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationResult
-from ai4dl.judge import _per_sample, _scored_mask, resource_unit_scale
+from ai4dl.judge import per_sample_allocation, scored_mask, resource_unit_scale
 from ai4dl.kube.workload import CRON_JOB_NAME, SAFE_ALPHABET
 
 # Name suffixes Kubernetes generates (k8s.io/apimachinery rand.SafeEncodeString's alphabet).
@@ -168,14 +168,14 @@ def workload_rows(result: EvaluationResult, owners: Sequence[Owner],
     covered = {name: np.zeros((N, R)) for name in replays}
     short = {name: np.zeros((N, R)) for name in replays}
     for i, u in enumerate(data.usage):
-        m = _scored_mask(len(u), W, cfg.include_cold_start)
+        m = scored_mask(len(u), W, cfg.include_cold_start)
         us = u[m]
         wmax = np.maximum.reduceat(u, np.arange(0, len(u), W), axis=0)[first:] if len(u) \
             else np.empty((0, R))
         n[i], usage[i], windows[i] = len(us), us.sum(0), len(wmax)
         for name, rep in replays.items():
             a = rep.allocations[i]
-            per_sample = _per_sample(a, len(u), W)[m]
+            per_sample = per_sample_allocation(a, len(u), W)[m]
             alloc[name][i] = per_sample.sum(0)
             covered[name][i] = (us <= per_sample).sum(0)
             short[name][i] = (wmax > a[first: first + len(wmax)]).sum(0)

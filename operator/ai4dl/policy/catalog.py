@@ -4,8 +4,9 @@ figures and the reports take their lists from. Importing this module declares ev
 policy (their modules, imported below); a plug-in declares its own with
 :func:`ai4dl.policy.registry.declare` and is listed from then on.
 
-``auto`` is declared here: it is the catalogue's own chooser (:func:`ai4dl.policy.auto.choose_policy`
-picks among :func:`candidates` per resource), not a policy of one module.
+``auto`` is declared here: it is the catalogue's own chooser
+(:func:`ai4dl.policy.auto.choose_policy` picks among :func:`candidates` per resource), not a
+policy of one module.
 """
 
 from __future__ import annotations

@@ -456,5 +456,6 @@ declare(Declared(
     summary="a multiplier per phase and burstiness bin, fitted for the target"))
 declare(Declared(
     BURST_HEADROOM, "fitted", rank=60, build=_fit_table(BURST_HEADROOM), table=_STORED,
-    uses_training=True, fitted_per_target=True, fitted_for="objective", crd=True, candidate=3, colour="tab:olive",
+    uses_training=True, fitted_per_target=True, fitted_for="objective", crd=True, candidate=3,
+    colour="tab:olive",
     summary="a multiplier per burstiness bin (phase-blind), fitted for the target"))

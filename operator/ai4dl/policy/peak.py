@@ -455,6 +455,7 @@ def _fit_peak_risk(inputs: FitInputs) -> PeakRiskPolicy:
 declare(Declared(
     PEAK_RISK, "fitted", rank=70, build=_fit_peak_risk,
     table=StoredTable("riskTables", "risk_tables_", from_table), needs_phases=True,
-    phase_optional=True, uses_training=True, fitted_per_target=True, fitted_for="risk", crd=True, candidate=7, colour="black", figures=("risk",),
+    phase_optional=True, uses_training=True, fitted_per_target=True, fitted_for="risk",
+    crd=True, candidate=7, colour="black", figures=("risk",),
     summary="the running maximum times a multiplier per state, fitted for a share of windows "
             "at risk"))

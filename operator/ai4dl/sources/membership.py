@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 
 from ai4dl.crd import OPT_IN_LABEL, LabelSelector
 from ai4dl.errors import Ai4dlError
-from ai4dl.sources.prometheus import PrometheusSource, _alternation
+from ai4dl.sources.prometheus import PrometheusSource, alternation
 from ai4dl.sources.prometheus_types import PodRef
 
 KSM_METRIC = "kube_pod_labels"
@@ -73,7 +73,7 @@ def from_kube_state_metrics(source: PrometheusSource, selector: LabelSelector,
     was at any time (it was then sized by the operator)."""
     if not namespaces:
         return Membership(source="kube-state-metrics")
-    matcher = f"{KSM_METRIC}{{namespace=~{_alternation(namespaces)}}}"
+    matcher = f"{KSM_METRIC}{{namespace=~{alternation(namespaces)}}}"
     rows = source.series([matcher], start, end)
     opt_in = ksm_label(OPT_IN_LABEL)
     if not any(opt_in in r for r in rows):

@@ -101,7 +101,8 @@ def _promql_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _alternation(values: Iterable[str]) -> str:
+def alternation(values: Iterable[str]) -> str:
+    """A PromQL regex string matching exactly ``values`` (each a literal), sorted."""
     return _promql_string("|".join(_re_literal(v) for v in sorted(set(values))))
 
 
@@ -112,11 +113,11 @@ def pod_selector(pods: Sequence[PodRef]) -> str:
     namespaces = {p.namespace for p in pods}
     if len(namespaces) == 1:
         return (f"namespace={_promql_string(next(iter(namespaces)))},"
-                f"pod=~{_alternation(p.pod for p in pods)},"
-                f"container=~{_alternation(p.container for p in pods)}")
-    return (f"namespace=~{_alternation(p.namespace for p in pods)},"
-            f"pod=~{_alternation(p.pod for p in pods)},"
-            f"container=~{_alternation(p.container for p in pods)}")
+                f"pod=~{alternation(p.pod for p in pods)},"
+                f"container=~{alternation(p.container for p in pods)}")
+    return (f"namespace=~{alternation(p.namespace for p in pods)},"
+            f"pod=~{alternation(p.pod for p in pods)},"
+            f"container=~{alternation(p.container for p in pods)}")
 
 
 def _seconds(t, what: str) -> float:

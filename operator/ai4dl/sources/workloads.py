@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ai4dl.sources.prometheus import PrometheusSource, _alternation
+from ai4dl.sources.prometheus import PrometheusSource, alternation
 from ai4dl.sources.prometheus_types import PodRef
 from ai4dl.evaluation.workload_report import Owner, owner_from_name, resolve_owners
 
@@ -57,7 +57,7 @@ def owners(source: PrometheusSource, refs: Iterable[PodRef], start: float, end: 
     namespaces = sorted({r.namespace for r in refs})
     if not namespaces:
         return {}, 0
-    alt = _alternation(namespaces)
+    alt = alternation(namespaces)
     found = _owners_of(source, POD_OWNER, "pod", alt, start, end)
     rs = _owners_of(source, REPLICASET_OWNER, "replicaset", alt, start, end) \
         if any(k == "ReplicaSet" for k, _ in found.values()) else {}
@@ -91,7 +91,7 @@ def requests(source: PrometheusSource, refs: Sequence[PodRef], start: float, end
     out: dict[PodRef, dict[str, float]] = {}
     for feature, resource in REQUEST_RESOURCES.items():
         query = (f"max by (namespace, pod, container) (avg_over_time({REQUESTS}{{namespace=~"
-                 f"{_alternation(namespaces)},resource=\"{resource}\"}}[{span}s]))")
+                 f"{alternation(namespaces)},resource=\"{resource}\"}}[{span}s]))")
         for labels, value in source.instant(query, end):
             ref = PodRef(labels.get("namespace", ""), labels.get("pod", ""),
                          labels.get("container", ""))
