@@ -102,16 +102,10 @@ def test_a_toy_policy_in_one_file_is_seen_everywhere(toy, tmp_path):
     np.testing.assert_array_equal(next_allocations(served.policy, lasts, None,
                                                    [OwnHistory(1, 2)]), [[1.5, 2.0]])
     # the evaluator: --policies names it, its rows are scored
-    csv = tmp_path / "jobs.csv"
+    from ai4dl.io.writers import write_long_csv
     from ai4dl.method.synthetic import generate
 
-    traces, _ = generate(6, seed=4)
-    with open(csv, "w") as fh:
-        fh.write("execution,timestamp,cpu,memory\n")
-        for e in traces:
-            cpu, mem = e.features.index("cpu"), e.features.index("memory")
-            for t, row in zip(e.times, e.values):
-                fh.write(f"{e.name},{t:.0f},{row[cpu]:.6g},{row[mem]:.6g}\n")
+    csv = write_long_csv(generate(6, seed=4)[0], tmp_path / "jobs.csv")
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         rc = main(["evaluate", str(csv), "--policies", f"adaptive-max,{TOY}", "--window", "20"])

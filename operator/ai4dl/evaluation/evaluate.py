@@ -331,21 +331,28 @@ def _fit_per_target(cfg: EvaluationConfig, fitted_names: Sequence[str], train_da
     for name in fitted_names:
         for t in cfg.targets:
             say(f"policy {name}: fitting for {100 * t:g} % on the train side")
-            if name == catalog.AUTO:
-                choice = choose_policy(train_data, cfg.window, model, t,
-                                       holdout=cfg.auto_holdout,
-                                       phase_options=phase_options(cfg, "execution"),
-                                       safety=cfg.safety)
+            pol, choice = _fitted(cfg, name, train_data, model, t, t)
+            if choice is not None:
                 autos[t] = choice
-                pol = choice.policy
                 say(f"auto at {100 * t:g} %: {choice.reason}")
-            else:
-                pol = build_policies(dataclasses.replace(cfg, policies=(name,)), model,
-                                     train_data, t)[0]
             fitted.setdefault(name, {})[t] = pol
             per_target.setdefault(name, {})[t] = replay(data, pol, cfg.window, cfg.safety,
                                                         cfg.vpa_prewarm)
     return per_target, autos, fitted
+
+
+def _fitted(cfg: EvaluationConfig, name: str, train_data, model, target: float, objectives
+            ) -> tuple[Policy, object | None]:
+    """``name`` fitted on the train side: (the policy, ``auto``'s choice or None). ``auto`` is
+    chosen under ``objectives``; any other is fitted for ``target``."""
+    if name == catalog.AUTO:
+        choice = choose_policy(train_data, cfg.window, model, objectives,
+                               holdout=cfg.auto_holdout,
+                               phase_options=phase_options(cfg, "execution"),
+                               safety=cfg.safety)
+        return choice.policy, choice
+    return build_policies(dataclasses.replace(cfg, policies=(name,)), model, train_data,
+                          target)[0], None
 
 
 def risk_objectives(resources: Sequence[str], share: float) -> dict:
@@ -368,17 +375,11 @@ def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model,
     for name in fitted_names:
         for share in cfg.risks:
             say(f"policy {name}: fitting for {100 * share:g} % of windows at risk")
-            if name == catalog.AUTO:
-                choice = choose_policy(train_data, cfg.window, model,
-                                       risk_objectives(cfg.resources, share),
-                                       holdout=cfg.auto_holdout,
-                                       phase_options=phase_options(cfg, "execution"),
-                                       safety=cfg.safety)
+            pol, choice = _fitted(cfg, name, train_data, model, 1.0 - share,
+                                  risk_objectives(cfg.resources, share)
+                                  if name == catalog.AUTO else None)
+            if choice is not None:
                 autos[share] = choice
-                pol = choice.policy
-            else:
-                pol = build_policies(dataclasses.replace(cfg, policies=(name,)), model,
-                                     train_data, 1.0 - share)[0]
             per_risk.setdefault(name, {})[share] = replay(data, pol, cfg.window, None,
                                                           cfg.vpa_prewarm)
     return per_risk, autos
