@@ -229,6 +229,57 @@ def test_the_running_statistics_import_nothing_from_the_package(graph):
     assert "ai4dl.policy.online" not in graph["ai4dl.policy.headroom"]
 
 
+# ----------------------------------------------------------------------------- a reader's house
+#: The longest a function may be (``def`` to its last line, docstring included), and how many
+#: may be past the reading length (issue 46: split the long ones along their seams).
+LONGEST, READING_LENGTH, PAST_READING_LENGTH = 120, 80, 5
+
+
+def _functions(root: Path):
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield path.relative_to(root), node
+
+
+def test_functions_a_reader_can_hold():
+    lengths = {f"{p}:{n.lineno} {n.name}": n.end_lineno - n.lineno + 1
+               for p, n in _functions(OPERATOR / "ai4dl")}
+    assert len(lengths) > 500                       # the walk found the package's functions
+    too_long = {k: v for k, v in lengths.items() if v >= LONGEST}
+    assert not too_long, too_long
+    long_ = {k: v for k, v in lengths.items() if v >= READING_LENGTH}
+    assert len(long_) <= PAST_READING_LENGTH, long_
+
+
+def test_no_private_name_is_imported_from_another_module():
+    found = []
+    for path in sorted((OPERATOR / "ai4dl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ai4dl"):
+                found += [f"{path.relative_to(OPERATOR)}: {node.module}.{a.name}"
+                          for a in node.names if a.name.startswith("_")
+                          and not a.name.startswith("__")]
+    assert not found, found
+
+
+def test_a_policy_name_is_written_in_at_most_two_package_files():
+    # a policy declares itself once (ai4dl.policy.registry); every list reads the catalogue.
+    # Not counted: "auto" and "phase", which are also ordinary words of the package (--phases
+    # auto, a feature's phase), and "oracle", the yardstick every table is keyed by.
+    from ai4dl.policy import catalog
+
+    names = [n for n in catalog.names() if n not in ("auto", "phase", "oracle")]
+    assert "peak-risk" in names and "adaptive-max" in names
+    files: dict[str, set[str]] = {n: set() for n in names}
+    for path in sorted((OPERATOR / "ai4dl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in files:
+                files[node.value].add(str(path.relative_to(OPERATOR)))
+    assert all(len(f) <= 2 for f in files.values()), {n: sorted(f) for n, f in files.items()
+                                                       if len(f) > 2}
+
+
 # ----------------------------------------------------------------------------- the helpers
 def _package(root: Path, files: dict[str, str]) -> dict[str, set[str]]:
     for rel, text in files.items():
