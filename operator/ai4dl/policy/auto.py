@@ -45,7 +45,7 @@ from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.rules.objectives import Objective, resolve
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import Calibrated, Oracle, PerResource
-from ai4dl.policy.registry import FitInputs
+from ai4dl.policy.registry import FitInputs, lookup
 
 #: ``servable``'s default: what the catalogue serves (ai4dl.policy.catalog.servable).
 DECLARED = "declared"
@@ -141,10 +141,8 @@ def build_candidate(name: str, train, window: int, model=None, target: float = D
 def _fitted_for(name: str) -> str | None:
     """What ``auto`` fits candidate ``name`` for (ai4dl.policy.registry.Declared.fitted_for;
     None for a name not declared: a caller's own replay)."""
-    try:
-        return catalog.entry(name).fitted_for
-    except ValueError:
-        return None
+    e = lookup(name)
+    return None if e is None else e.fitted_for
 
 
 def pick_winner(scores: dict, candidates: Sequence[str], j: int, target: float,

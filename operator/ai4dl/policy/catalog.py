@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ai4dl.policy import headroom, krr, peak, policies
-from ai4dl.policy.registry import Declared, FitInputs, declare, declared_entries
+from ai4dl.policy.registry import Declared, FitInputs, declare, declared_entries, lookup
 
 #: The modules whose import declares the built-in policies (besides ``auto``, below).
 BUILT_IN = (policies, headroom, peak, krr)
@@ -34,10 +34,10 @@ declare(Declared(
 
 def entry(name: str) -> Declared:
     """The declaration of ``name``; ValueError (one line, naming the known ones) otherwise."""
-    for e in declared_entries():
-        if e.name == name:
-            return e
-    raise ValueError(f"unknown policy {name!r} (known: {', '.join(names())})")
+    e = lookup(name)
+    if e is None:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(names())})")
+    return e
 
 
 def names(*, figure: str | None = None, **attributes) -> tuple[str, ...]:
@@ -87,10 +87,7 @@ def serve(name: str, model, resources: Sequence[str], window: int,
           options: dict | None = None):
     """Policy ``name`` as served from a PhaseModel's model document (``model``: the fitted
     PhaseModel, None before one exists). ValueError (one line) when it cannot be served."""
-    try:
-        e = entry(name)
-    except ValueError:
-        e = None
+    e = lookup(name)
     if e is None or not e.servable:
         raise ValueError(f"policy {name!r} cannot be served")
     if e.kind != "baseline" and model is None:
@@ -127,10 +124,7 @@ def choice_problem(doc) -> str | None:
     if choice is None:
         return None
     for res, w in zip(choice.resources, choice.winners):
-        try:
-            e = entry(w)
-        except ValueError:
-            e = None
+        e = lookup(w)
         if e is None or not e.servable:
             return (f"policyChoice: {res} is served by {w!r}, which no policy serves "
                     f"(servable: {', '.join(servable())})")

@@ -438,7 +438,7 @@ def _fit_table(name: str):
         train, model = inputs.train, inputs.model
         if train is None:
             raise ValueError(f"policy {name!r} is fitted on training executions")
-        idx = list(range(len(train.usage))) if inputs.only is None else list(inputs.only)
+        idx = inputs.indices
         use_phase = name == PHASE_HEADROOM
         if use_phase and (model is None or any(train.phases[i] is None for i in idx)):
             raise ValueError(f"{name} needs a phase model and the phase of every sample")

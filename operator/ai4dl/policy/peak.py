@@ -443,7 +443,7 @@ def _fit_peak_risk(inputs: FitInputs) -> PeakRiskPolicy:
     train, model = inputs.train, inputs.model
     if train is None:
         raise ValueError(f"policy {PEAK_RISK!r} is fitted on training executions")
-    idx = list(range(len(train.usage))) if inputs.only is None else list(inputs.only)
+    idx = inputs.indices
     use_phase = model is not None and all(train.phases[i] is not None for i in idx)
     groups = [train.groups[i] for i in idx] if train.groups else None
     return PeakRiskPolicy(max_risk=1.0 - inputs.target, use_phase=use_phase).fit(

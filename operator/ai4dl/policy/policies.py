@@ -606,7 +606,7 @@ def _fit_vpa(inputs: FitInputs) -> VpaPolicy:
     if train is None:
         units, pooled = ("",) * len(resources), np.ones((1, len(resources)))
     else:
-        idx = list(range(len(train.usage))) if inputs.only is None else list(inputs.only)
+        idx = inputs.indices
         units = tuple(train.units)
         pooled = (np.concatenate([train.usage[i] for i in idx]) if idx else
                   np.ones((1, len(resources))))

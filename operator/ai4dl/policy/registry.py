@@ -34,6 +34,11 @@ class FitInputs:
     only: Sequence[int] | None = None   # the training executions fitted on (None: all)
     stat_k: float | None = None         # adaptive-stat's k (None: its default)
 
+    @property
+    def indices(self) -> list[int]:
+        """The training executions fitted on: ``only``, else all of ``train``'s."""
+        return list(range(len(self.train.usage))) if self.only is None else list(self.only)
+
 
 @dataclass(frozen=True)
 class StoredTable:
@@ -88,6 +93,11 @@ def declare(entry: Declared) -> Declared:
         raise ValueError(f"policy {entry.name!r} is declared twice")
     _DECLARED[entry.name] = entry
     return entry
+
+
+def lookup(name: str) -> Declared | None:
+    """The declaration of ``name``, or None."""
+    return _DECLARED.get(name)
 
 
 def withdraw(name: str) -> None:
