@@ -63,7 +63,7 @@ def main() -> int:
 
     from kubernetes import client, config
 
-    from ai4dl.controller.admission import A_ADMISSION
+    from ai4dl.controller.pods import A_ADMISSION
     from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
     from e2e.controlplane.cluster import ControlPlane, ensure_binaries
     from e2e_fixtures_operator import Operator, free_port, install_for_operator, wait_for

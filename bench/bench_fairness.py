@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
 from ai4dl.controller.fairness import WindowScheduler, period_seconds  # noqa: E402
-from ai4dl.controller.runtime import window_start  # noqa: E402
+from ai4dl.controller.runtime_window import window_start
 from measured import refuse  # noqa: E402
 
 FLOOD_WINDOW = 4        # the smallest window the CRD allows

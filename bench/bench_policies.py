@@ -36,13 +36,14 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ai4dl.method import synthetic
-from ai4dl.evaluation.evaluate import (EvaluationConfig, build_policies, fitted_per_target,
-                                       prepare, replay, score)
+from ai4dl.evaluation.evaluate import EvaluationConfig, build_policies, fitted_per_target, prepare
+from ai4dl.judge import replay, score
 from ai4dl.method.model import PhaseModel
 from ai4dl.policy import catalog
 from ai4dl.policy.auto import choose_policy
 from ai4dl.policy.headroom import HeadroomPolicy
-from ai4dl.policy.online import OwnHistory, next_allocations
+from ai4dl.policy.online import next_allocations
+from ai4dl.policy.running import OwnHistory
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.method.traces import TraceSet
 from measured import refuse

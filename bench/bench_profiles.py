@@ -79,7 +79,7 @@ def main(argv=None) -> int:
 
     from kubernetes import client, config
 
-    from ai4dl.controller.admission import A_ADMISSION
+    from ai4dl.controller.pods import A_ADMISSION
     from ai4dl.controller.podstate import StateKey
     from ai4dl.controller.profiles import ProfileStore
     from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, VERSION

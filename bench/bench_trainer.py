@@ -62,7 +62,7 @@ def peak_rss_mib() -> float:
 def measure(url: str, hours: float, device: str, epochs: int, max_samples: int | None,
             concurrency: int) -> dict:
     from ai4dl import trainer as T
-    from ai4dl.crd import PhaseModelSpec, default_features
+    from ai4dl.crd_spec import PhaseModelSpec, default_features
     from ai4dl.method.model import PhaseModel
     from ai4dl.sources.prometheus import PrometheusSource
     from ai4dl.sources.prometheus_types import FeatureQuery

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ai4dl.method.document import SCHEMA_VERSION, to_list
+from ai4dl.method.document import to_list
+from ai4dl.method.document_bounds import SCHEMA_VERSION
 
 UNITS = {"cpu": "cores", "memory": "bytes"}
 TOP = {"cpu": 2.0, "memory": float(2 ** 31)}

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from ai4dl.controller import admission
-from ai4dl.controller.admission import (A_ADMISSION, A_ADMITTED, AdmissionTarget, admission_target,
-                                        limit_range_rules)
-from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector
+from ai4dl.controller.admission import AdmissionTarget, admission_target, limit_range_rules
+from ai4dl.controller.pods import A_ADMISSION, A_ADMITTED
+from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
+from ai4dl.crd_spec import LabelSelector
 
 GiB = 2.0 ** 30
 
@@ -318,7 +319,7 @@ def test_no_model_admits_unchanged_with_the_reason(fitted_model):
 @pytest.fixture(scope="module")
 def policy_model(fitted_model, synthetic_train):
     """The session's model with auto's choice and both head-room tables (windows of 40)."""
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 
@@ -334,7 +335,7 @@ def spec_of(model, spec: dict) -> dict:
 
 
 def test_the_learned_level_comes_from_the_models_tables(policy_model):
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.serving import served_policy
 
     doc = json.loads(policy_model.to_document().model_dump_json(by_alias=True))

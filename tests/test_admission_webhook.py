@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ai4dl.controller.admission import A_ADMISSION, A_ADMITTED
+from ai4dl.controller.pods import A_ADMISSION, A_ADMITTED
 from ai4dl.controller.podstate import peek
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from e2e_fixtures_k8s import delete_custom_objects
@@ -57,7 +57,7 @@ def chart_webhook_configuration(url: str) -> dict:
 def doc(fitted_model, synthetic_train):
     """A model document with auto's choice and the head-room tables (their first-window level)
     for windows of 40 samples (600 s at 15 s)."""
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 

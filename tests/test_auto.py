@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ai4dl.evaluation.evaluate import ReplayInput, ResourceScore
+from ai4dl.judge import ReplayInput, ResourceScore
 from ai4dl.policy import catalog
 from ai4dl.policy.auto import choose_policy, pick_winner, recent_split
 from ai4dl.policy.headroom import HeadroomPolicy

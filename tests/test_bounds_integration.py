@@ -32,7 +32,8 @@ from bounds_docs import doc, oversized
 from pydantic import ValidationError
 
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-from ai4dl.method.document import MAX_DOCUMENT_BYTES, PhaseModelDocument
+from ai4dl.method.document import PhaseModelDocument
+from ai4dl.method.document_bounds import MAX_DOCUMENT_BYTES
 from e2e.prometheus.fake import FakePrometheus
 from e2e_fixtures_k8s import create_namespace
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401

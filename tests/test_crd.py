@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ai4dl.crd import PhaseModelResource, PhaseModelSpec, crd_manifest, crd_yaml
+from ai4dl.crd import PhaseModelResource, crd_manifest, crd_yaml
+from ai4dl.crd_spec import PhaseModelSpec
 
 CRD_FILE = Path(__file__).resolve().parent.parent / "crds" / "phasemodels.ai4dl.io.yaml"
 
@@ -181,7 +182,7 @@ def test_memory_risk_printer_column_points_at_the_training_status():
 
 
 def test_training_status_round_trips_objectives_and_achieved():
-    from ai4dl.crd import TrainingStatus
+    from ai4dl.crd_status import TrainingStatus
 
     status = {"decision": "applied", "reason": "no current model",
               "trainedAt": "2026-01-01T00:00:00Z", "objectives": [
@@ -206,7 +207,7 @@ def test_training_status_round_trips_objectives_and_achieved():
 def test_training_status_refuses_objectives_that_cannot_be(bad):
     from pydantic import ValidationError
 
-    from ai4dl.crd import ObjectiveStatus
+    from ai4dl.crd_status import ObjectiveStatus
 
     with pytest.raises(ValidationError):
         ObjectiveStatus.model_validate({"resource": "memory", "kind": "risk", "value": 0.01,

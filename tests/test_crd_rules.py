@@ -11,7 +11,8 @@ import subprocess
 import pytest
 from pydantic import ValidationError
 
-from ai4dl.crd import GROUP, VERSION, PhaseModelSpec
+from ai4dl.crd import GROUP, VERSION
+from ai4dl.crd_spec import PhaseModelSpec
 from e2e_fixtures_operator import crd  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration

@@ -40,8 +40,8 @@ import pytest
 from ai4dl.controller.pods import A_PHASE
 from ai4dl.crd_profile import PROFILE_PLURAL
 from ai4dl.quantity import parse_quantity
-from ai4dl.crd import (GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION,
-                       default_features)
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from ai4dl.crd_spec import default_features
 from e2e.workloads.runner import WorkloadRunner, read_phase_log, workload_command
 from test_helm import (CHART, crd_established, free_port, helm, helm_env,  # noqa: F401
                        kubectl, mount_secrets, run, start_installed_operator,

@@ -17,17 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ai4dl.evaluation.evaluate import (
-    EvaluationConfig,
-    Replay,
-    ReplayInput,
-    matched_margin,
-    prepare,
-    replay,
-    run_evaluation,
-    score,
-    wins_over,
-)
+from ai4dl.evaluation.evaluate import EvaluationConfig, prepare, run_evaluation
+from ai4dl.judge import Replay, ReplayInput, replay, score
+from ai4dl.judge import matched_margin, wins_over
 from ai4dl.policy.policies import AdaptiveMax, AdaptiveStat, Oracle, Static
 from ai4dl.rules.safety import SafetyConfig
 from ai4dl.method.traces import Execution, TraceSet

@@ -196,7 +196,7 @@ class _Runner:
         self.calls: list[float] = []
 
     def run(self, snapshot, now=None):
-        from ai4dl.controller.runtime import WindowReport
+        from ai4dl.controller.runtime_window import WindowReport
 
         self.calls.append(now)
         return WindowReport(now)

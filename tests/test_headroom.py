@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ai4dl.cli import main
-from ai4dl.method.document import SCHEMA_V1, SCHEMA_VERSION
+from ai4dl.method.document_bounds import SCHEMA_V1, SCHEMA_VERSION
 from ai4dl.method.model import PhaseModel
 from ai4dl.policy.headroom import HeadroomPolicy, from_table, to_table
 from ai4dl.policy.headroom_levels import ESTIMATORS, burst_bin, burstiness, candidate_levels
@@ -365,7 +365,7 @@ def test_heat_map_of_a_model_without_tables_is_a_one_line_error(fitted_model, tm
 def test_headroom_not_worse_than_adaptive_max_on_a_spiky_workload():
     # fitted on one sample of the two-state workload, scored on another: cheaper than
     # adaptive-max at matched 97 % (the phase tells where the spikes are)
-    from ai4dl.evaluation.evaluate import ReplayInput, replay, score
+    from ai4dl.judge import ReplayInput, replay, score
     from ai4dl.policy.policies import Oracle
 
     usages, phases = two_state_data(seed=1)

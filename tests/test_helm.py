@@ -29,7 +29,8 @@ import pytest
 import yaml
 
 from ai4dl.controller.pods import OWNED_ANNOTATIONS
-from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, default_features
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from ai4dl.crd_spec import default_features
 from e2e.controlplane import cluster as _cp
 from e2e_fixtures_operator import free_port, stop_process
 

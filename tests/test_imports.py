@@ -263,6 +263,46 @@ def test_no_private_name_is_imported_from_another_module():
     assert not found, found
 
 
+def passed_on_names(root: Path, package: str, readers: list[Path]) -> list[str]:
+    """``from M import N`` in any of ``readers`` where the module M (not a package's
+    ``__init__``, which presents its package) only imports N itself: the name is passed on, and
+    a reader of M cannot find it there."""
+    modules = modules_of(root, package)
+    imported: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        imported[name] = {a.asname or a.name for node in tree.body
+                          if isinstance(node, ast.ImportFrom) for a in node.names}
+    found = []
+    for path in readers:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module in imported:
+                found += [f"{path.name}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                          if a.name in imported[node.module]
+                          and f"{node.module}.{a.name}" not in modules]
+    return found
+
+
+def test_no_module_passes_on_names_it_only_imports():
+    root = OPERATOR.parent
+    readers = [p for d in ("operator/ai4dl", "tests", "bench", "e2e", "docs/results")
+               for p in sorted((root / d).rglob("*.py"))]
+    assert len(readers) > 200
+    assert passed_on_names(OPERATOR, "ai4dl", readers) == []
+
+
+def test_a_name_passed_on_is_found(tmp_path):
+    _package(tmp_path, {
+        "pkg/__init__.py": "from pkg.a import thing\n",        # a package's face: allowed
+        "pkg/a.py": "thing = 1\n",
+        "pkg/b.py": "from pkg.a import thing\n\nother = thing\n",
+        "pkg/c.py": "from pkg.b import other, thing\nfrom pkg import thing as t\n",
+    })
+    assert passed_on_names(tmp_path, "pkg", [tmp_path / "pkg/c.py"]) == ["c.py:1 pkg.b.thing"]
+
+
 def test_a_policy_name_is_written_in_at_most_two_package_files():
     # a policy declares itself once (ai4dl.policy.registry); every list reads the catalogue.
     # Not counted: "auto" and "phase", which are also ordinary words of the package (--phases

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ai4dl.evaluation.evaluate import (EvaluationConfig, ReplayInput, build_policies,
-                                       run_evaluation)
+from ai4dl.evaluation.evaluate import EvaluationConfig, build_policies, run_evaluation
+from ai4dl.judge import ReplayInput
 from ai4dl.policy import catalog
 from ai4dl.policy.krr import KrrHistory, KrrPolicy, is_memory_like
 from ai4dl.policy.policies import Policy

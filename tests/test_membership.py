@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ai4dl.crd import LabelSelector
+from ai4dl.crd_spec import LabelSelector
 from ai4dl.errors import Ai4dlError
 from ai4dl.sources import membership as mb
 from ai4dl.sources.prometheus_types import PodRef

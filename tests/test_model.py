@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from ai4dl.method.document import PhaseModelDocument
 from ai4dl.errors import ModelError, TraceError
 from ai4dl.method.model import PhaseModel
 

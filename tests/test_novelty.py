@@ -1,7 +1,7 @@
 """Novelty-triggered refits, the operator's side: counting novel windows per PhaseModel."""
 
 from ai4dl.controller.novelty import update_novelty
-from ai4dl.crd import RefitPolicy
+from ai4dl.crd_spec import RefitPolicy
 
 REFIT = RefitPolicy(noveltyShare=0.25, windows=3)
 

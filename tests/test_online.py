@@ -14,7 +14,8 @@ import copy
 
 from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.headroom_levels import ESTIMATORS
-from ai4dl.policy.online import OwnHistory, next_allocation, next_allocations
+from ai4dl.policy.online import next_allocation, next_allocations
+from ai4dl.policy.running import OwnHistory
 from ai4dl.policy.peak import PeakRiskPolicy
 from ai4dl.policy.policies import (AdaptiveMax, AdaptiveStat, Calibrated, PerResource,
                                    PhasePolicy, PhaseProactive)

@@ -59,7 +59,7 @@ def model_doc():
 def chosen_doc(model_doc):
     """The same model with auto's choice and both head-room tables, as the trainer stores
     them, fitted on synthetic jobs for this module's 10-sample windows."""
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.trainer import choose_served_policy
 
     cfg = synthetic.SyntheticConfig(n_features=2)

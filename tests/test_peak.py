@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ai4dl.method.document import SCHEMA_V1, RiskTable
+from ai4dl.method.document_bounds import SCHEMA_V1
+from ai4dl.method.document_tables import RiskTable
 from ai4dl.method.model import PhaseModel
 from ai4dl.policy.peak import PeakRiskPolicy, from_table, to_table
 from ai4dl.policy.peak_fit import risk_lagrangian, training_rows

@@ -10,7 +10,8 @@ from ai4dl.controller.podstate import StateKey, state_scope
 from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_RECOMMENDATION, A_STATE,
                                    pod_info, verify_pod)
 from ai4dl.quantity import format_cpu, format_memory, parse_quantity
-from ai4dl.crd import MODEL_ANNOTATION, PhaseModelSpec
+from ai4dl.crd import MODEL_ANNOTATION
+from ai4dl.crd_spec import PhaseModelSpec
 
 GiB = 2 ** 30
 WINDOW_START = 1_800_000_000.0
@@ -334,8 +335,8 @@ def test_resizes_are_rate_limited_largest_change_first(fitted_model, window):
 
 
 def test_label_selector_pushes_the_phasemodel_selector_to_the_api_server():
-    from ai4dl.controller.runtime import label_selector
-    from ai4dl.crd import LabelSelector
+    from ai4dl.controller.runtime_window import label_selector
+    from ai4dl.crd_spec import LabelSelector
 
     sel = LabelSelector.model_validate({
         "matchLabels": {"app": "train", "team": "a"},
@@ -368,7 +369,7 @@ def test_what_the_api_server_stored_is_compared_as_quantities():
 
 def test_orphans_are_told_apart():
     from ai4dl.controller.orphans import find_orphans
-    from ai4dl.crd import LabelSelector
+    from ai4dl.crd_spec import LabelSelector
 
     def p(name, model, labels):
         info = pod(name)

@@ -174,7 +174,7 @@ def test_the_operator_refuses_a_model_of_kib_read_as_bytes(fitted_model):
     spec check refuses it (Degraded/InvalidModel, no plan), so admission would not ask for a
     few MB per pod either (it reads the model through the same check)."""
     from ai4dl.controller.runtime import WindowRunner
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
 
     doc = json.loads(fitted_model.to_document().model_dump_json(by_alias=True))
     j = [f["name"] for f in doc["features"]].index("memory")
@@ -383,7 +383,7 @@ def trainer_args(argv):
 
 def test_train_phasemodel_reads_at_spec_step_and_refuses_another(tmp_path, capsys):
     from ai4dl.cli.trainer import RunLog, _traces
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
 
     spec = PhaseModelSpec.model_validate({"stepSeconds": 5, "windowSeconds": 600})
     path = write_long(tmp_path / "t.csv", jobs(2, step=1.0))
@@ -405,7 +405,7 @@ def test_train_phasemodel_refuses_a_model_step_other_than_the_spec(fitted_model)
     """The rule the trainer's candidate and the operator share: spec.model's stepSeconds is
     spec.stepSeconds (the operator: Degraded/InvalidModel, no resize;
     test_faults_bad_input.test_a_model_fitted_at_another_step_resizes_nothing)."""
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
 
     doc = json.loads(fitted_model.to_document().model_dump_json(by_alias=True))
     assert doc["stepSeconds"] == 15.0
@@ -453,7 +453,7 @@ def test_the_operator_serves_no_window_from_a_model_of_another_step(fitted_model
 # ----------------------------------------------------------------------------- pydantic
 def test_a_pydantic_error_from_user_input_is_one_line(monkeypatch, capsys):
     cli = importlib.import_module("ai4dl.cli.main")   # the module, not the function main
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
 
     with pytest.raises(ValidationError) as ei:
         PhaseModelSpec.model_validate({"stepSeconds": 300, "windowSeconds": 600})

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from ai4dl.cli import main
-from ai4dl.crd import PhaseModelSpec, crd_manifest
+from ai4dl.crd import crd_manifest
+from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.method.document import PhaseModelDocument
 from ai4dl.policy import catalog
 from ai4dl.policy.online import next_allocations

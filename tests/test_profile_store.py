@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 
 from ai4dl.controller import admission
-from ai4dl.controller.admission import A_ADMISSION, AdmissionTarget
+from ai4dl.controller.admission import AdmissionTarget
+from ai4dl.controller.pods import A_ADMISSION
 from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.pods import A_ADMITTED, A_WORKLOAD, Container, PodInfo
 from ai4dl.controller.profiles import (fold_runs, open_record, profile_name, profile_object)
 from ai4dl.controller.runs import RunTracker, oom_floors
-from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, LabelSelector
+from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
+from ai4dl.crd_spec import LabelSelector
 from ai4dl.crd_profile import WorkloadProfileResource
 from ai4dl.quantity import parse_quantity
 from ai4dl.rules.workload_profile import (OOM_MIN_BUMP_BYTES, RunSummary, WorkloadProfile,

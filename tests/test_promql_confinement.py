@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from ai4dl.crd import PROMQL_UNCHECKED, PhaseModelSpec, crd_manifest, default_features
+from ai4dl.crd import crd_manifest
+from ai4dl.crd_spec import PhaseModelSpec, default_features
+from ai4dl.crd_spec import PROMQL_UNCHECKED
 from ai4dl.sources.prometheus import PrometheusSource, pod_selector
 from ai4dl.sources.prometheus_types import (DEFAULT_QUERIES, FeatureQuery, PodRef,
                                             PrometheusQueryError, SeriesLimitExceeded)

@@ -104,7 +104,8 @@ def test_the_quick_start_builds_and_installs_the_image_it_names(helm, helm_env):
 
 
 def test_the_quick_start_example_opts_a_job_in():
-    from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, PhaseModelSpec
+    from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
+    from ai4dl.crd_spec import PhaseModelSpec
 
     apply = command("kubectl", "apply")
     namespace = command("kubectl", "create", "namespace")[3]

@@ -179,7 +179,7 @@ def phasemodel(kube_cluster, k8s_namespace, crd, replay_history):  # noqa: F811
     history's pods, as the trainer does."""
     from kubernetes import client
 
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 

@@ -3,17 +3,17 @@ of windows at risk in the evaluator, and auto choosing a resource under a risk o
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from ai4dl.evaluation.evaluate import (EvaluationConfig, Replay, ReplayInput,
-                                       matched_risk_multiplier, replay, run_evaluation, score,
-                                       wins_at_risk)
+from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
+from ai4dl.judge import Replay, ReplayInput, replay, score
+from ai4dl.judge import matched_risk_multiplier, wins_at_risk
 from ai4dl.policy.auto import calibration_factor, choose_policy
 from ai4dl.rules.objectives import Objective
-from ai4dl.policy.online import OwnHistory, next_allocations
+from ai4dl.policy.online import next_allocations
+from ai4dl.policy.running import OwnHistory
 from ai4dl.policy.policies import AdaptiveMax, Calibrated, Oracle, PerResource
 
 

@@ -499,7 +499,7 @@ def test_operator_defaults():
     cfg = SafetyConfig.operator_defaults()
     assert (cfg.max_increase, cfg.max_decrease, cfg.cooldown_windows, cfg.memory_margin,
             cfg.min_change, cfg.memory_index) == (1.0, 0.5, 1, 0.1, 0.1, 1)
-    from ai4dl.crd import Policy
+    from ai4dl.crd_spec import Policy
 
     pol = Policy()   # the operator's defaults are the CRD's
     assert (pol.max_increase, pol.max_decrease, pol.cooldown_windows, pol.memory_margin,

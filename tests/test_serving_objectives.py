@@ -10,7 +10,8 @@ import pytest
 
 from ai4dl import trainer as T
 from ai4dl.cli import main as cli_main
-from ai4dl.crd import PhaseModelSpec, TrainingStatus
+from ai4dl.crd_spec import PhaseModelSpec
+from ai4dl.crd_status import TrainingStatus
 from ai4dl import serving
 from ai4dl.policy.auto import AutoChoice
 from ai4dl.rules.objectives import Objective

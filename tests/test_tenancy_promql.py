@@ -32,7 +32,8 @@ import pytest
 from pydantic import ValidationError
 
 from ai4dl.controller.pods import OWNED_ANNOTATIONS
-from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, PhaseModelSpec
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from ai4dl.crd_spec import PhaseModelSpec
 from e2e.prometheus.fake import FakePrometheus
 from e2e_fixtures_k8s import FakeKubelet, create_namespace
 from e2e_fixtures_operator import (Operator, crd, operator_kubeconfig,  # noqa: F401

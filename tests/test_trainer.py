@@ -11,7 +11,7 @@ import pytest
 
 from ai4dl import trainer as T
 from ai4dl.cli import main as cli_main
-from ai4dl.crd import parse_duration
+from ai4dl.crd_spec import parse_duration
 from ai4dl.sources.prometheus_types import PodRef
 from ai4dl.sources.prometheus_history import (container_executions, metric_names,
                                               normalise_selector, plan_pull)
@@ -156,7 +156,7 @@ def test_selector_and_metric_names():
     assert normalise_selector(' {namespace="ml"} ') == 'namespace="ml"'
     with pytest.raises(ValueError, match="selector is empty"):
         normalise_selector("{}")
-    from ai4dl.crd import default_features
+    from ai4dl.crd_spec import default_features
     from ai4dl.sources.prometheus_types import FeatureQuery
 
     fqs = [FeatureQuery(f.name, f.query) for f in default_features()]
@@ -323,7 +323,7 @@ def _grid(n_pods=5, n=1200, seed=1):
 
 
 def _history(src, **kw):
-    from ai4dl.crd import default_features
+    from ai4dl.crd_spec import default_features
     from ai4dl.sources.prometheus_types import FeatureQuery
     from ai4dl.sources.prometheus_history import PrometheusHistory
 

@@ -350,7 +350,7 @@ def test_traces_create_and_if_due(kube_cluster, k8s_namespace, history, crd, tmp
     from ai4dl.sources.prometheus import PrometheusSource
     from ai4dl.sources.prometheus_types import FeatureQuery
     from ai4dl.sources.prometheus_history import PrometheusHistory
-    from ai4dl.crd import default_features
+    from ai4dl.crd_spec import default_features
     from ai4dl.method.traces import TraceSet
 
     url, _ = history

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ai4dl.method import synthetic
-from ai4dl.evaluation.evaluate import (EvaluationConfig, Replay, ReplayInput, fold_splits,
-                                       merge_results, run_cross_fitted, score)
+from ai4dl.evaluation.evaluate import EvaluationConfig, fold_splits, merge_results, run_cross_fitted
+from ai4dl.judge import Replay, ReplayInput, score
 from ai4dl.evaluation.workload_report import (Owner, owner_from_name, resolve_owners, totals_table,
                                               workload_rows, workload_table)
 

@@ -150,7 +150,7 @@ def load_jobs(kind: str):
 def fit_model_doc(fit_on, window: int = 10) -> tuple[dict, float]:
     """The model, with auto's choice and both head-room tables fitted as the trainer does
     (windows of ``window`` samples), so every --kind can be served."""
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
 
@@ -253,7 +253,8 @@ def admitting_phasemodel(custom, namespace: str, executions: int = 24, epochs: i
     tables, hence a learned first-window level: what admission serves from. Returns it."""
     import json
 
-    from ai4dl.crd import GROUP, PLURAL, VERSION, PhaseModelSpec
+    from ai4dl.crd import GROUP, PLURAL, VERSION
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method import synthetic
     from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy

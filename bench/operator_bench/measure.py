@@ -205,7 +205,7 @@ def breakdown_window(args, api_admin, op_kubeconfig: Path, prom_url: str,
 
     # warm the model cache (the operator builds the model once, at its first window)
     pm, _ = snapshot()
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
 
     t = time.perf_counter()
     runner.models.get(PhaseModelSpec.model_validate(pm["spec"]))

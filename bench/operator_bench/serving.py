@@ -20,7 +20,8 @@ def serving_table(pods: int, window: int, kinds: list[str], repeats: int = 15,
     spec.policy.kind, on the same samples and running statistics (median of ``repeats``)."""
     from ai4dl.controller.plan import plan_window
     from ai4dl.controller.pods import pod_info
-    from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL, PhaseModelSpec
+    from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method.model import PhaseModel
 
     played, fit_on, _ = load_jobs(traces)

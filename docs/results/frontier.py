@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from sklearn.linear_model import QuantileRegressor
 
-from ai4dl.evaluation.evaluate import (EvaluationConfig, build_policies, replay, run_evaluation,
-                                       score)
+from ai4dl.evaluation.evaluate import EvaluationConfig, build_policies, run_evaluation
+from ai4dl.judge import replay, score
 from ai4dl.io.loaders import load_traces
 from ai4dl.policy.headroom import HeadroomPolicy
 from ai4dl.policy.headroom_levels import ESTIMATORS, candidate_levels, training_windows

@@ -23,8 +23,8 @@ import sys
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from ai4dl.evaluation.evaluate import (EvaluationConfig, Replay, build_policies, replay,
-                                       run_evaluation, score)
+from ai4dl.evaluation.evaluate import EvaluationConfig, build_policies, run_evaluation
+from ai4dl.judge import Replay, replay, score
 from ai4dl.io.loaders import DL_CORPUS, load_dl_corpus
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.traces import Execution, TraceSet

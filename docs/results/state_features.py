@@ -35,7 +35,8 @@ from unittest import mock
 
 import numpy as np
 
-from ai4dl.evaluation.evaluate import EvaluationConfig, replay, run_evaluation, score
+from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
+from ai4dl.judge import replay, score
 from ai4dl.io.loaders import load_traces
 from ai4dl.policy import headroom, headroom_levels
 from ai4dl.policy.headroom import HeadroomPolicy

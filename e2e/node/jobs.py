@@ -521,7 +521,8 @@ def preload_profiles(api, namespace: str, history: dict, key_file, name: str = "
     from ai4dl import trainer as T
     from ai4dl.controller.podstate import StateKey
     from ai4dl.controller.profiles import ProfileStore
-    from ai4dl.crd import GROUP, PLURAL, VERSION, PhaseModelSpec
+    from ai4dl.crd import GROUP, PLURAL, VERSION
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.kube.workload import Workload
     from ai4dl.serving import managed_resources, safety_config, window_samples
 
@@ -546,7 +547,7 @@ def fit_model_doc(executions: Sequence, step: int = STEP, window: int = WINDOW) 
     for this step and window."""
     import numpy as np
 
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method.model import PhaseModel
     from ai4dl.method.traces import Execution, TraceSet
     from ai4dl.trainer import choose_served_policy

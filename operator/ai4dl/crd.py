@@ -15,14 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ai4dl.crd_spec import (DURATION_PATTERN, MAX_FEATURES, MAX_QUERY_LENGTH,  # noqa: F401
-                            MIN_WINDOW_STEPS, PROMQL_UNCHECKED, QUANTITY_PATTERN,
-                            CpuObjective, FeatureSource, LabelSelector, LabelSelectorRequirement,
-                            MemoryObjective, Objectives, PhaseModelSpec, Policy, RefitPolicy,
-                            ResourceBounds, CrdModel, default_features, parse_duration)
-from ai4dl.crd_status import (Condition, NoveltyStatus, NoveltyWindow,  # noqa: F401
-                              ObjectiveStatus, PhaseModelStatus, PolicyScore, SavingsAmount,
-                              SavingsStatus, TrainingPolicy, TrainingStatus)
+from ai4dl.crd_spec import PhaseModelSpec, CrdModel, default_features
+from ai4dl.crd_status import PhaseModelStatus
 from ai4dl.method.document import PhaseModelDocument
 from ai4dl.policy import catalog
 

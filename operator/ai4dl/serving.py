@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ai4dl.quantity import parse_quantity
-from ai4dl.crd import PhaseModelSpec
+from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.policy import catalog
 from ai4dl.rules.objectives import Objective
 from ai4dl.policy.policies import Calibrated, PerResource

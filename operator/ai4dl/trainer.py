@@ -38,8 +38,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ai4dl.crd import (GROUP, KIND, MIN_WINDOW_STEPS, TRAINER_FIELD_MANAGER, VERSION,
-                       PhaseModelSpec, parse_duration)
+from ai4dl.crd import GROUP, KIND, TRAINER_FIELD_MANAGER, VERSION
+from ai4dl.crd_spec import PhaseModelSpec
+from ai4dl.crd_spec import MIN_WINDOW_STEPS, parse_duration
 from ai4dl.method.traces import Execution
 
 FIELD_MANAGER = TRAINER_FIELD_MANAGER
@@ -111,7 +112,8 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     the policy :func:`ai4dl.serving.served_policy` picks for the spec and this model
     (``auto``: the model's own choice), under the PhaseModel's safety layer, at each resource's
     objective. ValueError (one line) when the model cannot provision these executions."""
-    from ai4dl.evaluation.evaluate import prepare, replay, score, serve
+    from ai4dl.evaluation.evaluate import prepare
+    from ai4dl.judge import replay, score, serve
     from ai4dl.rules.objectives import Objective
     from ai4dl.policy.policies import Oracle
     from ai4dl.serving import objectives, safety_config, served_policy, window_samples
@@ -193,7 +195,7 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     candidates), stored on the model: the head-room tables (both fitted on every training
     execution, so that an explicit ``kind`` can serve either) and the winners
     (``policy_choice_``). Returns the :class:`~ai4dl.policy.auto.AutoChoice`."""
-    from ai4dl.method.document import PolicyChoice
+    from ai4dl.method.document_tables import PolicyChoice
     from ai4dl.evaluation.evaluate import prepare
     from ai4dl.policy import catalog
     from ai4dl.policy.auto import build_candidate, choose_policy

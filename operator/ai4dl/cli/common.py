@@ -154,7 +154,7 @@ def model_from_args(args: argparse.Namespace):
         raise Ai4dlError(f"--phases {n_phases}: at least 1 phase (or 'auto')")
     if not 1 <= lo <= hi:
         raise Ai4dlError(f"--k-range {args.k_range}: LOW-HIGH with 1 <= LOW <= HIGH (e.g. 2-10)")
-    from ai4dl.method.document import MAX_HIDDEN, MAX_HISTORY, MAX_PHASES
+    from ai4dl.method.document_bounds import MAX_HIDDEN, MAX_HISTORY, MAX_PHASES
 
     # a model document holds at most these (ai4dl.method.document): refused before any data is read
     for flag, value, bound in (("--hidden", args.hidden, MAX_HIDDEN),

@@ -77,7 +77,8 @@ def _policy_spec(args: argparse.Namespace, traces):
 
     from pydantic import ValidationError
 
-    from ai4dl.crd import MIN_WINDOW_STEPS, PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
+    from ai4dl.crd_spec import MIN_WINDOW_STEPS
     from ai4dl.serving import managed_resources
     from ai4dl.trainer import window_problem
 

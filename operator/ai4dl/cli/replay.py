@@ -83,7 +83,7 @@ def _phasemodel(args):
     """(spec, model or None, Served) of --phasemodel."""
     from pydantic import ValidationError
 
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
     from ai4dl.method.model import PhaseModel, validation_message
     from ai4dl.serving import served_policy
@@ -114,7 +114,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     requests read, replayed (a PhaseModel as served, or every policy cross-fitted), reported
     per workload; the files written once everything is computed."""
     from ai4dl.cli.common import evaluation_flags
-    from ai4dl.crd import parse_duration
+    from ai4dl.crd_spec import parse_duration
     from ai4dl.evaluation import workload_report as wr
     from ai4dl.evaluation.evaluate import EvaluationConfig
 

@@ -350,7 +350,7 @@ def train_phasemodel(args: argparse.Namespace) -> int:
     the policy it serves, score it against the current model on the held-out executions and
     apply it when it is not worse (the decision in the status either way)."""
     from ai4dl.cli.common import fit_with_progress, model_from_args
-    from ai4dl.crd import parse_duration
+    from ai4dl.crd_spec import parse_duration
     from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
     from ai4dl.method.traces import TraceSet
 
@@ -392,7 +392,7 @@ def _phasemodel_spec(args: argparse.Namespace, kube, ns: str, name: str) -> tupl
     (without ``--create``) or invalid."""
     from pydantic import ValidationError
 
-    from ai4dl.crd import PhaseModelSpec
+    from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method.model import validation_message
 
     resource = kube.get(ns, name)

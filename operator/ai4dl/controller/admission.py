@@ -58,8 +58,9 @@ from typing import Mapping
 from ai4dl.controller.podstate import StateKey, admitted_identity, admitted_scope
 from ai4dl.controller.pods import (A_ADMISSION, A_ADMITTED, A_WORKLOAD, Container, pod_info,
                                   qos_class)
-from ai4dl.crd import (MODEL_ANNOTATION, OPT_IN_LABEL, PROMQL_UNCHECKED, LabelSelector,
-                       PhaseModelSpec)
+from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
+from ai4dl.crd_spec import PhaseModelSpec
+from ai4dl.crd_spec import PROMQL_UNCHECKED, LabelSelector
 from ai4dl.quantity import format_resource, parse_quantity
 ADMITTING_MODES = ("Initial", "InPlace")
 

@@ -24,7 +24,8 @@ import kopf
 
 from ai4dl.controller.fairness import (WindowScheduler, late_condition, period_seconds,
                                        throttled_condition)
-from ai4dl.controller.runtime import DEFAULT_MAX_WORKLOADS, WindowRunner, window_start
+from ai4dl.controller.runtime import DEFAULT_MAX_WORKLOADS, WindowRunner
+from ai4dl.controller.runtime_window import window_start
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, PLURAL, VERSION
 from ai4dl.crd_profile import PROFILE_PLURAL
 from ai4dl.kube.workload import workload_of

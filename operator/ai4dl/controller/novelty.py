@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ai4dl.crd import RefitPolicy
+from ai4dl.crd_spec import RefitPolicy
 from ai4dl.method.phases import mostly_novel_warning
 
 CONDITION = "RefitRecommended"

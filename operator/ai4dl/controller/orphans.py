@@ -18,7 +18,8 @@ from typing import Sequence
 
 from ai4dl.kube.raw import drain, paged_items
 from ai4dl.controller.pods import OWNED_ANNOTATIONS, PodInfo, pod_info
-from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION, LabelSelector
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
+from ai4dl.crd_spec import LabelSelector
 
 log = logging.getLogger("ai4dl.operator")
 

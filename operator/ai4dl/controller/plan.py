@@ -50,8 +50,9 @@ import numpy as np
 from ai4dl.controller.plan_pod import finish_pod
 from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.pods import A_PHASE, A_PHASE_SINCE, PodInfo
-from ai4dl.crd import PhaseModelSpec
-from ai4dl.policy.online import OwnHistory, next_allocations
+from ai4dl.crd_spec import PhaseModelSpec
+from ai4dl.policy.online import next_allocations
+from ai4dl.policy.running import OwnHistory
 from ai4dl.rules.safety import SafetyConfig, SafetyState, apply_safety, working_set_rising
 from ai4dl.serving import Served, safety_config, served_policy, window_samples
 from ai4dl.quantity import format_resource, parse_quantity

@@ -10,7 +10,7 @@ from ai4dl.controller.plan_types import SKIP_ORDER, PodPlan
 from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_PHASE_SINCE, A_RECOMMENDATION,
                                    A_STATE, Container, PodInfo, qos_class)
 from ai4dl.controller.savings import original_requests
-from ai4dl.crd import PhaseModelSpec
+from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.quantity import format_resource, parse_quantity
 
 # After the kubelet refuses a resize (a memory limit below the container's usage), the refused

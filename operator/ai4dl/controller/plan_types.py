@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ai4dl.controller.pods import PodInfo
-from ai4dl.policy.online import OwnHistory
+from ai4dl.policy.running import OwnHistory
 from ai4dl.serving import Served
 
 # Why a container's window could not be used. The first three are gaps or garbage in the

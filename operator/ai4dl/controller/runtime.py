@@ -37,7 +37,9 @@ from ai4dl.controller.runs import RunTracker, oom_floors
 from ai4dl.rules.workload_profile import held_level
 from ai4dl.controller.pods import (A_ADMITTED, A_STATE, PodInfo, pod_info, qos_class,
                                    verify_pod)
-from ai4dl.crd import GROUP, PLURAL, PROMQL_UNCHECKED, VERSION, PhaseModelSpec
+from ai4dl.crd import GROUP, PLURAL, VERSION
+from ai4dl.crd_spec import PhaseModelSpec
+from ai4dl.crd_spec import PROMQL_UNCHECKED
 from ai4dl.errors import Ai4dlError
 
 log = logging.getLogger("ai4dl.operator")

@@ -9,7 +9,9 @@ import time
 from dataclasses import dataclass, field
 
 from ai4dl.controller.plan_types import WindowPlan
-from ai4dl.crd import OPT_IN_LABEL, LabelSelector, PhaseModelSpec
+from ai4dl.crd import OPT_IN_LABEL
+from ai4dl.crd_spec import PhaseModelSpec
+from ai4dl.crd_spec import LabelSelector
 from ai4dl.method.model import PhaseModel
 
 

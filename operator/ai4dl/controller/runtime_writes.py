@@ -11,7 +11,7 @@ from ai4dl.controller.plan_types import WindowPlan
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
 from ai4dl.controller.podstate import state_scope
 from ai4dl.controller.runtime_window import WindowReport
-from ai4dl.crd import PhaseModelSpec
+from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.kube.raw import api_message, drain, read_json, write_event
 
 log = logging.getLogger("ai4dl.operator")

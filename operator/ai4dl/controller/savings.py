@@ -20,7 +20,6 @@ carry the same sums for dashboards, one series per PhaseModel, resource and kind
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Mapping, Sequence
 

@@ -17,11 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-# The judge's names are re-exported here, where tests, bench/ and docs/results import them.
-from ai4dl.judge import (GiB, TARGETS, Replay, ReplayInput, ResourceScore,  # noqa: F401
-                         matched_margin, matched_risk_multiplier, replay, resource_unit_scale,
-                         score, serve, served_matches, through_safety, wins_at_risk,
-                         wins_over)
+from ai4dl.judge import (TARGETS, Replay, ReplayInput, ResourceScore, replay, score, serve,
+                         served_matches)
 from ai4dl.policy import catalog
 from ai4dl.policy.auto import choose_policy
 from ai4dl.policy.headroom_levels import first_window_level
@@ -389,7 +386,8 @@ def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model,
 def fold_splits(traces, folds: int, seed: int = 0) -> list[tuple]:
     """``folds`` (train, test) splits by execution group (seeded): every group is on the test
     side of exactly one fold, and never on both sides of one."""
-    from ai4dl.method.traces import TraceError, TraceSet
+    from ai4dl.errors import TraceError
+    from ai4dl.method.traces import TraceSet
 
     groups = np.array(traces.groups(), dtype=object)
     if folds < 2:

@@ -306,7 +306,7 @@ def risk_curves(result: EvaluationResult, shares: Sequence[float] = RISK_GRID) -
     """policy -> (R, len(shares)) allocation ÷ oracle at each matched share of windows at risk
     (the evaluator's own scoring; a policy fitted per share is drawn with its fit for the
     smallest share it was fitted for)."""
-    from ai4dl.evaluation.evaluate import score
+    from ai4dl.judge import score
 
     reps = dict(result.replays)
     for name, by_share in result.per_risk.items():

@@ -18,8 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ai4dl.evaluation.evaluate import (EvaluationResult, ResourceScore, needs_phases,
-                                       resource_unit_scale, wins_at_risk, wins_over)
+from ai4dl.evaluation.evaluate import EvaluationResult, needs_phases
+from ai4dl.judge import ResourceScore
+from ai4dl.judge import resource_unit_scale, wins_at_risk, wins_over
 from ai4dl.policy import catalog
 
 UNREACHABLE = "unreachable"

@@ -10,8 +10,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ai4dl.evaluation.evaluate import (EvaluationResult, ResourceScore, resource_unit_scale,
-                                       wins_at_risk, wins_over)
+from ai4dl.evaluation.evaluate import EvaluationResult
+from ai4dl.judge import ResourceScore
+from ai4dl.judge import resource_unit_scale, wins_at_risk, wins_over
 from ai4dl.evaluation.report import (UNREACHABLE, RunContext, policy_order, primary_target,
                                      savings_matrix, shortfall_unit, target_key)
 from ai4dl.policy import catalog

@@ -9,7 +9,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ai4dl.evaluation.evaluate import EvaluationResult, build_policies, replay, score
+from ai4dl.evaluation.evaluate import EvaluationResult, build_policies
+from ai4dl.judge import replay, score
 from ai4dl.policy.auto import build_candidate
 from ai4dl.policy.headroom import PHASE_HEADROOM
 

@@ -232,7 +232,7 @@ def rows_for(result: EvaluationResult, executions, owner_of: Mapping[tuple[str, 
     """:func:`workload_rows` for executions pulled from Prometheus (``meta`` namespace and pod;
     requests in ``meta`` as :func:`ai4dl.evaluation.evaluate.trace_request` reads them), in the order the
     result holds them (cross-fitting concatenates its folds)."""
-    from ai4dl.evaluation.evaluate import trace_request
+    from ai4dl.evaluation.starts import trace_request
 
     by_name = {e.name: e for e in executions}
     replayed = [by_name[name] for name in result.data.names]

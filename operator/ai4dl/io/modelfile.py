@@ -8,7 +8,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ai4dl.method.document import MAX_DOCUMENT_BYTES, PhaseModelDocument
+from ai4dl.method.document import PhaseModelDocument
+from ai4dl.method.document_bounds import MAX_DOCUMENT_BYTES
 from ai4dl.errors import ModelError
 from ai4dl.io.writers import write_text_atomic
 from ai4dl.method.model import PhaseModel, validation_message

@@ -12,19 +12,12 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from ai4dl.method.document_bounds import (MAX_BURST_EDGES, MAX_DOCUMENT_BYTES,  # noqa: F401
-                                          MAX_FEATURES, MAX_FIT_KEYS, MAX_HIDDEN, MAX_HISTORY,
+from ai4dl.method.document_bounds import (MAX_DOCUMENT_BYTES, MAX_FEATURES, MAX_HIDDEN, MAX_HISTORY,
                                           MAX_HISTORY_ROWS, MAX_KS, MAX_NAME, MAX_PHASES,
                                           MAX_PROTOTYPES, MAX_SEQUENCE, MAX_TABLES, PLAUSIBLE_MAX,
-                                          SCHEMA_V1, SCHEMA_VERSION, SCHEMA_VERSIONS,
-                                          USAGE_UNITS, Matrix, Number, StrictModel, Vector,
-                                          approx_le, matrix_shape)
-from ai4dl.method.document_tables import (ESTIMATOR_NAMES, POOL_NAMES,  # noqa: F401
-                                          RISK_ESTIMATOR_NAMES, RISK_FEATURE_NAMES,
-                                          Finite, FitEntry,
-                                          HeadroomResourceTable, HeadroomTable, Name,
-                                          PolicyChoice, RiskFeature, RiskResourceTable,
-                                          RiskState, RiskTable)
+                                          SCHEMA_V1, SCHEMA_VERSION, SCHEMA_VERSIONS, USAGE_UNITS,
+                                          Number, StrictModel, Vector, approx_le, matrix_shape)
+from ai4dl.method.document_tables import HeadroomTable, PolicyChoice, RiskTable
 
 
 # ----------------------------------------------------------------------------- CEL rules

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from ai4dl.method import phases as ph
 from ai4dl.method.crbm import CRBMParams, encode_many, encode_stacked, reconstruction_error
-from ai4dl.method.document import (SCHEMA_VERSION, CRBMWeights, Feature, FitReport,
-                                   KSelectionReport, PhaseModelDocument, PhaseStats, Prototype,
-                                   Scaler, to_list)
+from ai4dl.method.document import (CRBMWeights, Feature, FitReport, KSelectionReport,
+                                   PhaseModelDocument, PhaseStats, Prototype, Scaler, to_list)
+from ai4dl.method.document_bounds import SCHEMA_VERSION
 from ai4dl.errors import Ai4dlError, ModelError
 from ai4dl.method.plausibility import check_before_fit, phases_supported
 from ai4dl.method.traces import Execution, TraceSet

@@ -381,7 +381,9 @@ def to_table(policy: HeadroomPolicy):
     """The fitted policy as the model document's :class:`~ai4dl.method.document.HeadroomTable`
     (finite numbers only: the padding edges of tied quantiles and the bins past them, which no
     value can reach, are left out)."""
-    from ai4dl.method.document import HeadroomResourceTable, HeadroomTable, to_list
+    from ai4dl.method.document import to_list
+    from ai4dl.method.document_tables import HeadroomTable
+    from ai4dl.method.document_tables import HeadroomResourceTable
 
     policy._check_fitted()
     res = []

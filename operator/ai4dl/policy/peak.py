@@ -375,8 +375,9 @@ class PeakRiskPolicy:
 # ----------------------------------------------------------------------------- document
 def to_table(policy: PeakRiskPolicy):
     """The fitted policy as the model document's :class:`~ai4dl.method.document.RiskTable`."""
-    from ai4dl.method.document import (RiskFeature, RiskResourceTable, RiskState, RiskTable,
-                                       to_list)
+    from ai4dl.method.document import to_list
+    from ai4dl.method.document_tables import RiskTable
+    from ai4dl.method.document_tables import RiskFeature, RiskResourceTable, RiskState
 
     policy._check_fitted()
     chain = levels(policy.use_phase)

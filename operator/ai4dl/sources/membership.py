@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from ai4dl.crd import OPT_IN_LABEL, LabelSelector
+from ai4dl.crd import OPT_IN_LABEL
+from ai4dl.crd_spec import LabelSelector
 from ai4dl.errors import Ai4dlError
 from ai4dl.sources.prometheus import PrometheusSource, alternation
 from ai4dl.sources.prometheus_types import PodRef

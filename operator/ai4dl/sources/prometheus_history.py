@@ -102,7 +102,7 @@ def stale_marker(step: float) -> FeatureQuery:
 def warmup_seconds(features: Sequence[FeatureQuery], rate_window: str) -> float:
     """The longest range selector of the templates (``[1m]``, or ``{rate_window}``), in seconds:
     how long a rate() needs before it reads a whole window of the container's own samples."""
-    from ai4dl.crd import parse_duration
+    from ai4dl.crd_spec import parse_duration
 
     out = 0.0
     for f in features:
