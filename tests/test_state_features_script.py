@@ -39,7 +39,7 @@ def test_jumpy_history_is_the_mean_upward_log_jump(sf):
 
 
 def test_a_bit_that_is_always_zero_leaves_the_table_as_it_was(sf):
-    """The wrapping is transparent: with the control bit and the phase index doubled, every
+    """The bit is transparent: with the control bit and the phase index doubled, every
     state the data reaches holds the table fitted without it, and serves the same rows (the
     number of burstiness bins is held equal by min_windows)."""
     traces, _ = synthetic.generate(12, seed=5)
@@ -47,9 +47,9 @@ def test_a_bit_that_is_always_zero_leaves_the_table_as_it_was(sf):
     rng = np.random.default_rng(0)
     phases = [rng.integers(0, 3, len(u)) for u in usages]
     plain = HeadroomPolicy(target=0.95, min_windows=3).fit(usages, phases, 40, 3)
-    with sf.state_bit("control", 0.5):
-        wrapped = HeadroomPolicy(target=0.95, min_windows=3).fit(usages, phases, 40, 6)
-        rows = wrapped.allocate(usages[0], phases[0], 40, np.ones(1), 15.0)
+    wrapped = sf.fit_with_bit("control", 0.5, usages, phases, 40, 6, "r0", 0.95, min_windows=3)
+    rows = sf.WithStateBit("control", [wrapped], [0.5], True, "control").allocate(
+        usages[0], phases[0], 40, np.ones(1), 15.0)
     assert wrapped.bins_ == plain.bins_
     np.testing.assert_array_equal(wrapped.edges_, plain.edges_)
     np.testing.assert_array_equal(wrapped.multiplier_[:, 0::2], plain.multiplier_)

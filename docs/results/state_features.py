@@ -29,17 +29,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
-from unittest import mock
 
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from ai4dl.judge import replay, score
 from ai4dl.io.loaders import load_traces
-from ai4dl.policy import headroom, headroom_levels
-from ai4dl.policy.headroom import HeadroomPolicy
+from ai4dl.policy.headroom import (PHASE_HEADROOM, HeadroomPolicy, check_table_call,
+                                   check_training)
+from ai4dl.policy.headroom_levels import (candidate_levels, first_window_level,
+                                          training_windows, windows)
 # the sibling script (its folder is on sys.path when either runs): the same targets, tables
 # and bar
 from frontier import REACTIVE, TABLES, TARGETS, gaps
@@ -81,29 +81,40 @@ def threshold(name: str, usages, window: int) -> float:
     over their windows; 0.5 for the yes/no features."""
     if name != "jumpy-history":
         return 0.5
-    vals = [feature_value(name, headroom_levels.windows(u, window)) for u in usages]
+    vals = [feature_value(name, windows(u, window)) for u in usages]
     vals = np.concatenate([v for v in vals if len(v)] or [np.zeros(1)])
     return float(np.median(vals))
 
 
-@contextmanager
-def state_bit(name: str, thr: float):
-    """Within the block, the head-room tables read their phase index as 2 × phase + the bit
-    (of the first usage column: the tables here are fitted one resource at a time)."""
-    original = headroom_levels.candidate_levels
+def with_bit(name: str, thr: float, usage, phases, window: int):
+    """:func:`candidate_levels` with the state read as 2 × the phase of the last sample + the
+    bit of the last window."""
+    lv, bu, lp = candidate_levels(usage, phases, window)
+    win = windows(np.asarray(usage, np.float64)[:, 0], window)[: len(lv)]
+    bit = (feature_value(name, win) > thr).astype(np.int64)
+    base = np.zeros(len(lv), np.int64) if lp is None else np.asarray(lp, np.int64)
+    return lv, bu, 2 * base + bit
 
-    def with_bit(usage, phases, window):
-        lv, bu, lp = original(usage, phases, window)
-        win = headroom_levels.windows(np.asarray(usage, np.float64)[:, 0], window)[: len(lv)]
-        bit = (feature_value(name, win) > thr).astype(np.int64)
-        base = np.zeros(len(lv), np.int64) if lp is None else np.asarray(lp, np.int64)
-        return lv, bu, 2 * base + bit
 
-    # the fit reads the levels through headroom_levels.training_windows, serving through
-    # headroom's own name for them: both are patched
-    with mock.patch.object(headroom_levels, "candidate_levels", with_bit), \
-            mock.patch.object(headroom, "candidate_levels", with_bit):
-        yield
+def fit_with_bit(name: str, thr: float, usages, phases, window: int, n_states: int, res: str,
+                 target: float, **params) -> HeadroomPolicy:
+    """A head-room table fitted as :meth:`HeadroomPolicy.fit` fits one, its training windows'
+    state carrying the bit (:func:`training_windows` keeps, per execution, the first rows of
+    :func:`candidate_levels` whose window has samples; the same rows get their bit here)."""
+    usages, phases, k = check_training(PHASE_HEADROOM, True, usages, phases, window, n_states)
+    tw = training_windows(usages, phases, window)
+    if tw is not None:
+        states = []
+        for u, p in zip(usages, phases):
+            if len(u) == 0:
+                continue
+            _, _, lp = with_bit(name, thr, u, p, window)
+            n_rows = min(len(lp), -(-len(u) // window) - 1)
+            if n_rows > 0:
+                states.append(lp[:n_rows])
+        tw = tw._replace(last_phase=np.concatenate(states))
+    return HeadroomPolicy(target=target, use_phase=True, **params).fit_windows(
+        tw, window, k, (res,), first_window_level(usages, window, target))
 
 
 @dataclass
@@ -126,9 +137,8 @@ class WithStateBit:
             phases = (train.phases if phased else
                       [np.zeros(len(u), np.int64) for u in usages])
             thr = threshold(feature, [u[:, 0] for u in usages], window)
-            with state_bit(feature, thr):
-                tables.append(HeadroomPolicy(target=target, use_phase=True).fit(
-                    usages, phases, window, 2 * (n_phases if phased else 1), (res,)))
+            tables.append(fit_with_bit(feature, thr, usages, phases, window,
+                                       2 * (n_phases if phased else 1), res, target))
             thresholds.append(thr)
         family = "phase" if phased else "burst"
         return cls(feature, tables, thresholds, phased, f"{family}-headroom + {feature}")
@@ -139,8 +149,9 @@ class WithStateBit:
             phases = np.zeros(len(usage), np.int64)
         cols = []
         for j, (table, thr) in enumerate(zip(self.tables, self.thresholds)):
-            with state_bit(self.feature, thr):
-                cols.append(table.allocate(usage[:, [j]], phases, window, initial[[j]], step))
+            u, p = check_table_call(table, usage[:, [j]], phases, window)
+            cols.append(np.vstack([table.cold_start_[None, :],
+                                   table.lookup(*with_bit(self.feature, thr, u, p, window))]))
         return np.hstack(cols)
 
 

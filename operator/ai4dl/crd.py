@@ -14,6 +14,7 @@ import sys
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+import yaml
 
 from ai4dl.crd_spec import PhaseModelSpec, CrdModel, default_features
 from ai4dl.crd_status import PhaseModelStatus
@@ -194,8 +195,6 @@ HEADER = ("# Generated from the pydantic models in operator/ai4dl/crd.py — do 
 
 def crd_yaml(manifest: dict | None = None, header: str = HEADER) -> str:
     """A CRD manifest (this one by default) as the committed YAML file, under its header."""
-    import yaml
-
     body = crd_manifest() if manifest is None else manifest
     return header + yaml.safe_dump(copy.deepcopy(body), sort_keys=False, width=100)
 

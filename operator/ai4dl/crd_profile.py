@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ai4dl.crd import namespaced_crd, openapi_schema
+from ai4dl.crd import namespaced_crd, openapi_schema, crd_yaml as as_yaml
 from ai4dl.crd_spec import CrdModel
 
 PROFILE_KIND = "WorkloadProfile"
@@ -95,8 +95,6 @@ HEADER = ("# Generated from the pydantic models in operator/ai4dl/crd_profile.py
 
 
 def crd_yaml() -> str:
-    from ai4dl.crd import crd_yaml as as_yaml
-
     return as_yaml(crd_manifest(), HEADER)
 
 

@@ -10,7 +10,10 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       ValidationInfo, field_validator, model_validator)
 
 from ai4dl.method.document import PhaseModelDocument
+from ai4dl.method.plausibility import model_level_problem
+from ai4dl.method.model import validation_message
 from ai4dl.policy import catalog
+from ai4dl.promql import check_template
 from ai4dl.rules.objectives import DEFAULT_CPU_FULFILMENT, DEFAULT_MEMORY_RISK
 
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
@@ -118,8 +121,6 @@ class FeatureSource(CrdModel):
     @classmethod
     def _confined(cls, query: str, info: ValidationInfo) -> str:
         if (info.context or {}).get("promql") != PROMQL_UNCHECKED["promql"]:
-            from ai4dl.promql import check_template
-
             check_template(query, info.data.get("name", ""))
         return query
 
@@ -372,8 +373,6 @@ class PhaseModelSpec(CrdModel):
 
     def validated_model(self) -> PhaseModelDocument:
         """The model document, checked in full (shapes included); ValueError with one line."""
-        from ai4dl.method.model import validation_message
-
         if self.model is None:
             raise ValueError("spec.model is empty: train a model first")
         try:
@@ -398,8 +397,6 @@ class PhaseModelSpec(CrdModel):
                 raise ValueError(f"spec.model's '{f.name}' is in {mf.unit}, "
                                  f"spec.features[{f.name}].unit is {f.unit}")
         # a model of data in the wrong unit is valid JSON: its levels tell (issue 45)
-        from ai4dl.method.plausibility import model_level_problem
-
         problem = model_level_problem(doc) or catalog.choice_problem(doc)
         if problem is not None:
             raise ValueError(f"spec.model: {problem}")

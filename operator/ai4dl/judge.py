@@ -25,6 +25,9 @@ from ai4dl.rules.safety import SafetyConfig, apply_safety_sequence, working_set_
 from ai4dl.rules.workload_profile import held_level
 
 TARGETS = (0.95, 0.97)
+#: The yardstick every allocation is judged against: the usage itself, never padded by the
+#: safety layer (its name is a policy's, declared in ai4dl.policy.policies).
+ORACLE = "oracle"
 GiB = 1024.0 ** 3
 
 
@@ -86,7 +89,7 @@ def replay(data: ReplayInput, policy, window: int,
     else:
         for i, (u, p, init) in enumerate(zip(data.usage, data.phases, data.initial)):
             raw[i] = policy.allocate(u, p, window, init, data.step)[:n_windows[i]]
-    if policy.name == "oracle" or safety is None:
+    if policy.name == ORACLE or safety is None:
         return Replay(policy.name, raw)
     return Replay(policy.name, through_safety(data, raw, window, safety))
 
@@ -147,7 +150,7 @@ def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
 def serve(data: ReplayInput, raw: Replay, window: int, safety: SafetyConfig | None) -> Replay:
     """``raw`` (a policy's own rows, :func:`replay` without a layer) as ``safety`` serves it;
     the oracle (the yardstick) and a run without a layer are served as they are."""
-    if raw.policy == "oracle" or safety is None:
+    if raw.policy == ORACLE or safety is None:
         return raw
     return Replay(raw.policy, through_safety(data, raw.allocations, window, safety))
 
@@ -375,7 +378,7 @@ def score(data: ReplayInput, replays: dict[str, Replay], window: int,
     :class:`ServedMatch` of every execution, :func:`served_matches`) supplies them
     precomputed for a one-execution score. Without ``own`` the served rows are multiplied."""
     sc = _Scoring(data, window, include_cold_start, only, safety, matches)
-    oracle = sc.per_sample(replays["oracle"]) if "oracle" in replays else None
+    oracle = sc.per_sample(replays[ORACLE]) if ORACLE in replays else None
     per_target = per_target or {}
     per_risk = per_risk or {}
     out: dict[str, list[ResourceScore]] = {}
@@ -525,7 +528,7 @@ class _Scoring:
         the matched multiplier; where no multiplier reaches it, the floor and its cost."""
         scale, u = self.scales[j], self.usage[:, j]
         at, wat = fit[0][:, j], fit[1][:, j]
-        if self.safety is not None and rows_own is not None and name != "oracle":
+        if self.safety is not None and rows_own is not None and name != ORACLE:
             m, at = self.served_at(rows_own, name, share, j)
             scaled = 1.0          # the served rows at the factor: as they are
         else:
@@ -537,7 +540,7 @@ class _Scoring:
                                       if oracle_t and np.isfinite(m) else np.inf)
         if not np.isfinite(m) and len(u) and (self.matches or {}).get((name, share, j)) is None:
             floor, at_floor = self.floor_at(rows_own if self.safety is not None and
-                                            name != "oracle" else None,
+                                            name != ORACLE else None,
                                             fit[0][:, j], wat, j)
             s.risk_floor_at[share] = floor
             s.vs_oracle_floor_at[share] = (
@@ -589,7 +592,7 @@ def served_matches(data: ReplayInput, own: dict[str, Replay], window: int,
     one."""
     out = {}
     for name in dict.fromkeys((*own, *(per_risk_own or {}))):
-        if name == "oracle":
+        if name == ORACLE:
             continue
         for share in risks:
             src = (per_risk_own or {}).get(name, {}).get(share, own.get(name))

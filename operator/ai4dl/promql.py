@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 import secrets
 
+import promql_parser
+
 #: Duration put in for ``{rate_window}`` when a template is checked.
 _PROBE_RATE_WINDOW = "1m"
 #: The longest range a template may read (a range vector or a subquery): the longest window a
@@ -88,8 +90,6 @@ def render_template(template: str, selector: str, rate_window: str) -> str:
 def template_problem(template: str) -> str | None:
     """Why ``template`` may not be sent for a PhaseModel (one line), or None when every
     selector in it is confined to the PhaseModel's own pods. Pure: no I/O."""
-    import promql_parser
-
     if not isinstance(template, str):
         return "is not a string"
     token = secrets.token_hex(8)
@@ -109,8 +109,6 @@ def sent_problem(query: str, selector: str) -> str | None:
     """Why the rendered ``query`` may not be sent (one line), or None when every selector in
     it holds every matcher of ``selector`` (the real one: the PhaseModel's namespace and its
     pods): the check of the exact text that goes to Prometheus."""
-    import promql_parser
-
     try:
         node = promql_parser.parse(f"ai4dl_probe{{{selector}}}")
     except Exception as e:   # the parser's own error type: one line
@@ -122,8 +120,6 @@ def sent_problem(query: str, selector: str) -> str | None:
 def _unconfined(rendered: str, want: set, selector: str) -> str | None:
     """Why ``rendered`` is not confined to the matchers ``want`` (the text of ``selector``,
     shown as ``{selector}`` in a message), or None."""
-    import promql_parser
-
     try:
         expr = promql_parser.parse(rendered)
     except Exception as e:   # the parser's own error type (ValueError today): one line

@@ -39,9 +39,20 @@ from typing import Any, Sequence
 import numpy as np
 
 from ai4dl.crd import GROUP, KIND, TRAINER_FIELD_MANAGER, VERSION
-from ai4dl.crd_spec import PhaseModelSpec
-from ai4dl.crd_spec import MIN_WINDOW_STEPS, parse_duration
+from ai4dl.crd_spec import MIN_WINDOW_STEPS, PhaseModelSpec, parse_duration
+from ai4dl.evaluation.evaluate import prepare
+from ai4dl.judge import ORACLE, replay, score, serve
+from ai4dl.method.document_tables import PolicyChoice
 from ai4dl.method.traces import Execution
+from ai4dl.policy import catalog
+from ai4dl.policy.auto import build_candidate, choose_policy
+from ai4dl.policy.headroom import to_table
+from ai4dl.policy.peak import to_table as risk_to_table
+from ai4dl.policy.policies import Oracle
+from ai4dl.rules.objectives import Objective
+from ai4dl.rules.workload_profile import container_run_id, summarise
+from ai4dl.serving import (managed_resources, objectives, safety_config, served_policy,
+                           window_samples)
 
 FIELD_MANAGER = TRAINER_FIELD_MANAGER
 TOLERANCE = 0.01           # relative: candidate <= current × (1 + TOLERANCE) replaces it
@@ -112,12 +123,6 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     the policy :func:`ai4dl.serving.served_policy` picks for the spec and this model
     (``auto``: the model's own choice), under the PhaseModel's safety layer, at each resource's
     objective. ValueError (one line) when the model cannot provision these executions."""
-    from ai4dl.evaluation.evaluate import prepare
-    from ai4dl.judge import replay, score, serve
-    from ai4dl.rules.objectives import Objective
-    from ai4dl.policy.policies import Oracle
-    from ai4dl.serving import objectives, safety_config, served_policy, window_samples
-
     served = served_policy(spec, model)
     resources = served.resources
     window = window_samples(spec)
@@ -133,7 +138,7 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
     data = prepare(usable, resources, model)
     safety = safety_config(spec, resources)
     own = {"served": replay(data, served.policy, window),
-           "oracle": replay(data, Oracle(), window)}
+           ORACLE: replay(data, Oracle(), window)}
     replays = {n: serve(data, r, window, safety) for n, r in own.items()}
     # each resource at its objective: a fulfilment at the matched target, a share of windows
     # at risk at the matched share (``target`` given: a fulfilment for every resource)
@@ -151,8 +156,6 @@ def score_model(model, executions: Sequence[Execution], spec: PhaseModelSpec,
 
 def choice_objectives(spec: PhaseModelSpec, resources: Sequence[str]) -> dict:
     """{resource: Objective} from ``spec.policy.objectives``: what ``auto`` is chosen for."""
-    from ai4dl.serving import objectives
-
     return {o.resource: o for o in objectives(spec, resources)}
 
 
@@ -195,13 +198,6 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
     candidates), stored on the model: the head-room tables (both fitted on every training
     execution, so that an explicit ``kind`` can serve either) and the winners
     (``policy_choice_``). Returns the :class:`~ai4dl.policy.auto.AutoChoice`."""
-    from ai4dl.method.document_tables import PolicyChoice
-    from ai4dl.evaluation.evaluate import prepare
-    from ai4dl.policy import catalog
-    from ai4dl.policy.auto import build_candidate, choose_policy
-    from ai4dl.policy.headroom import to_table
-    from ai4dl.serving import managed_resources, safety_config, window_samples
-
     resources = managed_resources(model)
     window = window_samples(spec)
     problem = window_problem(train, window, spec.step_seconds, "windowSeconds")
@@ -220,8 +216,6 @@ def choose_served_policy(model, train: Sequence[Execution], spec: PhaseModelSpec
                                            table_fulfilment(objectives))
     model.policy_tables_ = [to_table(tables[n]) for n in learned]
     # a peak-risk winner is served from its table in the document (riskTables)
-    from ai4dl.policy.peak import to_table as risk_to_table
-
     model.risk_tables_ = [risk_to_table(p) for p in choice.risk_tables] or None
     model.policy_choice_ = PolicyChoice(resources=list(resources),
                                         winners=list(choice.winners),
@@ -448,8 +442,6 @@ def batch_runs(executions: Sequence[Execution], resources: Sequence[str], window
     ``workload_of(execution)`` names its workload (the operator's key); only executions whose
     last sample came before ``ended_before`` are taken (a container still running has not
     reached its peak: the window loop reports it when it ends)."""
-    from ai4dl.rules.workload_profile import container_run_id, summarise
-
     mem = list(resources).index("memory") if "memory" in resources else None
     out: dict[str, list[tuple[str, Any]]] = {}
     for e in executions:

@@ -5,11 +5,18 @@ and ai4dl.cli.replay import it (and not each other)."""
 from __future__ import annotations
 
 import argparse
+import inspect
+import math
 import sys
 from typing import Sequence
 from pathlib import Path
 
 from ai4dl.errors import Ai4dlError
+from ai4dl.io.loaders import DEFAULT_MAX_ROWS, FORMATS, load_traces, option_default
+from ai4dl.method.document_bounds import MAX_HIDDEN, MAX_HISTORY, MAX_PHASES
+from ai4dl.method.model import PhaseModel
+from ai4dl.method.plausibility import check_model_fits
+from ai4dl.policy import catalog
 
 
 # ----------------------------------------------------------------------------- trace arguments
@@ -37,8 +44,6 @@ def _max_rows(text: str) -> int:
 
 
 def add_trace_args(p: argparse.ArgumentParser, optional: bool = False) -> None:
-    from ai4dl.io.loaders import DEFAULT_MAX_ROWS, FORMATS
-
     p.add_argument("traces", nargs="?" if optional else None,
                    help="trace file or folder (AI4DL CSV, long CSV, Parquet, GCD_VMs tar, "
                         "Alibaba GenAI folder)")
@@ -71,10 +76,6 @@ def load_from_args(args: argparse.Namespace, model=None):
     model's step unless --step says otherwise (saying so), then refused unless they have the
     model's features, units and step (ModelError, one line): a model applied to data in
     other units or at another step gives numbers that mean nothing, with exit 0."""
-    import inspect
-
-    from ai4dl.io.loaders import DEFAULT_MAX_ROWS, load_traces, option_default
-
     max_rows = getattr(args, "max_rows", None)
     kwargs: dict = {"on_bad": args.on_bad,
                     "max_rows": DEFAULT_MAX_ROWS if max_rows is None else (max_rows or None)}
@@ -104,8 +105,6 @@ def load_from_args(args: argparse.Namespace, model=None):
     if args.features:
         traces = traces.select([f.strip() for f in args.features.split(",") if f.strip()])
     if model is not None:
-        from ai4dl.method.plausibility import check_model_fits
-
         check_model_fits(model, traces, what=str(args.traces))
     return traces
 
@@ -135,8 +134,6 @@ def output_folder(path: str | Path, flag: str = "-o") -> Path:
 
 # ----------------------------------------------------------------------------- commands
 def model_from_args(args: argparse.Namespace):
-    from ai4dl.method.model import PhaseModel
-
     if args.phases == "auto":
         n_phases: int | str = "auto"
     else:
@@ -154,8 +151,6 @@ def model_from_args(args: argparse.Namespace):
         raise Ai4dlError(f"--phases {n_phases}: at least 1 phase (or 'auto')")
     if not 1 <= lo <= hi:
         raise Ai4dlError(f"--k-range {args.k_range}: LOW-HIGH with 1 <= LOW <= HIGH (e.g. 2-10)")
-    from ai4dl.method.document_bounds import MAX_HIDDEN, MAX_HISTORY, MAX_PHASES
-
     # a model document holds at most these (ai4dl.method.document): refused before any data is read
     for flag, value, bound in (("--hidden", args.hidden, MAX_HIDDEN),
                                ("--history", args.history, MAX_HISTORY),
@@ -169,7 +164,7 @@ def model_from_args(args: argparse.Namespace):
 
 
 def fit_with_progress(model, traces, quiet: bool = False):
-    from tqdm import tqdm
+    from tqdm import tqdm  # tqdm is an optional extra ([train]): imported where a fit runs
 
     bar = tqdm(total=model.epochs, desc="CRBM epochs", unit="epoch", disable=quiet or None,
                file=sys.stderr, leave=False)
@@ -189,8 +184,6 @@ def fit_with_progress(model, traces, quiet: bool = False):
 # ai4dl evaluate's flags, read by both its file path (ai4dl.cli.main) and its Prometheus path
 # (ai4dl.cli.replay).
 def policies_arg(text: str | None) -> tuple[str, ...]:
-    from ai4dl.policy import catalog
-
     known = catalog.names()
     if text is None:
         return known
@@ -243,8 +236,6 @@ def window_in_samples(args: argparse.Namespace, step: float | None) -> int:
 def evaluation_flags(args: argparse.Namespace) -> tuple[dict, dict]:
     """EvaluationConfig keywords (all but resources and safety) and the model's fit options,
     checked before any data is read."""
-    import math
-
     seconds = getattr(args, "window_seconds", None)
     if seconds is not None and args.window is not None:
         raise Ai4dlError("give the window once: --window (samples) or --window-seconds")

@@ -6,12 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from ai4dl.cli.common import (add_trace_args, evaluation_flags, load_from_args, say,
                               window_in_samples)
+from ai4dl.cli.replay import add_replay_args, check_replay_flags, evaluate_prometheus
 from ai4dl.errors import Ai4dlError
+from ai4dl.evaluation import report, report_json, report_sweep
+from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
+from ai4dl.io.modelfile import load_model
 from ai4dl.io.writers import write_text_atomic
+from ai4dl.policy import catalog
+from ai4dl.policy.policies import PHASE_READERS, STATISTICS
+from ai4dl.rules.safety import SafetyConfig
 
 
 def _evaluation_resources(args: argparse.Namespace, traces) -> tuple[str, ...]:
@@ -58,17 +66,8 @@ def check_window_fits(window: int, traces) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ai4dl.evaluation import report, report_json, report_sweep
-    from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
-    from ai4dl.policy import catalog
-    from ai4dl.rules.safety import SafetyConfig
-
     if args.prometheus:
-        from ai4dl.cli.replay import evaluate_prometheus
-
         return evaluate_prometheus(args)
-    from ai4dl.cli.replay import check_replay_flags
-
     check_replay_flags(args)
     if args.traces is None:
         raise Ai4dlError("give TRACES, or --prometheus URL --selector MATCHERS")
@@ -76,8 +75,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     phase_policies = [p for p in kw["policies"] if catalog.entry(p).needs_phases]
     model = None
     if args.model:
-        from ai4dl.io.modelfile import load_model
-
         model = load_model(args.model)
         if model_params:
             print("ai4dl: warning: --model given: the fit options (--phases, --epochs, "
@@ -127,6 +124,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         written.append(write_text_atomic(
             args.json, json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n"))
     if args.plots:
+        # matplotlib is an optional extra ([train]): its figures are imported where they are drawn
         from ai4dl.evaluation.plots import write_evaluation_plots
 
         say(args, "plotting")
@@ -139,9 +137,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def add_evaluate_args(p: argparse.ArgumentParser) -> None:
     """The evaluate command's options: traces, replay, evaluation, policy parameters, model
     and output."""
-    from ai4dl.cli.replay import add_replay_args
-    from ai4dl.policy import catalog
-
     add_trace_args(p, optional=True)
     add_replay_args(p)
     g = p.add_argument_group("evaluation")
@@ -193,11 +188,6 @@ def add_evaluate_args(p: argparse.ArgumentParser) -> None:
 
 def _add_policy_parameter_args(g) -> None:
     """The phase policies' and adaptive-stat's parameters, and VPA's prewarm."""
-    from dataclasses import fields
-
-    from ai4dl.evaluation.evaluate import EvaluationConfig
-    from ai4dl.policy.policies import PHASE_READERS, STATISTICS
-
     g.add_argument("--statistic", choices=STATISTICS, default="mean+kstd",
                    help="phase level statistic (default mean+kstd)")
     g.add_argument("--k", type=float, default=2.0, help="k of mean + k·std, for the phase "

@@ -15,16 +15,32 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Sequence
 
 import numpy as np
+from pydantic import ValidationError
 
 from ai4dl.cli.common import (model_from_args, add_trace_args, fit_with_progress,
                               load_from_args, output_file, output_folder, say)
 from ai4dl.cli.evaluate import add_evaluate_args, cmd_evaluate
+from ai4dl.cli.trainer import (add_trainer_args, exit_code, report_error, rollback,
+                               train_phasemodel)
 from ai4dl import __version__
+from ai4dl.crd_spec import MIN_WINDOW_STEPS, PhaseModelSpec
 from ai4dl.errors import Ai4dlError, one_line
-from ai4dl.io.writers import atomic_output, figure_folder, save_figure, write_text_atomic
+from ai4dl.io.loaders import DL_CORPUS, load_corpus_phases, load_dl_corpus
+from ai4dl.io.modelfile import load_model, read_document, save_model
+from ai4dl.io.writers import (atomic_output, figure_folder, save_figure, write_long_csv,
+                              write_text_atomic)
+from ai4dl.method import synthetic
+from ai4dl.method.model import PhaseModel
+from ai4dl.method.phases import mostly_novel_warning
+from ai4dl.policy.headroom import from_table
+from ai4dl.recording import record
+from ai4dl.reporting.report import describe
+from ai4dl.serving import managed_resources
+from ai4dl.trainer import choose_served_policy, window_problem
 
 EXIT_INPUT = 2
 EXIT_UNAVAILABLE = 3
@@ -32,11 +48,7 @@ EXIT_REJECTED = 4
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ai4dl.io.modelfile import save_model
-
     if args.phasemodel or args.prometheus:
-        from ai4dl.cli.trainer import train_phasemodel
-
         return train_phasemodel(args)
     if args.traces is None:
         raise Ai4dlError("give TRACES, or --prometheus URL --selector MATCHERS --phasemodel "
@@ -73,15 +85,6 @@ def _policy_spec(args: argparse.Namespace, traces):
     said, the model is stored without a choice). A window the data cannot fill, or one that
     does not fit the step, is an Ai4dlError naming the flag and a value that fits: head-room
     tables fitted on no window would be stored as if they had learnt something."""
-    from types import SimpleNamespace
-
-    from pydantic import ValidationError
-
-    from ai4dl.crd_spec import PhaseModelSpec
-    from ai4dl.crd_spec import MIN_WINDOW_STEPS
-    from ai4dl.serving import managed_resources
-    from ai4dl.trainer import window_problem
-
     try:
         managed_resources(SimpleNamespace(features_=traces.features, units_=traces.units))
     except ValueError as err:
@@ -112,8 +115,6 @@ def _choose_policy(args: argparse.Namespace, model, traces, spec) -> None:
     """``auto``'s choice and the head-room tables into the model file, as the batch trainer
     stores them, for a PhaseModel with windows of ``--window-seconds`` (else ``kind: auto``
     would serve the reactive baseline with this model)."""
-    from ai4dl.trainer import choose_served_policy
-
     try:
         choice = choose_served_policy(model, list(traces), spec)
     except ValueError as err:
@@ -123,15 +124,10 @@ def _choose_policy(args: argparse.Namespace, model, traces, spec) -> None:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from ai4dl.cli.trainer import rollback
-
     return rollback(args)
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    from ai4dl.io.modelfile import load_model
-    from ai4dl.method.phases import mostly_novel_warning
-
     model = load_model(args.model)
     traces = load_from_args(args, model)
     detections = model.detect(traces)
@@ -162,10 +158,6 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from ai4dl.io.modelfile import read_document
-    from ai4dl.method.model import PhaseModel
-    from ai4dl.reporting.report import describe
-
     doc = read_document(args.model)
     model = PhaseModel.from_document(doc)
     if args.json:
@@ -178,11 +170,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
         if not tables:
             raise Ai4dlError(f"{args.model} holds no fitted policy table (schema "
                              f"{doc.schema_version}): nothing to draw for --heatmap")
+        # matplotlib and sklearn are optional extras ([train]): imported where they are used
         import matplotlib.pyplot as plt
 
         from ai4dl.reporting.plots import headroom_figure
-
-        from ai4dl.policy.headroom import from_table
 
         fig = headroom_figure([from_table(t) for t in tables])
         save_figure(fig, args.heatmap)
@@ -192,8 +183,6 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from ai4dl.io.modelfile import load_model
-
     output_folder(args.output)
     model = load_model(args.model)
     traces = load_from_args(args, model)
@@ -254,9 +243,6 @@ def _draw(model, chosen, chosen_labels, values, all_labels, save, title, logged)
 
 
 def cmd_synthetic(args: argparse.Namespace) -> int:
-    from ai4dl.method import synthetic
-    from ai4dl.io.writers import write_long_csv
-
     if args.executions < 1:
         raise Ai4dlError("--executions must be at least 1")
     if args.runs_per_workload < 1:
@@ -289,8 +275,6 @@ def corpus_truth(test, phase_logs: dict) -> tuple[list[np.ndarray], list[str]]:
 def _demo_corpus(args: argparse.Namespace, out: Path, start: float) -> int:
     """The demo on the recorded corpus of real PyTorch runs: fit on some jobs, detect the phases
     of the others, and score them against the programs' own phase logs."""
-    from ai4dl.io.loaders import DL_CORPUS, load_corpus_phases, load_dl_corpus
-
     traces = load_dl_corpus(DL_CORPUS)
     train, test = traces.split_by_group(0.3, args.seed)
     say(args, f"embedded data: the recorded corpus of real PyTorch training runs "
@@ -314,10 +298,6 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
     detected phases."""
     from sklearn.metrics import adjusted_rand_score
 
-    from ai4dl.io.modelfile import save_model
-    from ai4dl.method.model import PhaseModel
-    from ai4dl.reporting.report import describe
-
     say(args, f"train: {train.summary()}")
     model = fit_with_progress(PhaseModel(random_state=args.seed), train, args.quiet)
     save_model(model, out / "model.json")
@@ -335,8 +315,6 @@ def _demo_fit_and_report(args: argparse.Namespace, out: Path, start: float, trai
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ai4dl.method import synthetic
-
     start = time.perf_counter()
     out = Path(args.output)
     if args.data == "dl-corpus":
@@ -370,7 +348,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_synthetic_parser(sub)
     _add_evaluate_parser(sub)
 
-    from ai4dl.recording import record
     record.add_parser(sub)
     return parser
 
@@ -409,8 +386,6 @@ def _add_train_parser(sub) -> None:
                    help="CRBM training device (default auto: cuda when torch sees one and the "
                         "fit is large enough for it to be faster, by the cost model in "
                         "ai4dl.method.crbm_train.FitSize)")
-    from ai4dl.cli.trainer import add_trainer_args
-
     add_trainer_args(p)
     p.set_defaults(func=cmd_train)
 
@@ -504,8 +479,6 @@ def _add_evaluate_parser(sub) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pydantic import ValidationError
-
     args = build_parser().parse_args(argv)
     try:
         try:
@@ -515,8 +488,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             # error that a command did not word itself is still one line, exit 2
             raise Ai4dlError(f"invalid {err.title}: {one_line(err)}") from None
     except Ai4dlError as err:
-        from ai4dl.cli.trainer import exit_code, report_error
-
         code = exit_code(err)
         report_error(args, err, code)
         return code

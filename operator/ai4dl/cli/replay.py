@@ -27,10 +27,25 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ai4dl.cli.common import say
+from pydantic import ValidationError
+
+from ai4dl.cli.common import evaluation_flags, say, window_in_samples
 from ai4dl.cli.trainer import (RunLog, add_prometheus_client_args, check_pull_flags,
                                read_history)
+from ai4dl.crd_spec import PhaseModelSpec, parse_duration
 from ai4dl.errors import Ai4dlError
+from ai4dl.evaluation import report, report_json, workload_report as wr
+from ai4dl.evaluation.evaluate import EvaluationConfig, run_cross_fitted, run_served
+from ai4dl.io.writers import save_figure, write_text_atomic
+from ai4dl.judge import ORACLE
+from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
+from ai4dl.method.model import PhaseModel, validation_message
+from ai4dl.method.traces import CANONICAL_UNITS, TraceSet
+from ai4dl.rules.safety import SafetyConfig
+from ai4dl.serving import safety_config, served_policy, window_samples
+from ai4dl.sources import workloads as owners_src
+from ai4dl.sources.prometheus import PrometheusSource
+from ai4dl.sources.prometheus_types import FeatureQuery, PodRef, default_feature_queries
 
 DEFAULT_FOLDS = 2
 
@@ -81,13 +96,6 @@ def check_replay_flags(args: argparse.Namespace) -> None:
 
 def _phasemodel(args):
     """(spec, model or None, Served) of --phasemodel."""
-    from pydantic import ValidationError
-
-    from ai4dl.crd_spec import PhaseModelSpec
-    from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
-    from ai4dl.method.model import PhaseModel, validation_message
-    from ai4dl.serving import served_policy
-
     ns, name = parse_ref(args.phasemodel)
     resource = PhaseModels(api_client(args.kubeconfig)).get(ns, name)
     if resource is None:
@@ -113,11 +121,6 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     """``ai4dl evaluate --prometheus``: the history pulled, each container's workload and
     requests read, replayed (a PhaseModel as served, or every policy cross-fitted), reported
     per workload; the files written once everything is computed."""
-    from ai4dl.cli.common import evaluation_flags
-    from ai4dl.crd_spec import parse_duration
-    from ai4dl.evaluation import workload_report as wr
-    from ai4dl.evaluation.evaluate import EvaluationConfig
-
     check_replay_flags(args)
     if args.phasemodel and (args.window is not None or
                             getattr(args, "window_seconds", None) is not None):
@@ -150,15 +153,8 @@ def _replay_setup(args: argparse.Namespace, kw: dict) -> tuple:
     """What is replayed and how: (spec, model, served, features, units, step, resources,
     safety) from ``--phasemodel`` (as the operator serves it) or the flags; sets
     ``kw["window"]``."""
-    from ai4dl.cli.common import window_in_samples
-    from ai4dl.rules.safety import SafetyConfig
-    from ai4dl.sources.prometheus_types import FeatureQuery, default_feature_queries
-    from ai4dl.method.traces import CANONICAL_UNITS
-
     spec = served = model = None
     if args.phasemodel:
-        from ai4dl.serving import safety_config, window_samples
-
         spec, model, served = _phasemodel(args)
         features = [FeatureQuery(f.name, f.query) for f in spec.features]
         units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
@@ -202,11 +198,6 @@ def _owned_history(args: argparse.Namespace, features, units, step: float, since
     """The last ``--since`` of history from Prometheus, each execution given its workload (the
     pod's top controller and the container: what a served start learns from) and its
     container's requests."""
-    from ai4dl.sources import workloads as owners_src
-    from ai4dl.sources.prometheus import PrometheusSource
-    from ai4dl.sources.prometheus_types import PodRef
-    from ai4dl.method.traces import TraceSet
-
     now = time.time()
     start = now - since_s
     result, selector, hist = read_history(args, features, units, step, start, now, log,
@@ -247,9 +238,6 @@ def _owned_history(args: argparse.Namespace, features, units, step: float, since
 def _replayed(args: argparse.Namespace, traces, cfg, served, model, model_params) -> tuple:
     """(the result, its report context, the policy shown per workload): the PhaseModel as
     served, or every policy cross-fitted over ``--folds``."""
-    from ai4dl.evaluation import report
-    from ai4dl.evaluation.evaluate import run_cross_fitted, run_served
-
     on_stage = (lambda msg: say(args, msg))
     if served is not None:
         level = served.cold_start
@@ -271,16 +259,13 @@ def _replayed(args: argparse.Namespace, traces, cfg, served, model, model_params
                             f"fitted per fold on the other {args.folds - 1} fold(s)",
                             getattr(res.model, "n_phases_", None), folds=args.folds)
     shown = "auto" if "auto" in res.scores else next(
-        p for p in report.policy_order(list(res.scores)) if p != "oracle")
+        p for p in report.policy_order(list(res.scores)) if p != ORACLE)
     return res, ctx, shown
 
 
 def _rendered(args: argparse.Namespace, res, ctx, shown: str, rows, total,
               history: _OwnedHistory, model_params) -> tuple[str, str, dict | None]:
     """(what the terminal shows, the markdown file, the JSON document or None)."""
-    from ai4dl.evaluation import report, report_json
-    from ai4dl.evaluation import workload_report as wr
-
     names = [p for p in report.policy_order(list(res.scores))]
     data = res.data
     top = max(res.config.targets)
@@ -316,8 +301,6 @@ def _rendered(args: argparse.Namespace, res, ctx, shown: str, rows, total,
 def _write_outputs(args: argparse.Namespace, full: str, doc: dict | None, res, rows,
                    shown: str) -> list[Path]:
     """The markdown, the JSON and the figures asked for, each file whole or not at all."""
-    from ai4dl.io.writers import save_figure, write_text_atomic
-
     written: list[Path] = []
     if args.markdown:
         write_text_atomic(Path(args.markdown), full)
@@ -327,6 +310,7 @@ def _write_outputs(args: argparse.Namespace, full: str, doc: dict | None, res, r
                           json.dumps(doc, allow_nan=False, indent=1, ensure_ascii=False) + "\n")
         written.append(Path(args.json))
     if args.plots:
+        # matplotlib is an optional extra ([train]): imported where a figure is drawn
         from ai4dl.evaluation.plots import workloads_figure, write_evaluation_plots
         import matplotlib.pyplot as plt
 

@@ -10,21 +10,39 @@ is not a terminal (a Job's log) or with ``--log-format json`` (one object per ev
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
 from typing import NamedTuple
 
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
 from ai4dl import trainer as T
+from ai4dl.cli.common import fit_with_progress, load_from_args, model_from_args
+from ai4dl.controller.podstate import StateKey
+from ai4dl.controller.profiles import ProfileStore
 from ai4dl.crd import OPT_IN_LABEL
+from ai4dl.crd_spec import PhaseModelSpec, parse_duration
 from ai4dl.errors import Ai4dlError
+from ai4dl.io.loaders import option_default
+from ai4dl.kube.phasemodels import KubeUnavailable, PhaseModels, api_client, parse_ref
+from ai4dl.kube.workload import owner_workload
+from ai4dl.method.model import PhaseModel, validation_message
+from ai4dl.method.plausibility import check_queried_levels
+from ai4dl.method.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, TraceSet
+from ai4dl.serving import safety_config, window_samples
+from ai4dl.sources import membership as mb, workloads as owners_src
+from ai4dl.sources.prometheus import PrometheusSource
+from ai4dl.sources.prometheus_history import PrometheusHistory, keep_newest, normalise_selector
+from ai4dl.sources.prometheus_types import FeatureQuery, PrometheusUnavailable
+from ai4dl.trainer import HELD_OUT_FRACTION, MAX_SAMPLES, TOLERANCE
 
 EXIT_INPUT, EXIT_UNAVAILABLE, EXIT_REJECTED = 2, 3, 4
 
 
 def add_trainer_args(p: argparse.ArgumentParser) -> None:
-    from ai4dl.trainer import HELD_OUT_FRACTION, MAX_SAMPLES, TOLERANCE
-
     g = p.add_argument_group("refitting a PhaseModel (the batch trainer)")
     g.add_argument("--phasemodel", metavar="NAMESPACE/NAME", help="write the model into this "
                    "PhaseModel (server-side apply, field manager ai4dl-trainer), after scoring "
@@ -113,15 +131,12 @@ class RunLog:
         """A tqdm bar on a terminal in text mode; None otherwise."""
         if self.json or self.quiet or not sys.stderr.isatty():
             return None
-        from tqdm import tqdm
+        from tqdm import tqdm  # tqdm is an optional extra ([train]): imported where a bar is drawn
 
         return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False)
 
 
 def exit_code(err: Ai4dlError) -> int:
-    from ai4dl.kube.phasemodels import KubeUnavailable
-    from ai4dl.sources.prometheus_types import PrometheusUnavailable
-
     return EXIT_UNAVAILABLE if isinstance(err, (PrometheusUnavailable, KubeUnavailable)) \
         else EXIT_INPUT
 
@@ -168,10 +183,6 @@ def read_history(args, features, units, step: float, start: float, end: float, l
     """``--prometheus URL --selector MATCHERS``: the history pull of [start, end] (with a
     progress bar on a terminal). ``select_for(source)`` gives the pull's ``select`` (which
     containers to keep). Returns (HistoryResult, the normalised selector, the PodRefs found)."""
-    from ai4dl.sources.prometheus import PrometheusSource
-    from ai4dl.sources.prometheus_history import PrometheusHistory, normalise_selector
-    from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS
-
     try:
         selector = normalise_selector(args.selector)
         src = PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
@@ -200,10 +211,6 @@ def read_history(args, features, units, step: float, start: float, end: float, l
 
 
 def _pull(args, spec, since_s: float, now: float, log: RunLog, core_api=None):
-    from ai4dl.sources import membership as mb
-    from ai4dl.sources.prometheus_types import FeatureQuery
-    from ai4dl.method.traces import CANONICAL_UNITS
-
     step = float(args.step or spec.step_seconds)
     units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
              for f in spec.features]
@@ -302,14 +309,6 @@ def _source(base: str, cap: Cap | None, limit: int = 300) -> str:
 
 
 def _traces(args, spec, log: RunLog):
-    from ai4dl.cli.common import load_from_args
-    from ai4dl.sources.prometheus_history import keep_newest
-
-    import inspect
-
-    from ai4dl.io.loaders import option_default
-    from ai4dl.method.traces import CANONICAL_UNITS
-
     default = option_default(args.traces, "step", args.format)
     if args.step is None and default is not inspect.Parameter.empty:
         # the operator reads the PhaseModel's pods at spec.stepSeconds: the model must learn
@@ -349,11 +348,6 @@ def train_phasemodel(args: argparse.Namespace) -> int:
     """``ai4dl train --phasemodel``: pull the PhaseModel's history, fit a candidate, choose
     the policy it serves, score it against the current model on the held-out executions and
     apply it when it is not worse (the decision in the status either way)."""
-    from ai4dl.cli.common import fit_with_progress, model_from_args
-    from ai4dl.crd_spec import parse_duration
-    from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
-    from ai4dl.method.traces import TraceSet
-
     _check_flags(args)
     log = RunLog(args.log_format, args.quiet)
     candidate = model_from_args(args)           # flag errors before any I/O
@@ -390,11 +384,6 @@ def train_phasemodel(args: argparse.Namespace) -> int:
 def _phasemodel_spec(args: argparse.Namespace, kube, ns: str, name: str) -> tuple:
     """(the PhaseModel resource or None, its spec): refused in one line when it is missing
     (without ``--create``) or invalid."""
-    from pydantic import ValidationError
-
-    from ai4dl.crd_spec import PhaseModelSpec
-    from ai4dl.method.model import validation_message
-
     resource = kube.get(ns, name)
     if resource is None and not args.create:
         raise Ai4dlError(f"PhaseModel {ns}/{name} not found (create it first, or pass --create "
@@ -420,9 +409,6 @@ def _training_data(args: argparse.Namespace, spec, since_s: float, now: float, l
                    kube, ns: str, name: str) -> tuple:
     """(every execution, where they came from, the training ones, the held-out ones), checked
     against the PhaseModel's window and, from Prometheus, for levels in the wrong unit."""
-    from ai4dl.method.traces import TraceSet
-    from ai4dl.serving import window_samples
-
     executions, source = (_pull(args, spec, since_s, now, log, kube.core) if args.prometheus
                           else _traces(args, spec, log))
     try:
@@ -434,8 +420,6 @@ def _training_data(args: argparse.Namespace, spec, since_s: float, now: float, l
     if problem:                             # before the fit, not after it
         raise Ai4dlError(problem)
     if args.prometheus:                     # a template's unit is the spec author's word
-        from ai4dl.method.plausibility import check_queried_levels
-
         check_queried_levels(TraceSet(executions), f"PhaseModel {ns}/{name}'s queries")
     return executions, source, train, held
 
@@ -457,8 +441,6 @@ def _decided(args: argparse.Namespace, candidate, held, spec, source: str, n_tra
              choice, objectives, log: RunLog) -> tuple:
     """The candidate and the current model scored on the held-out executions, the decision,
     and the training record for the status (logged)."""
-    from ai4dl.method.model import PhaseModel
-
     rep = candidate.fit_report_
     try:
         cand_score = T.score_model(candidate, held, spec)
@@ -510,15 +492,6 @@ def fill_profiles(args, spec, executions, resources: tuple[str, ...], kube, ns: 
     workload (the pod's top owner from kube-state-metrics, else its name), into the
     PhaseModel's WorkloadProfiles: one GET and at most one write per workload, the runs the
     operator already reported counted once. A failure is a warning: the model is written."""
-    from kubernetes.client.exceptions import ApiException
-
-    from ai4dl.controller.podstate import StateKey
-    from ai4dl.controller.profiles import ProfileStore
-    from ai4dl.kube.workload import owner_workload
-    from ai4dl.serving import safety_config, window_samples
-    from ai4dl.sources import workloads as owners_src
-    from ai4dl.sources.prometheus import PrometheusSource
-
     try:
         key = StateKey.from_file(args.state_key_file)
     except ValueError as err:
@@ -558,8 +531,6 @@ def fill_profiles(args, spec, executions, resources: tuple[str, ...], kube, ns: 
 # ----------------------------------------------------------------------------- rollback
 def rollback(args: argparse.Namespace) -> int:
     """``ai4dl rollback``: the PhaseModel's previous model back in spec.model."""
-    from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
-
     log = RunLog(args.log_format, args.quiet)
     ns, name = parse_ref(args.phasemodel)
     kube = PhaseModels(api_client(args.kubeconfig))

@@ -6,9 +6,17 @@ import argparse
 import asyncio
 import logging
 import os
+import ssl
 import sys
 
+import kopf
+
+from ai4dl import __version__
+from ai4dl.controller import handlers, metrics
+from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.runtime import DEFAULT_MAX_VALUE, DEFAULT_MAX_WORKLOADS
+from ai4dl.controller.webhook import service_names
+from ai4dl.quantity import parse_quantity
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,8 +25,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Phase-based vertical autoscaling of opted-in pods (kopf operator). Pods opt "
                     "in with the label ai4dl.io/managed=true and name their PhaseModel with the "
                     "annotation ai4dl.io/phasemodel.")
-    from ai4dl import __version__
-
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_metrics_source_args(p)
     _add_fair_share_args(p)
@@ -183,8 +189,6 @@ def _fmt(cores: float) -> str:
 
 def _client_ca_problem(path: str) -> str:
     """Why ``path`` cannot verify client certificates ("" when it can)."""
-    import ssl
-
     try:
         ctx = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
         ctx.load_verify_locations(cafile=path)
@@ -223,15 +227,12 @@ def main(argv=None) -> int:
         webhook = _webhook_settings(args)
     except _FlagError as err:
         return _fail(str(err))
-    # Read by the handlers module when it registers the PhaseModel daemon (import below).
+    # Read by the handlers module when it registers the PhaseModel daemon (below).
     os.environ["AI4DL_PHASEMODEL_SELECTOR"] = ",".join(f"{k}={v}" for k, v in shard.items())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import kopf
-
-    from ai4dl.controller import handlers, metrics
-
     handlers.CONFIG.update(_handler_config(args, max_value, webhook, state_key))
+    handlers.register_phasemodels()
     if webhook is not None:
         handlers.register_admission()
     if args.metrics_port:
@@ -283,8 +284,6 @@ def _phasemodel_shard(args: argparse.Namespace) -> dict[str, str]:
 
 def _max_values(args: argparse.Namespace) -> dict[str, float]:
     """--max-container-cpu and --max-container-memory as numbers, by resource."""
-    from ai4dl.quantity import parse_quantity
-
     max_value = {}
     for r, flag, text in (("cpu", "--max-container-cpu", args.max_container_cpu),
                           ("memory", "--max-container-memory", args.max_container_memory)):
@@ -301,8 +300,6 @@ def _state_key(args: argparse.Namespace):
     """The key read from --state-key-file, or None (a random key per process)."""
     state_key = None
     if args.state_key_file:
-        from ai4dl.controller.podstate import StateKey
-
         try:
             state_key = StateKey.from_file(args.state_key_file)
         except ValueError as err:
@@ -327,8 +324,6 @@ def _webhook_settings(args: argparse.Namespace) -> dict | None:
         raise _FlagError("--webhook-port without --webhook-cert-dir needs "
                          "--webhook-configuration (the configuration whose caBundle the "
                          "operator writes for its self-signed certificate)")
-    from ai4dl.controller.webhook import service_names
-
     hosts = list(args.webhook_host)
     if args.webhook_service:
         svc, dot, ns = args.webhook_service.partition(".")

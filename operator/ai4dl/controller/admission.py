@@ -56,12 +56,14 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ai4dl.controller.podstate import StateKey, admitted_identity, admitted_scope
-from ai4dl.controller.pods import (A_ADMISSION, A_ADMITTED, A_WORKLOAD, Container, pod_info,
-                                  qos_class)
+from ai4dl.controller.pods import (A_ADMISSION, A_ADMITTED, A_WORKLOAD, RESOURCES, Container,
+                                  pod_info, qos_class)
 from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
 from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.crd_spec import PROMQL_UNCHECKED, LabelSelector
+from ai4dl.method.model import PhaseModel
 from ai4dl.quantity import format_resource, parse_quantity
+from ai4dl.serving import safety_config, served_policy
 ADMITTING_MODES = ("Initial", "InPlace")
 
 
@@ -126,9 +128,6 @@ def admission_target(body: Mapping) -> AdmissionTarget:
         return AdmissionTarget(**base, resources=())
     if spec.model is None:
         return AdmissionTarget(**base, resources=(), reason="it has no model yet")
-    from ai4dl.method.model import PhaseModel
-    from ai4dl.serving import safety_config, served_policy
-
     try:
         served = served_policy(spec, PhaseModel.from_document(spec.validated_model()))
     except ValueError as err:
@@ -179,8 +178,6 @@ class LimitRangeRules:
 def limit_range_rules(body: Mapping) -> LimitRangeRules:
     """From a LimitRange object. A quantity that does not parse is left out (the API server
     validated it when the LimitRange was written, so this does not happen in practice)."""
-    from ai4dl.controller.pods import RESOURCES
-
     bounds: dict[tuple[str, str, str], tuple[float, str]] = {}
     for item in (body.get("spec") or {}).get("limits") or []:
         kind = item.get("type")

@@ -20,15 +20,26 @@ import ssl
 import time
 from functools import partial
 
+import aiohttp.web
 import kopf
+from kubernetes import client, config
 
+from ai4dl.controller import metrics as m
+from ai4dl.controller.admission import admission_target, admit, limit_range_rules, quota_room
 from ai4dl.controller.fairness import (WindowScheduler, late_condition, period_seconds,
                                        throttled_condition)
+from ai4dl.controller.orphans import OrphanSweep, forget_phasemodel
+from ai4dl.controller.podstate import StateKey
+from ai4dl.controller.profiles import open_record
 from ai4dl.controller.runtime import DEFAULT_MAX_WORKLOADS, WindowRunner
 from ai4dl.controller.runtime_window import window_start
-from ai4dl.crd import GROUP, MODEL_ANNOTATION, PLURAL, VERSION
+from ai4dl.controller.runtime_writes import WRITERS
+from ai4dl.controller.webhook import WEBHOOK_PATH, SelfSignedCertificates, patch_ca_bundle
+from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from ai4dl.crd_profile import PROFILE_PLURAL
+from ai4dl.kube.raw import write_event
 from ai4dl.kube.workload import workload_of
+from ai4dl.sources.prometheus import SERIES_FACTOR, PrometheusSource
 
 log = logging.getLogger("ai4dl.operator")
 
@@ -75,14 +86,10 @@ async def _configure_webhook(settings: kopf.OperatorSettings, cfg: dict) -> None
     configuration: the chart owns it). Self-signed mode: make the certificate; a background
     task writes its CA into our configuration (until then the API server cannot call us and
     creates pods unchanged) and renews it."""
-    from ai4dl.controller.webhook import SelfSignedCertificates
-
     if cfg["cert_dir"]:
         certfile = os.path.join(cfg["cert_dir"], "tls.crt")
         keyfile = os.path.join(cfg["cert_dir"], "tls.key")
     else:
-        from kubernetes import client
-
         certs = SelfSignedCertificates(cfg["hosts"])
         core, _ = _clients()
         admission_api = client.AdmissionregistrationV1Api(core.api_client)
@@ -103,9 +110,6 @@ async def _configure_webhook(settings: kopf.OperatorSettings, cfg: dict) -> None
 
 
 async def _orphan_sweeps(interval: float) -> None:
-    from ai4dl.kube.raw import write_event
-    from ai4dl.controller.orphans import OrphanSweep
-
     core, custom = _clients()
     sweep = OrphanSweep(core, custom, CONFIG.get("namespaces") or [], partial(write_event, core))
     while True:
@@ -117,14 +121,10 @@ async def _orphan_sweeps(interval: float) -> None:
 
 
 def _clients():
-    from kubernetes import client, config
-
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    from ai4dl.controller.runtime_writes import WRITERS
-
     cfg = client.Configuration.get_default_copy()
     cfg.connection_pool_maxsize = WRITERS + 2
     api = client.ApiClient(cfg)
@@ -132,12 +132,8 @@ def _clients():
 
 
 def _source():
-    from ai4dl.sources.prometheus import PrometheusSource
-
     if not CONFIG["prometheus_url"]:
         raise kopf.PermanentError("no Prometheus URL (--prometheus-url or AI4DL_PROMETHEUS_URL)")
-    from ai4dl.sources.prometheus import SERIES_FACTOR
-
     # A window's answer is bounded: --max-series-per-query, else SERIES_FACTOR per container
     # and feature asked for (more is refused unparsed: TooManySeries).
     return PrometheusSource(CONFIG["prometheus_url"], timeout=CONFIG["prometheus_timeout"],
@@ -149,8 +145,6 @@ def _source():
 def state_key():
     """The key that seals the operator's records on pods (ai4dl.controller.podstate): from
     ``--state-key-file`` (CONFIG), else one random key for this process, made once."""
-    from ai4dl.controller.podstate import StateKey
-
     key = CONFIG.get("state_key")
     if key is None:
         key = CONFIG["state_key"] = StateKey.generate()
@@ -166,14 +160,10 @@ def phasemodel_labels(text: str) -> dict[str, str] | None:
     return {k.strip(): v.strip() for k, _, v in pairs} or None
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0,
-             labels=phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", "")))
 async def phasemodel_windows(namespace, name, body, stopped, **_):
     """One loop per PhaseModel: at each window boundary (each period's, when its window is
     below the operator's minimum), queue the processing of all its pods at once for the
     window workers, which take namespaces in turn (ai4dl.controller.fairness)."""
-    from ai4dl.controller import metrics as m
-
     core, custom = _clients()
     runner = WindowRunner(core, custom, _source(), namespace, name,
                           max_value=CONFIG.get("max_value"), key=state_key(),
@@ -232,8 +222,6 @@ def _run_window(runner: WindowRunner, snapshot: dict, due: float, grid: int, set
     ``grid``) + settle has passed (the one that was due, or a later one when the work waited
     past it), with its lateness measured, shown (metric, WindowsLate) and logged. Returns the
     boundary handled."""
-    from ai4dl.controller import metrics as m
-
     ns, name = runner.namespace, runner.name
     started = time.time()
     boundary = window_start(started - settle, grid)
@@ -273,8 +261,6 @@ def _scheduler() -> WindowScheduler:
     """The operator's one pool of window workers (--window-workers), made on first use."""
     global _SCHEDULER
     if _SCHEDULER is None:
-        from ai4dl.controller import metrics as m
-
         def gauges(s: WindowScheduler) -> None:
             m.WINDOW_QUEUE_DEPTH.set(len(s.queue))
             m.WINDOWS_RUNNING.set(s.queue.in_flight())
@@ -282,17 +268,23 @@ def _scheduler() -> WindowScheduler:
     return _SCHEDULER
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL,
-                labels=phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", "")))
 async def phasemodel_deleted(namespace, name, **_):
     """Its pods keep nothing that describes a model that is gone (kopf holds the PhaseModel's
     finalizer until this returns; the daemon skips windows once deletion began)."""
-    from ai4dl.controller.orphans import forget_phasemodel
-
     core, _ = _clients()
     n = await asyncio.to_thread(forget_phasemodel, core, namespace, name)
     log.info("PhaseModel %s/%s deleted: the operator's annotations removed from %d pods",
              namespace, name, n)
+
+
+def register_phasemodels() -> None:
+    """Register the PhaseModel daemon and deletion handler (above) for the PhaseModels this
+    instance serves: ``--phasemodel-selector``, which ai4dl.controller.__main__ puts in
+    AI4DL_PHASEMODEL_SELECTOR before it calls this."""
+    labels = phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", ""))
+    kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0,
+                labels=labels)(phasemodel_windows)
+    kopf.on.delete(GROUP, VERSION, PLURAL, labels=labels)(phasemodel_deleted)
 
 
 # ----------------------------------------------------------------------------- admission
@@ -304,8 +296,6 @@ _TARGETS: dict[tuple[str, str], tuple[tuple, object]] = {}
 
 
 def _admission_target(namespace: str, name: str, body) -> object:
-    from ai4dl.controller.admission import admission_target
-
     meta = body.get("metadata") or {}
     # a PhaseModel deleted and created again under its name starts at generation 1 again
     version = (meta.get("uid"), int(meta.get("generation") or 0))
@@ -324,16 +314,12 @@ def admission_targets(namespace, name, body, **_):
 def limit_ranges(namespace, name, body, **_):
     """kopf index: namespace -> its LimitRanges' constraints (admission keeps new requests
     within them; read from memory on the hot path)."""
-    from ai4dl.controller.admission import limit_range_rules
-
     return {namespace: limit_range_rules(body)}
 
 
 def resource_quotas(namespace, name, body, **_):
     """kopf index: namespace -> its ResourceQuotas' room left (admission never raises a request
     past it: the API server would refuse the pod)."""
-    from ai4dl.controller.admission import quota_room
-
     return {namespace: quota_room(body)}
 
 
@@ -341,8 +327,6 @@ def workload_profiles(namespace, name, body, **_):
     """kopf index: (namespace, PhaseModel, workload) -> that workload's verified profiles
     (ai4dl.controller.profiles: an object whose sealed record does not verify is not indexed;
     its workload is admitted as an unknown one)."""
-    from ai4dl.controller.profiles import open_record
-
     stored = open_record(body, state_key())
     if stored.problem is not None or not stored.containers:
         return None
@@ -357,9 +341,6 @@ def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Ind
     """Mutating admission of a pod being created: set its requests from its PhaseModel's
     learned first-window level (ai4dl.controller.admission). Never refuses a pod: on any error
     it is admitted unchanged (the configuration's failurePolicy is Ignore besides)."""
-    from ai4dl.controller.admission import admit
-    from ai4dl.controller import metrics as m
-
     started = time.perf_counter()
     try:
         namespace = REQUEST_NAMESPACE.get()
@@ -404,8 +385,6 @@ class _ReviewServer(kopf.WebhookServer):
 
         async def serve(request, *, sslpeer=None, **kwargs):
             if names and _common_name(sslpeer) not in names:
-                import aiohttp.web
-
                 log.warning("webhook: a review from client certificate %r refused (allowed: "
                             "%s)", _common_name(sslpeer), ", ".join(names))
                 raise aiohttp.web.HTTPForbidden(reason="client certificate not allowed")
@@ -443,9 +422,6 @@ class _FirstOfEach:
 
 def register_admission() -> None:
     """Register the PhaseModel index and the pod mutating handler (see above)."""
-    from ai4dl.controller.webhook import WEBHOOK_PATH
-    from ai4dl.crd import OPT_IN_LABEL
-
     labels = phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", ""))
     kopf.index(GROUP, VERSION, PLURAL, labels=labels)(admission_targets)
     # RBAC: limitranges list/watch (rbac.yaml); kopf serves no review until it is listed
@@ -466,8 +442,6 @@ async def _renew_certificates(certs, admission_api, configuration: str,
     certificate (and the CA) when due; the bundle is written before a certificate under a new
     CA is served. Until the bundle is written the API server cannot call the webhook and
     creates pods unchanged (failurePolicy Ignore): retried every ``retry`` seconds."""
-    from ai4dl.controller.webhook import patch_ca_bundle
-
     written = False
     while True:
         try:

@@ -16,6 +16,10 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from ai4dl.controller import metrics as m
 from ai4dl.kube.raw import drain, paged_items
 from ai4dl.controller.pods import OWNED_ANNOTATIONS, PodInfo, pod_info
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
@@ -77,8 +81,6 @@ class OrphanSweep:
         return out
 
     def _selectors(self) -> dict[tuple[str, str], LabelSelector | None]:
-        from pydantic import ValidationError
-
         items = []
         for ns in self.namespaces or [None]:
             got = (self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL) if ns
@@ -100,8 +102,6 @@ class OrphanSweep:
         orphans = find_orphans(pods, self._selectors())
         present = {p.uid for p in pods}
         self._warned = {w for w in self._warned if w[0] in present}
-        from ai4dl.controller import metrics as m
-
         counts: dict[tuple[str, str], int] = {}
         for o in orphans:
             counts[(o.pod.namespace, o.reason)] = counts.get((o.pod.namespace, o.reason), 0) + 1
@@ -122,8 +122,6 @@ def forget_phasemodel(core_api, namespace: str, name: str) -> int:
     """Remove the operator's annotations from the pods that name PhaseModel namespace/name
     (a JSON merge patch with nulls, which the chart's admission policy allows). Returns how
     many pods were cleaned."""
-    from kubernetes.client.exceptions import ApiException
-
     done = 0
     for item in paged_items(core_api.list_namespaced_pod, namespace, page=LIST_PAGE,
                             label_selector=f"{OPT_IN_LABEL}=true"):

@@ -25,9 +25,12 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from kubernetes.client.exceptions import ApiException
+
 from ai4dl.controller.podstate import StateKey
 from ai4dl.crd import GROUP, KIND, VERSION
 from ai4dl.crd_profile import PROFILE_KIND, PROFILE_PLURAL
+from ai4dl.kube.raw import paged_items
 from ai4dl.rules.workload_profile import ProfileError, RunSummary, WorkloadProfile
 from ai4dl.quantity import format_resource
 
@@ -148,8 +151,6 @@ class ProfileStore:
         self.writes = 0
 
     def read(self, workload: str) -> StoredProfiles:
-        from kubernetes.client.exceptions import ApiException
-
         try:
             body = self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PROFILE_PLURAL,
@@ -195,10 +196,6 @@ class ProfileStore:
         objects (by label), and a DELETE per object dropped. Returns (the kept workloads'
         profiles, verified: a record that is not the operator's reads as none; the number of
         objects deleted)."""
-        from kubernetes.client.exceptions import ApiException
-
-        from ai4dl.kube.raw import paged_items
-
         found = []
         for item in paged_items(self.custom.list_namespaced_custom_object, GROUP, VERSION,
                                 self.namespace, PROFILE_PLURAL,

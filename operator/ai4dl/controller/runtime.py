@@ -17,7 +17,9 @@ import time
 from collections import defaultdict
 from typing import Sequence
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
+from urllib3.exceptions import HTTPError
 
 from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
@@ -29,7 +31,7 @@ from ai4dl.controller.runtime_window import (ModelCache, WindowReport, label_sel
 from ai4dl.controller.runtime_writes import PodWrites
 from ai4dl.controller.savings import (add_window, clamp_originals, original_requests,
                                       window_amounts)
-from ai4dl.serving import Served, served_policy, window_samples
+from ai4dl.serving import Served, safety_config, served_policy, window_samples
 from ai4dl.kube.raw import api_message, paged_items
 from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
 from ai4dl.controller.profiles import ProfileStore
@@ -41,6 +43,9 @@ from ai4dl.crd import GROUP, PLURAL, VERSION
 from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.crd_spec import PROMQL_UNCHECKED
 from ai4dl.errors import Ai4dlError
+from ai4dl.promql import template_problem
+from ai4dl.sources.prometheus_types import (FeatureQuery, PrometheusQueryError,
+                                            SeriesLimitExceeded)
 
 log = logging.getLogger("ai4dl.operator")
 
@@ -187,8 +192,6 @@ class WindowRunner(PodWrites):
             self._status(body, report, ready=True, reason="Off", message="mode Off: not acting")
             return report
         if not self.allow_free_promql:
-            from ai4dl.promql import template_problem
-
             for f in spec.features:
                 problem = template_problem(f.query)
                 if problem is not None:     # stored before the CRD's rule, or bypassing it
@@ -216,9 +219,6 @@ class WindowRunner(PodWrites):
     def _listed_pods(self, body: dict, spec: PhaseModelSpec, report: WindowReport
                      ) -> tuple[list[PodInfo] | None, WindowReport | None]:
         """(the PhaseModel's pods, None), or (None, the degraded report) when the LIST fails."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         labels = (self.namespace, self.name)
         try:
             return self.list_pods(spec), None
@@ -254,9 +254,6 @@ class WindowRunner(PodWrites):
         rejected: dict[tuple[str, str, str], tuple[str, str]] = {}
         if not refs:
             return samples, rejected, None
-        from ai4dl.sources.prometheus_types import (FeatureQuery, PrometheusQueryError,
-                                                    SeriesLimitExceeded)
-
         step = spec.step_seconds
         # grid: n_context history samples, then the W samples of the window that just ended
         end = report.window_start
@@ -383,8 +380,6 @@ class WindowRunner(PodWrites):
         """Hand the runs that ended to their workloads' profiles (one write per workload at
         most), feed the window to the runs in progress, and count the workloads for the
         status. A failure here is logged and counted: it never stops the window's resizes."""
-        from ai4dl.serving import safety_config
-
         self.runs.observe(plan, start, W, spec.step_seconds)
         by_workload: dict[str, list] = defaultdict(list)
         for e in ended:
@@ -513,8 +508,6 @@ class WindowRunner(PodWrites):
                 extra: list[tuple[str, str, str, str]] = (), served: str | None = None,
                 policy: str | None = None, savings: dict | None = None,
                 workloads: dict | None = None) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         old = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
         now = now_iso()
 

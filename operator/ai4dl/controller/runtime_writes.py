@@ -6,6 +6,9 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
 from ai4dl.controller import metrics as m
 from ai4dl.controller.plan_types import WindowPlan
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
@@ -13,6 +16,7 @@ from ai4dl.controller.podstate import state_scope
 from ai4dl.controller.runtime_window import WindowReport
 from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.kube.raw import api_message, drain, read_json, write_event
+from ai4dl.quantity import parse_quantity
 
 log = logging.getLogger("ai4dl.operator")
 
@@ -105,9 +109,6 @@ class PodWrites:
         its new, already lowered requests: two steps of ``maxDecrease`` in one window
         (tests/test_faults.py, the operator SIGKILLed mid-writes). Recorded first, the worst
         case is a resize one window late."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         try:
             if p.resize is None:
                 self._annotate(p)
@@ -204,8 +205,6 @@ class PodWrites:
         a conflict the pod is read again: if only other fields changed (labels, annotations,
         status) the write is sent again at the new version; if its containers changed since
         the read the plan came from, False (nothing more is written)."""
-        from kubernetes.client.exceptions import ApiException
-
         planned_from = p.pod.containers
         for _ in range(attempts):
             try:
@@ -232,8 +231,6 @@ class PodWrites:
 def _stored_differs(resize: dict, stored: dict) -> dict | None:
     """What the API server stored for the containers and values a resize sent, where that is
     not what was sent (compared as quantities: it may respell "1024Mi" as "1Gi")."""
-    from ai4dl.quantity import parse_quantity
-
     by_name = {c.get("name"): (c.get("resources") or {})
                for c in (stored.get("spec") or {}).get("containers") or []}
     out: dict = {}

@@ -39,6 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
 log = logging.getLogger("ai4dl.operator")
 
 CA_DAYS = 365
@@ -70,24 +75,16 @@ class KeyPair:
 
 
 def _key():
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     return ec.generate_private_key(ec.SECP256R1())
 
 
 def _pem_key(key) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
 
 def make_ca(days: int = CA_DAYS, now: dt.datetime | None = None) -> tuple[KeyPair, object]:
     """A self-signed CA certificate and its key object."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.x509.oid import NameOID
-
     now = now or dt.datetime.now(dt.timezone.utc)
     key = _key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ai4dl-operator webhook CA")])
@@ -109,10 +106,6 @@ def make_ca(days: int = CA_DAYS, now: dt.datetime | None = None) -> tuple[KeyPai
 def make_serving(ca: KeyPair, ca_key, hosts: Sequence[str], days: int = SERVING_DAYS,
                  now: dt.datetime | None = None) -> KeyPair:
     """A serving certificate for ``hosts`` (DNS names and IP addresses), signed by ``ca``."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
     now = now or dt.datetime.now(dt.timezone.utc)
     key = _key()
     sans = []

@@ -17,16 +17,18 @@ from typing import Sequence
 
 import numpy as np
 
+from ai4dl.errors import TraceError
 from ai4dl.judge import (TARGETS, Replay, ReplayInput, ResourceScore, replay, score, serve,
                          served_matches)
+from ai4dl.method.model import PhaseModel
 from ai4dl.policy import catalog
 from ai4dl.policy.auto import choose_policy
 from ai4dl.policy.headroom_levels import first_window_level
-from ai4dl.rules.objectives import RISKS
+from ai4dl.rules.objectives import RISKS, Objective, default_objective
 from ai4dl.policy.policies import Oracle, Policy
 from ai4dl.policy.registry import FitInputs
 from ai4dl.rules.safety import SafetyConfig
-from ai4dl.method.traces import Execution
+from ai4dl.method.traces import Execution, TraceSet
 from ai4dl.evaluation.starts import (StartCounts, initial_request, served_starts,  # noqa: F401
                                      trace_request)
 
@@ -252,8 +254,6 @@ def run_evaluation(traces, cfg: EvaluationConfig, model=None, model_params: dict
     one is given), fit the head-room tables and let ``auto`` choose on the train side only
     (once per scored target), replay the test side through every policy and score it.
     ``split``: (train, test) given instead (the folds of :func:`run_cross_fitted`)."""
-    from ai4dl.method.model import PhaseModel
-
     say = on_stage or (lambda msg: None)
     needs_model = needs_phases(cfg.policies)
     if split is not None:
@@ -355,8 +355,6 @@ def _fitted(cfg: EvaluationConfig, name: str, train_data, model, target: float, 
 def risk_objectives(resources: Sequence[str], share: float) -> dict:
     """The served objectives with memory's share of windows at risk set to ``share``: what
     ``auto`` is chosen under in the evaluator's risk view (cpu keeps its default fulfilment)."""
-    from ai4dl.rules.objectives import Objective, default_objective
-
     return {r: Objective(r, "risk", share) if r == "memory" else default_objective(r)
             for r in resources}
 
@@ -386,9 +384,6 @@ def _fit_for_risks(cfg: EvaluationConfig, fitted_names, train_data, data, model,
 def fold_splits(traces, folds: int, seed: int = 0) -> list[tuple]:
     """``folds`` (train, test) splits by execution group (seeded): every group is on the test
     side of exactly one fold, and never on both sides of one."""
-    from ai4dl.errors import TraceError
-    from ai4dl.method.traces import TraceSet
-
     groups = np.array(traces.groups(), dtype=object)
     if folds < 2:
         raise ValueError(f"cross-fitting needs at least 2 folds, got {folds}")

@@ -21,6 +21,7 @@ from ai4dl.io.writers import save_figure  # noqa: E402
 from ai4dl.evaluation.report import policy_order, primary_target, target_label  # noqa: E402
 from ai4dl.evaluation.report_sweep import pareto_front  # noqa: E402
 from ai4dl.evaluation.workload_report import level_unit  # noqa: E402
+from ai4dl.judge import ORACLE, score  # noqa: E402
 from ai4dl.policy import catalog  # noqa: E402
 
 DPI = 110
@@ -103,10 +104,10 @@ def execution_figure(result: EvaluationResult, i: int):
             alloc = result.replays[name].allocations[i][:n_win, j] / div
             s = per[name][j] if name in per else None
             tag = (f" (×{s.vs_oracle:.2f} oracle)"
-                   if s is not None and name != "oracle" and math.isfinite(s.vs_oracle) else "")
-            ax.stairs(alloc, edges, color=policy_colour(name), lw=1.6 if name == "oracle" else 1.2,
-                      ls="--" if name == "oracle" else "-", label=name + tag,
-                      zorder=6 if name == "oracle" else 4, baseline=None)
+                   if s is not None and name != ORACLE and math.isfinite(s.vs_oracle) else "")
+            ax.stairs(alloc, edges, color=policy_colour(name), lw=1.6 if name == ORACLE else 1.2,
+                      ls="--" if name == ORACLE else "-", label=name + tag,
+                      zorder=6 if name == ORACLE else 4, baseline=None)
         ax.set_ylabel(f"{data.resources[j]} [{unit}]", fontsize=9)
         ax.set_ylim(bottom=0)
         ax.margins(x=0)
@@ -174,7 +175,7 @@ def sweep_figure(result: EvaluationResult, sweep: Sequence[dict]):
                                         xytext=(4, -9), fontsize=6.5, color=policy_colour(fam))
         for name in policy_order(list(result.scores)):
             s = result.scores[name][j]
-            if name == "oracle":
+            if name == ORACLE:
                 ax.scatter([100 * s.fulfilment], [s.vs_oracle], marker="X", s=90, color="black",
                            zorder=6)
                 continue
@@ -211,8 +212,8 @@ def sweep_figure(result: EvaluationResult, sweep: Sequence[dict]):
                 for m in margins]
     handles += [Line2D([], [], color=policy_colour(n), marker="*", markersize=11, lw=0,
                        markeredgecolor="black", label=f"{n} (as run)")
-                for n in policy_order(list(result.scores)) if n != "oracle"]
-    handles += [Line2D([], [], color="black", marker="X", lw=0, label="oracle"),
+                for n in policy_order(list(result.scores)) if n != ORACLE]
+    handles += [Line2D([], [], color="black", marker="X", lw=0, label=ORACLE),
                 Line2D([], [], color="black", ls=":", marker="o", markerfacecolor="none",
                        label="Pareto frontier")]
     fig.legend(handles=handles, loc="center right", fontsize=8, frameon=False)
@@ -306,8 +307,6 @@ def risk_curves(result: EvaluationResult, shares: Sequence[float] = RISK_GRID) -
     """policy -> (R, len(shares)) allocation ÷ oracle at each matched share of windows at risk
     (the evaluator's own scoring; a policy fitted per share is drawn with its fit for the
     smallest share it was fitted for)."""
-    from ai4dl.judge import score
-
     reps = dict(result.replays)
     for name, by_share in result.per_risk.items():
         if name in reps and by_share:
@@ -334,7 +333,7 @@ def risk_curve_figure(result: EvaluationResult, shares: Sequence[float] = RISK_G
         ax = axes[0, j]
         finite = np.concatenate([c[j][np.isfinite(c[j])] for c in curves.values()])
         shown = [n for n in policy_order(list(curves)) if n in catalog.names(figure="risk")] or \
-            [n for n in policy_order(list(curves)) if n != "oracle"]
+            [n for n in policy_order(list(curves)) if n != ORACLE]
         for name in shown:
             y = curves[name][j]
             ok = np.isfinite(y)

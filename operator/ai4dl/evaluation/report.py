@@ -19,8 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationResult, needs_phases
-from ai4dl.judge import ResourceScore
-from ai4dl.judge import resource_unit_scale, wins_at_risk, wins_over
+from ai4dl.judge import ORACLE, ResourceScore, resource_unit_scale, wins_at_risk, wins_over
 from ai4dl.policy import catalog
 
 UNREACHABLE = "unreachable"
@@ -72,7 +71,7 @@ def make_context(traces, result: EvaluationResult, source: str,
 def policy_order(names: Sequence[str]) -> list[str]:
     """The catalogue's order, unknown names after them, the oracle last."""
     rank = {p: i for i, p in enumerate(catalog.names())}
-    out = sorted(names, key=lambda n: (n == "oracle", rank.get(n, len(rank)), n))
+    out = sorted(names, key=lambda n: (n == ORACLE, rank.get(n, len(rank)), n))
     return out
 
 
@@ -227,7 +226,7 @@ def score_table(result: EvaluationResult) -> str:
 
 
 def _wins_cell(result: EvaluationResult, name: str, j: int, t: float) -> str:
-    if name in (catalog.baseline(), "oracle"):
+    if name in (catalog.baseline(), ORACLE):
         return "—"
     w = wins_over(result.scores, name, j, t, catalog.baseline())
     return "n/a" if w is None else ("yes" if w else "no")
@@ -299,7 +298,7 @@ def risk_rows(result: EvaluationResult) -> list[list[str]]:
             worst = (f"{fmt_amount(s.worst_shortfall_risk_at[r0])} {shortfall_unit(unit)} / "
                      f"{fmt_pct(s.worst_shortfall_risk_rel_at[r0])}"
                      if _finite(s.worst_shortfall_risk_at.get(r0, math.nan)) else UNREACHABLE)
-            wins = ("—" if name in (catalog.baseline(), "oracle") else
+            wins = ("—" if name in (catalog.baseline(), ORACLE) else
                     "/".join({None: "n/a", True: "yes", False: "no"}[
                         wins_at_risk(result.scores, name, j, r, catalog.baseline())]
                              for r in risks))

@@ -11,8 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationResult
-from ai4dl.judge import ResourceScore
-from ai4dl.judge import resource_unit_scale, wins_at_risk, wins_over
+from ai4dl.judge import ORACLE, ResourceScore, resource_unit_scale, wins_at_risk, wins_over
 from ai4dl.evaluation.report import (UNREACHABLE, RunContext, policy_order, primary_target,
                                      savings_matrix, shortfall_unit, target_key)
 from ai4dl.policy import catalog
@@ -109,12 +108,12 @@ def to_json(result: EvaluationResult, ctx: RunContext, sweep: list[dict] | None 
         "wins": {p: {r: {target_key(t): wins_over(result.scores, p, j, t, baseline)
                          for t in result.config.targets}
                      for j, r in enumerate(data.resources)}
-                 for p in policy_order(list(result.scores)) if p not in (baseline, "oracle")},
+                 for p in policy_order(list(result.scores)) if p not in (baseline, ORACLE)},
         "wins_at_risk": {p: {r: {target_key(s): wins_at_risk(result.scores, p, j, s, baseline)
                                  for s in result.config.risks}
                              for j, r in enumerate(data.resources)}
                          for p in policy_order(list(result.scores))
-                         if p not in (baseline, "oracle")},
+                         if p not in (baseline, ORACLE)},
         "auto": {target_key(t): c.as_dict() for t, c in sorted(result.auto.items())},
         "auto_at_risk": {target_key(s): c.as_dict() for s, c in sorted(result.auto_risk.items())},
         **({"auto_per_fold": [{target_key(t): c.as_dict() for t, c in sorted(a.items())}

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationResult, build_policies
-from ai4dl.judge import replay, score
+from ai4dl.judge import ORACLE, replay, score
 from ai4dl.policy.auto import build_candidate
 from ai4dl.policy.headroom import PHASE_HEADROOM
 
@@ -34,7 +34,7 @@ def run_sweep(result: EvaluationResult, ks: Sequence[float] = SWEEP_K,
     does not move the phase policies, which are then swept over margin only."""
     say = on_stage or (lambda msg: None)
     cfg, data = result.config, result.data
-    oracle = result.replays.get("oracle")
+    oracle = result.replays.get(ORACLE)
     if oracle is None:
         raise ValueError("the sweep needs the run's oracle replay")
     families = [p for p in SWEEP_FAMILIES if p in cfg.policies]
@@ -56,13 +56,13 @@ def run_sweep(result: EvaluationResult, ks: Sequence[float] = SWEEP_K,
         c = dataclasses.replace(cfg, policies=(fam,), k=k, margin=m)
         pol = build_policies(c, result.model, None)[0]
         rep = replay(data, pol, cfg.window, cfg.safety)
-        sc = score(data, {fam: rep, "oracle": oracle}, cfg.window, cfg.include_cold_start,
+        sc = score(data, {fam: rep, ORACLE: oracle}, cfg.window, cfg.include_cold_start,
                    cfg.targets)
         points.append({"policy": fam, "k": k, "margin": m, "scores": sc[fam]})
     for t in fit_targets:
         pol = build_candidate(PHASE_HEADROOM, result.train_data, cfg.window, result.model, t)
         rep = replay(data, pol, cfg.window, cfg.safety)
-        sc = score(data, {PHASE_HEADROOM: rep, "oracle": oracle}, cfg.window,
+        sc = score(data, {PHASE_HEADROOM: rep, ORACLE: oracle}, cfg.window,
                    cfg.include_cold_start, cfg.targets)
         points.append({"policy": PHASE_HEADROOM, "k": None, "margin": 0.0, "target": t,
                        "scores": sc[PHASE_HEADROOM]})

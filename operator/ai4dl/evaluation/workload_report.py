@@ -29,6 +29,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationResult
+from ai4dl.evaluation.report import markdown_table
+from ai4dl.evaluation.starts import trace_request
 from ai4dl.judge import per_sample_allocation, scored_mask, resource_unit_scale
 from ai4dl.kube.workload import CRON_JOB_NAME, SAFE_ALPHABET
 
@@ -232,8 +234,6 @@ def rows_for(result: EvaluationResult, executions, owner_of: Mapping[tuple[str, 
     """:func:`workload_rows` for executions pulled from Prometheus (``meta`` namespace and pod;
     requests in ``meta`` as :func:`ai4dl.evaluation.evaluate.trace_request` reads them), in the order the
     result holds them (cross-fitting concatenates its folds)."""
-    from ai4dl.evaluation.starts import trace_request
-
     by_name = {e.name: e for e in executions}
     replayed = [by_name[name] for name in result.data.names]
     return workload_rows(result, [owner_of[(e.meta["namespace"], e.meta["pod"])]
@@ -264,8 +264,6 @@ def workload_table(rows: Sequence[WorkloadRow], total: WorkloadRow, policy: str,
     """One line per workload (the ``top`` largest; the rest summed up in the total line): the
     mean request, the mean usage and ``policy``'s mean allocation per resource, its fulfilment,
     windows short and saving against the requests."""
-    from ai4dl.evaluation.report import markdown_table
-
     header = ["workload", "pods", "hours"]
     for r, u in zip(resources, units):
         lu = level_unit(u)
@@ -296,8 +294,6 @@ def workload_table(rows: Sequence[WorkloadRow], total: WorkloadRow, policy: str,
 def totals_table(total: WorkloadRow, resources: Sequence[str], units: Sequence[str],
                  policies: Sequence[str]) -> str:
     """Every policy in total: allocation, against the requests, fulfilment, windows short."""
-    from ai4dl.evaluation.report import markdown_table
-
     header = ["policy", "resource", "allocation", "÷ requested", "savings vs request",
               "fulfilment", "windows short"]
     body = []

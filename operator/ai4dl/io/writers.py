@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import fcntl
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
+from ai4dl.errors import Ai4dlError
 from ai4dl.method.traces import TraceSet
 
 
@@ -88,17 +91,12 @@ def figure_folder(outdir: str | os.PathLike, command: str = "ai4dl plot") -> Ite
     released when this one ends, even killed). On success the figures the folder's previous
     set listed and this one did not write are removed, and the new set is listed: files the
     command never wrote are never touched."""
-    import fcntl
-    import json
-
     folder = Path(outdir)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / _FIGURES_LOCK, "a") as lock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            from ai4dl.errors import Ai4dlError
-
             raise Ai4dlError(f"{folder} is being written by another '{command}': give each "
                              f"its own -o folder") from None
         manifest = folder / FIGURES_MANIFEST

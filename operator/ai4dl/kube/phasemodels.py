@@ -17,6 +17,11 @@ import json
 import os
 import re
 
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from urllib3.exceptions import HTTPError
+
 from ai4dl.crd import GROUP, PLURAL, TRAINER_FIELD_MANAGER as FIELD_MANAGER, VERSION
 from ai4dl.errors import Ai4dlError
 
@@ -49,9 +54,6 @@ def api_client(kubeconfig: str | None = None):
     """In-cluster credentials when running in a pod (KUBERNETES_SERVICE_HOST set) and no
     kubeconfig is given, else the kubeconfig (``--kubeconfig``, ``$KUBECONFIG``,
     ~/.kube/config)."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config()
@@ -74,16 +76,11 @@ class PhaseModels:
     """PhaseModel reads and the trainer's applies."""
 
     def __init__(self, api):
-        from kubernetes import client
-
         self.api = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)     # the trainer's pod lists (which pods are served)
         self.host = api.configuration.host
 
     def _call(self, what: str, fn, *args, **kw):
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         try:
             return fn(*args, **kw)
         except ApiException as err:

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import logging
+
+from kubernetes.client.exceptions import ApiException
 
 
 def drain(response) -> None:
@@ -47,11 +51,6 @@ def api_message(err) -> str:
 def write_event(core_api, involved: dict, etype: str, reason: str, message: str) -> None:
     """An Event about ``involved`` (kind, namespace, name, uid, apiVersion); best effort: a
     failure is logged, never a reason to stop."""
-    import datetime as dt
-    import logging
-
-    from kubernetes.client.exceptions import ApiException
-
     ts = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     body = {
         "metadata": {"generateName": f"{involved['name'][:200]}.ai4dl.",

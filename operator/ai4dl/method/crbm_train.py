@@ -6,6 +6,9 @@ layout inference uses.
 
 from __future__ import annotations
 
+# torch (the [train] extra) is imported inside the functions that use it: ai4dl.method.model
+# imports this module, and serving (the operator's image) has no torch.
+
 import math
 import time
 import warnings

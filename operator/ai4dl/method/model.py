@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ai4dl.method import phases as ph
 from ai4dl.method.crbm import CRBMParams, encode_many, encode_stacked, reconstruction_error
+from ai4dl.method.crbm_train import train_crbm
 from ai4dl.method.document import (CRBMWeights, Feature, FitReport, KSelectionReport,
                                    PhaseModelDocument, PhaseStats, Prototype, Scaler, to_list)
 from ai4dl.method.document_bounds import SCHEMA_VERSION
@@ -290,8 +291,6 @@ def validation_message(err: ValidationError) -> str:
 
 
 def _train(m: PhaseModel, Z: list[np.ndarray], on_epoch):
-    from ai4dl.method.crbm_train import train_crbm
-
     return train_crbm(Z, n_hidden=m.n_hidden, n_history=m.n_history, epochs=m.epochs,
                       batch_size=m.batch_size, learning_rate=m.learning_rate,
                       momentum=m.momentum, weight_decay=m.weight_decay, cd_k=m.cd_k,

@@ -37,7 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ai4dl.judge import (Replay, matched_risk_multiplier, replay, score,
+from ai4dl.judge import (ORACLE, Replay, matched_risk_multiplier, replay, score,
                          served_risk_match, subset, through_safety, wins_at_risk, wins_over,
                          working_set_inputs)
 from ai4dl.policy import catalog
@@ -444,7 +444,7 @@ def _candidate_replays(train, window: int, model, candidates: list[str], objecti
     """(objective kind, value) -> candidate -> its replay over every training execution (VPA's
     workload history stays warm), fitted on ``fit_idx``; only the learned candidates depend on
     the objective."""
-    fixed = {"oracle": replay(train, Oracle(), window)}
+    fixed = {ORACLE: replay(train, Oracle(), window)}
     for name in candidates:
         if _fitted_for(name) is None:
             pol = build_candidate(name, train, window, model, objectives[0].quantile,
@@ -472,17 +472,17 @@ def _choose_at_risk(train, replays: dict, window: int, j: int, res: str, o: Obje
     safety layer), matched in the served order under the layer as the evaluator judges.
     Returns (winner, its CandidateScores, what the winner realised)."""
     if safety is None:
-        cal = {n: (replays[n] if n == "oracle" or _fitted_for(n) == "risk" else
+        cal = {n: (replays[n] if n == ORACLE or _fitted_for(n) == "risk" else
                    _scaled(replays[n], calibration_factor(
                        train, replays[n], window, j, o.value, fit_idx)))
-               for n in (*names, "oracle")}
+               for n in (*names, ORACLE)}
         own = None
     else:
         served = {n: served_calibration(train, replays[n], window, j, o.value,
                                         fit_idx, safety) for n in names}
         cal = {n: v[1] for n, v in served.items()}
         own = {n: v[2] for n, v in served.items()}
-        cal["oracle"] = replays["oracle"]
+        cal[ORACLE] = replays[ORACLE]
     sc = score(train, cal, window, targets=(), only=val_idx, risks=(o.value,),
                safety=safety, own=own)
     won, found, baseline = [], [], catalog.baseline()
@@ -505,7 +505,7 @@ def _choose_at_fulfilment(train, replays: dict, window: int, j: int, res: str, o
     (through the layer). Returns (winner, its CandidateScores, what the winner realised)."""
     t = o.value
     if safety is not None:
-        replays = {n: (r if n == "oracle" else Replay(
+        replays = {n: (r if n == ORACLE else Replay(
             r.policy, through_safety(train, r.allocations, window, safety)))
             for n, r in replays.items()}
     sc = score(train, replays, window, targets=(t,), only=val_idx, risks=())

@@ -61,9 +61,12 @@ from typing import Sequence
 
 import numpy as np
 
+from ai4dl.method.document_tables import HeadroomTable, HeadroomResourceTable
+from ai4dl.method.document import to_list
 from ai4dl.policy.headroom_fit import lagrangian_fit
 from ai4dl.policy.headroom_levels import (ESTIMATORS, burst_bin, burstiness, candidate_levels,
-                                          first_window_level, training_windows)
+                                          first_window_level, training_windows,
+                                          TrainingWindows)
 from ai4dl.policy.registry import Declared, FitInputs, StoredTable, declare
 from ai4dl.policy.running import K_STD, OwnHistory, window_levels
 
@@ -196,15 +199,23 @@ class HeadroomPolicy:
         usages, phases, k = check_training(self.name, self.use_phase, usages, phases, window,
                                            n_phases)
         R = usages[0].shape[1]
+        names = tuple(resources) if resources is not None else tuple(f"r{j}" for j in range(R))
+        if len(names) != R:
+            raise ValueError(f"{len(names)} resource names for {R} usage columns")
+        return self.fit_windows(training_windows(usages, phases, window), window, k, names,
+                                first_window_level(usages, window, self.target))
+
+    def fit_windows(self, tw: TrainingWindows | None, window: int, n_phases: int,
+                    resources: Sequence[str], cold_start: np.ndarray) -> "HeadroomPolicy":
+        """The table from training windows as :func:`training_windows` prepares them from
+        checked executions (:meth:`fit`'s second half, where a caller may give the windows a
+        state of its own, as docs/results/state_features.py adds a bit to the phase): ``n_phases``
+        the states' count, ``cold_start`` the first window's level per resource."""
+        R, k = len(resources), int(n_phases)
         self.window_ = int(window)
         self.n_phases_ = k
-        self.resources_ = tuple(resources) if resources is not None else tuple(
-            f"r{j}" for j in range(R))
-        if len(self.resources_) != R:
-            raise ValueError(f"{len(self.resources_)} resource names for {R} usage columns")
-
-        tw = training_windows(usages, phases, window)
-        self.cold_start_ = first_window_level(usages, window, self.target)
+        self.resources_ = tuple(resources)
+        self.cold_start_ = cold_start
         if tw is None:
             # nothing to learn from (every execution fits in its cold-start window): the last
             # window's max, as adaptive-max, everywhere
@@ -381,10 +392,6 @@ def to_table(policy: HeadroomPolicy):
     """The fitted policy as the model document's :class:`~ai4dl.method.document.HeadroomTable`
     (finite numbers only: the padding edges of tied quantiles and the bins past them, which no
     value can reach, are left out)."""
-    from ai4dl.method.document import to_list
-    from ai4dl.method.document_tables import HeadroomTable
-    from ai4dl.method.document_tables import HeadroomResourceTable
-
     policy._check_fitted()
     res = []
     for r, name in enumerate(policy.resources_):

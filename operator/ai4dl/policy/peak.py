@@ -73,6 +73,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ai4dl.method.document_tables import RiskTable, RiskFeature, RiskResourceTable, RiskState
+from ai4dl.method.document import to_list
 from ai4dl.policy.headroom import check_table_call, check_training
 from ai4dl.policy.headroom_levels import first_window_level
 from ai4dl.policy.peak_fit import (ULP, lookup_cells, order_statistic, fit_states, group_folds,
@@ -375,10 +377,6 @@ class PeakRiskPolicy:
 # ----------------------------------------------------------------------------- document
 def to_table(policy: PeakRiskPolicy):
     """The fitted policy as the model document's :class:`~ai4dl.method.document.RiskTable`."""
-    from ai4dl.method.document import to_list
-    from ai4dl.method.document_tables import RiskTable
-    from ai4dl.method.document_tables import RiskFeature, RiskResourceTable, RiskState
-
     policy._check_fitted()
     chain = levels(policy.use_phase)
     res = []

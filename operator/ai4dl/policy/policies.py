@@ -22,7 +22,9 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from ai4dl.judge import ORACLE
 from ai4dl.policy.registry import Declared, FitInputs, declare
+from ai4dl.policy.vpa import VpaConfig, VpaRecommender
 
 STATISTICS = ("mean+kstd", "p50", "p90", "p95", "p99", "max")
 PHASE_READERS = ("last", "majority", "max")
@@ -107,7 +109,7 @@ class Oracle:
     """Each window's own maximum, known in advance: 100 % fulfilment at the least allocation
     any per-window policy can have. Evaluator only (it reads the future); its last row, the
     unknown next window, repeats the last one."""
-    name: str = "oracle"
+    name: str = ORACLE
     needs_phases: bool = False
 
     def allocate(self, usage, phases, window, initial, step):
@@ -443,8 +445,6 @@ class VpaPolicy:
     uses_workload_state: bool = True
 
     def new_state(self):
-        from ai4dl.policy.vpa import VpaConfig, VpaRecommender
-
         cfg = VpaConfig() if self.native_units else VpaConfig(pod_min_cpu_millicores=0.0,
                                                               pod_min_memory_mb=0.0)
         return VpaRecommender(cfg)

@@ -43,7 +43,7 @@ class GpuUnavailable(Exception):
 
 def _nvml():
     try:
-        import pynvml
+        import pynvml  # the optional [gpu] extra: only `record` with a GPU needs it
     except ImportError:
         raise GpuUnavailable(f"NVML is not installed: {INSTALL_HINT}") from None
     return pynvml

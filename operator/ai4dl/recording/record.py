@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import os
 import shutil
 import signal
@@ -93,8 +94,6 @@ def _lock(fh, out: Path) -> None:
     second ``ai4dl record`` to the same file is refused at once, in one line, instead of
     truncating the first one's rows or interleaving with them (issue 45: two ranks of one DDP
     job recording to one file lost a run)."""
-    import fcntl
-
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

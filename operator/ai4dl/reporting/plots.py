@@ -16,6 +16,8 @@ from matplotlib.patches import FancyArrowPatch, Patch  # noqa: E402
 from ai4dl.method.model import PhaseModel  # noqa: E402
 from ai4dl.method.phases import runs  # noqa: E402
 from ai4dl.method.traces import Execution  # noqa: E402
+from ai4dl.policy.headroom_levels import ESTIMATORS  # noqa: E402
+from ai4dl.policy.headroom import POOL_LEVELS  # noqa: E402
 
 _SCALE = {"bytes": (1024.0 ** 3, "GiB")}
 
@@ -191,9 +193,6 @@ def headroom_figure(policies):
     multiplier, each cell labelled with the estimator it multiplies. A panel whose states were
     all pooled (too few training windows per state) says so in its title: its one colour is
     the fit's, not a finding about the phases."""
-    from ai4dl.policy.headroom import POOL_LEVELS
-    from ai4dl.policy.headroom_levels import ESTIMATORS
-
     panels = [(p, r) for p in policies for r in range(len(p.resources_))]
     n = len(panels)
     fig, axes = plt.subplots(1, max(n, 1), figsize=(4.6 * max(n, 1), 3.6), squeeze=False)

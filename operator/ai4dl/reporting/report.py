@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ai4dl.method.model import PhaseModel
+from ai4dl.policy.peak import from_table as risk_from_table
+from ai4dl.policy.headroom import from_table
+from ai4dl.policy.headroom_levels import ESTIMATORS
 
 _BINARY = (("TiB", 1024.0 ** 4), ("GiB", 1024.0 ** 3), ("MiB", 1024.0 ** 2), ("KiB", 1024.0))
 
@@ -74,14 +77,10 @@ def describe(model: PhaseModel) -> str:
                    [[str(i)] + [f"{P[i, j]:.3f}" for j in range(k)] for i in range(k)]), ""]
 
     if getattr(model, "policy_tables_", None):
-        from ai4dl.policy.headroom import from_table
-
         for t in model.policy_tables_:
             out += headroom_section(from_table(t))
 
     if getattr(model, "risk_tables_", None):
-        from ai4dl.policy.peak import from_table as risk_from_table
-
         for t in model.risk_tables_:
             try:
                 out += risk_section(risk_from_table(t))
@@ -114,8 +113,6 @@ def headroom_section(policy) -> list[str]:
     last sample; columns: burstiness bins of the last window, max ÷ mean), each cell the
     estimator trusted in that state × its multiplier, with the training windows behind it
     (and where a rare state was pooled)."""
-    from ai4dl.policy.headroom_levels import ESTIMATORS
-
     out = [f"## Policy table: {policy.name} (fitted for {100 * policy.target:g} % fulfilment, "
            f"windows of {policy.window_} samples)", "",
            "Each cell: the estimator of the next window trusted in that state × the head-room "

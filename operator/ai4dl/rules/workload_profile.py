@@ -21,6 +21,7 @@ Bounded: a profile of ``MAX_RUNS`` runs of R resources is a fixed number of floa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -90,8 +91,6 @@ def container_run_id(namespace: str, pod: str, container: str) -> str:
     """A container's run id: its namespace, pod and name, hashed (the window loop computes it
     from the pod, the trainer's batch fill from Prometheus' labels; with the run's times it
     tells one execution from another: :meth:`RunSummary.same_execution`)."""
-    import hashlib
-
     return hashlib.sha256(f"{namespace}\0{pod}\0{container}".encode()).hexdigest()[:16]
 
 

@@ -22,9 +22,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from kubernetes.client.exceptions import ApiException
+
 from ai4dl.crd import OPT_IN_LABEL
 from ai4dl.crd_spec import LabelSelector
 from ai4dl.errors import Ai4dlError
+from ai4dl.kube.raw import api_message, paged_items
 from ai4dl.sources.prometheus import PrometheusSource, alternation
 from ai4dl.sources.prometheus_types import PodRef
 
@@ -95,10 +98,6 @@ def from_api_server(core_api, selector: LabelSelector, namespaces: Sequence[str]
     server-side label selector: every listed pod is served, every other pod that exists is
     not (a second, label-less LIST would cost as much as the pull saves; pods not listed are
     reported as not served or gone)."""
-    from kubernetes.client.exceptions import ApiException
-
-    from ai4dl.kube.raw import api_message, paged_items
-
     out = Membership(source="the API server (pods that exist now)")
     for ns in sorted(set(namespaces)):
         try:

@@ -54,6 +54,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ai4dl.crd_spec import parse_duration
 from ai4dl.sources.prometheus import PrometheusSource
 from ai4dl.sources.prometheus_types import DEFAULT_RATE_WINDOW, FeatureQuery, PodRef
 from ai4dl.method.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, Execution, regularise
@@ -102,8 +103,6 @@ def stale_marker(step: float) -> FeatureQuery:
 def warmup_seconds(features: Sequence[FeatureQuery], rate_window: str) -> float:
     """The longest range selector of the templates (``[1m]``, or ``{rate_window}``), in seconds:
     how long a rate() needs before it reads a whole window of the container's own samples."""
-    from ai4dl.crd_spec import parse_duration
-
     out = 0.0
     for f in features:
         for d in _RANGE.findall(f.promql.replace("{rate_window}", rate_window)):

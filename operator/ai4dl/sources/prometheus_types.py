@@ -12,6 +12,7 @@ import numpy as np
 
 from ai4dl.errors import Ai4dlError
 from ai4dl.method.traces import CANONICAL_UNITS, Execution
+from ai4dl.promql import TemplateError, render_template, sent_problem
 
 
 DEFAULT_RATE_WINDOW = "1m"
@@ -81,8 +82,6 @@ class FeatureQuery:
         the exact text checked to hold the selector's matchers in every selector
         (:func:`~ai4dl.promql.sent_problem`); :class:`PrometheusQueryError` naming the
         feature otherwise."""
-        from ai4dl.promql import TemplateError, render_template, sent_problem
-
         try:
             query = render_template(self.promql, selector, rate_window)
         except TemplateError as e:

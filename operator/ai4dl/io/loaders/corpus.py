@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -18,8 +19,6 @@ CORPUS_FORMAT = "ai4dl-dl-corpus"
 
 
 def _corpus_manifest(path: Path) -> dict:
-    import json
-
     label = str(path / "manifest.json")
     try:
         doc = json.loads((path / "manifest.json").read_text())

@@ -65,7 +65,7 @@ def load_parquet(path: str | os.PathLike, *, step: float = DEFAULT_STEP_SECONDS,
     """
     label = str(path)
     check_args(step, max_gap_steps, on_bad)
-    try:
+    try:  # pyarrow is the optional [parquet] extra
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:

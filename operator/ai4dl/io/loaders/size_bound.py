@@ -90,7 +90,7 @@ def check_rows(path: Path, fmt: str, max_rows: int) -> None:
     elif fmt == "alibaba":
         _tar_rows(sorted(path.glob("*.tar.gz")), str(path), max_rows)
     elif fmt == "parquet":
-        try:
+        try:  # pyarrow is the optional [parquet] extra
             import pyarrow.dataset as ds
 
             rows = ds.dataset(str(path), format="parquet").count_rows()
