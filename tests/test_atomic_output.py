@@ -147,11 +147,11 @@ def test_one_plot_writer_per_folder_and_its_stale_figures_go(fitted_model, synth
 
     assert plot(first)[0] == 0
     assert (out / f"trace-{safe(first)}.png").is_file()
-    with open(out / ".ai4dl-figures.lock", "a") as held:      # another writer holds it
+    with open(tmp_path / ".plots.ai4dl.lock", "a") as held:      # another writer holds it
         fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         code, err = plot(second)
-    assert code == 2 and err.strip() == (f"ai4dl: error: {out} is being written by another "
-                                         f"'ai4dl plot': give each its own -o folder"), err
+    assert code == 2 and err.strip() == (f"ai4dl: error: {out} is being written by another ai4dl "
+                                         f"command: give each its own -o folder"), err
     assert not (out / f"trace-{safe(second)}.png").exists()
     assert plot(second)[0] == 0
     assert (out / f"trace-{safe(second)}.png").is_file()

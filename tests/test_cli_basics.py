@@ -129,14 +129,94 @@ def test_range_and_output_slips_are_one_line_before_any_work(tmp_path, capsys):
     cases = [(["train", str(traces), "--phases", "0"], "--phases 0: at least 1 phase"),
              (["train", str(traces), "--k-range", "5-2"], "--k-range 5-2: LOW-HIGH with 1 <="),
              (["train", str(traces), "-o", str(tmp_path)], "is a folder; give a file name"),
-             (["train", str(traces), "-o", str(tmp_path / "no" / "m.json")],
-              "does not exist"),
+             (["train", str(traces), "-o", str(Path(__file__) / "m.json")],
+              "is a file, not a folder"),
              (["plot", str(tmp_path / "model.json"), str(traces), "-o", str(__file__)],
               "is a file; give a folder")]
     for args, words in cases:
         assert main(args) == 2, args
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_every_commands_output_is_checked_before_any_work(tmp_path, capsys):
+    """Issue 45: only train and plot checked their -o; synthetic, record, detect, demo,
+    describe --heatmap and evaluate --json/--markdown/--plots ended in a traceback, evaluate's
+    after all its work. Every output a command declares is checked before it starts: the
+    inputs named here do not exist, so an input error would mean the output came second."""
+    from ai4dl.cli.main import main
+
+    missing = str(tmp_path / "missing.csv")
+    folder, file = str(tmp_path), __file__
+    cases = [(["synthetic", "-o", folder], "-o", "is a folder"),
+             (["record", "-o", folder, "--", "true"], "-o", "is a folder"),
+             (["detect", missing, missing, "-o", folder], "-o", "is a folder"),
+             (["describe", missing, "--heatmap", folder], "--heatmap", "is a folder"),
+             (["demo", "-o", file], "-o", "is a file"),
+             (["evaluate", missing, "--json", folder], "--json", "is a folder"),
+             (["evaluate", missing, "--markdown", str(Path(file) / "r.md")], "--markdown",
+              "is a file, not a folder"),
+             (["evaluate", missing, "--plots", file], "--plots", "is a file")]
+    for args, flag, words in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith(f"ai4dl: error: {flag} ") and words in err, (args, err)
+        assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_an_output_another_command_is_writing_is_refused_at_once(tmp_path, capsys):
+    """Issue 45: two commands writing one file each renamed their result onto it; the last
+    won and the other's was lost without a word. The first holds the file while it runs (a
+    kernel lock, as a second process would see it); the second is refused before its work;
+    the lock goes when its holder ends; a train that stores its model in the cluster claims
+    no model file."""
+    import fcntl
+
+    from ai4dl.cli.main import build_parser, main
+    from ai4dl.errors import Ai4dlError
+    from ai4dl.io.outputs import claimed_outputs
+
+    out = tmp_path / "jobs.csv"
+    args = build_parser().parse_args(["synthetic", "-o", str(out)])
+    with claimed_outputs(args):                     # the first writer, still running
+        assert main(["-q", "synthetic", "--executions", "2", "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"ai4dl: error: {out} is being written by another ai4dl command: "
+                       f"give each its own -o file\n")
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []        # the lock went with it
+    assert main(["-q", "synthetic", "--executions", "2", "-o", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.csv"]
+
+    held = tmp_path / ".model.json.ai4dl.lock"
+    with open(held, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with claimed_outputs(build_parser().parse_args(
+                ["train", "--phasemodel", "ns/pm", "-o", str(tmp_path / "model.json")])):
+            pass                                   # --phasemodel: no model file to claim
+        with pytest.raises(Ai4dlError, match="being written by another ai4dl command"):
+            with claimed_outputs(build_parser().parse_args(
+                    ["train", "x.csv", "-o", str(tmp_path / "model.json")])):
+                pass
+
+
+@pytest.mark.parametrize("after", [1.5, 3.0, 8.0])
+def test_a_real_ctrl_c_exits_130_without_a_traceback_or_a_partial_file(tmp_path, after):
+    """Issue 45: Ctrl-C at any moment exits 130 in one line. A real SIGINT, sent while the
+    command line is imported (1.5 s), while the demo's data is made (3 s) and while it fits
+    (8 s); the demo takes about a minute. Nothing half-written or held stays in its folder."""
+    import signal
+    import time
+
+    out = tmp_path / "demo"
+    proc = subprocess.Popen([sys.executable, "-m", "ai4dl", "-q", "demo", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(after)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err == "ai4dl: interrupted\n", (proc.returncode, err)
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert not [n for n in left if n.endswith((".part", ".lock"))], left
 
 
 def test_a_missing_extra_and_ctrl_c_are_one_line(monkeypatch, capsys):

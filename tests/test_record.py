@@ -183,7 +183,12 @@ def test_a_second_recorder_of_one_file_is_refused_and_the_first_keeps_its_rows(t
     corrupted the file with --append. The second is refused at once, in one line."""
     out = tmp_path / "trace.csv"
     sleep = [sys.executable, "-c", "import time; time.sleep(2.5)"]
-    first = subprocess.Popen([*AI4DL, "record", "-i", "0.3", "-o", str(out), "--", *sleep],
+    # the first recording lasts until the second ones are done, however slow they start
+    release = tmp_path / "release"
+    held = [sys.executable, "-c", "import os, sys, time; t = time.time()\n"
+            "while not os.path.exists(sys.argv[1]) and time.time() < t + 60: time.sleep(0.1)",
+            str(release)]
+    first = subprocess.Popen([*AI4DL, "record", "-i", "0.3", "-o", str(out), "--", *held],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 20
@@ -195,6 +200,7 @@ def test_a_second_recorder_of_one_file_is_refused_and_the_first_keeps_its_rows(t
             assert "is being written by another 'ai4dl record'" in second.stderr
             assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
     finally:
+        release.touch()
         assert first.wait(timeout=30) == 0
     got = rows(out)
     assert len(got) >= 3 and len({r["execution"] for r in got}) == 1

@@ -14,6 +14,8 @@ from typing import Sequence
 #: Modules of the optional extras (pyproject.toml), and the extra that installs each.
 EXTRA_OF = {"torch": "train", "sklearn": "train", "matplotlib": "train", "tqdm": "train",
             "pyarrow": "parquet", "pynvml": "gpu"}
+#: A Ctrl-C's exit status, as a shell reports a process ended by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(argv)
     except KeyboardInterrupt:
         print("ai4dl: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except ModuleNotFoundError as err:
         top = (err.name or "").split(".")[0]
         if top not in EXTRA_OF:

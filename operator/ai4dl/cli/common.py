@@ -9,7 +9,6 @@ import inspect
 import math
 import sys
 from typing import Sequence
-from pathlib import Path
 
 from ai4dl.errors import Ai4dlError
 from ai4dl.io.loaders import DEFAULT_MAX_ROWS, FORMATS, load_traces, option_default
@@ -107,29 +106,6 @@ def load_from_args(args: argparse.Namespace, model=None):
     if model is not None:
         check_model_fits(model, traces, what=str(args.traces))
     return traces
-
-
-# ----------------------------------------------------------------------------- outputs
-def output_file(path: str | Path, flag: str = "-o") -> Path:
-    """``path`` as a file to write, checked before any work (issue 45: ``train -o DIR`` lost
-    its finished fit to a traceback): not a folder, and its folder exists."""
-    p = Path(path)
-    if p.is_dir():
-        raise Ai4dlError(f"{flag} {path}: is a folder; give a file name (e.g. "
-                         f"{p / 'model.json'})")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise Ai4dlError(f"{flag} {path}: folder {parent} does not exist")
-    return p
-
-
-def output_folder(path: str | Path, flag: str = "-o") -> Path:
-    """``path`` as a folder to write into (made if missing), checked before any work: not a
-    file."""
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise Ai4dlError(f"{flag} {path}: is a file; give a folder (it is made if missing)")
-    return p
 
 
 # ----------------------------------------------------------------------------- commands

@@ -16,7 +16,8 @@ from ai4dl.errors import Ai4dlError
 from ai4dl.evaluation import report, report_json, report_sweep
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
 from ai4dl.io.modelfile import load_model
-from ai4dl.io.writers import write_text_atomic
+from ai4dl.io.outputs import FOLDER, add_output
+from ai4dl.io.writers import figure_folder, write_text_atomic
 from ai4dl.policy import catalog
 from ai4dl.policy.policies import PHASE_READERS, STATISTICS
 from ai4dl.rules.safety import SafetyConfig
@@ -128,7 +129,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from ai4dl.evaluation.plots import write_evaluation_plots
 
         say(args, "plotting")
-        written += write_evaluation_plots(result, args.plots, args.plot_executions, sweep)
+        with figure_folder(args.plots) as figures:     # stale figures go
+            figures += write_evaluation_plots(result, args.plots, args.plot_executions, sweep)
+        written += figures
     if written:
         say(args, "wrote " + ", ".join(str(p) for p in written))
     return 0
@@ -218,10 +221,10 @@ def _add_model_and_output_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hidden", type=int, help="CRBM hidden units (default 10)")
     g.add_argument("--history", type=int, help="CRBM history frames (default 3)")
     g = p.add_argument_group("output")
-    g.add_argument("--json", metavar="FILE", help="write the full results (with per-execution "
-                   "scores) as JSON")
-    g.add_argument("--markdown", metavar="FILE", help="write the printed report as markdown")
-    g.add_argument("--plots", metavar="DIR", help="write figures (PNG) into DIR")
+    add_output(g, "--json", metavar="FILE", help="write the full results (with per-execution "
+               "scores) as JSON")
+    add_output(g, "--markdown", metavar="FILE", help="write the printed report as markdown")
+    add_output(g, "--plots", kind=FOLDER, metavar="DIR", help="write figures (PNG) into DIR")
     g.add_argument("--plot-executions", type=int, default=2, help="executions to plot, the "
                    "longest held-out ones (default 2)")
     g.add_argument("--sweep", action="store_true", help="also sweep k and margin of the phase "

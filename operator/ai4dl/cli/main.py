@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from ai4dl.cli.common import (model_from_args, add_trace_args, fit_with_progress,
-                              load_from_args, output_file, output_folder, say)
+                              load_from_args, say)
 from ai4dl.cli.evaluate import add_evaluate_args, cmd_evaluate
 from ai4dl.cli.trainer import (add_trainer_args, exit_code, report_error, rollback,
                                train_phasemodel)
@@ -31,6 +31,7 @@ from ai4dl.crd_spec import MIN_WINDOW_STEPS, PhaseModelSpec
 from ai4dl.errors import Ai4dlError, one_line
 from ai4dl.io.loaders import DL_CORPUS, load_corpus_phases, load_dl_corpus
 from ai4dl.io.modelfile import load_model, read_document, save_model
+from ai4dl.io.outputs import FOLDER, add_output, claimed_outputs
 from ai4dl.io.writers import (atomic_output, figure_folder, save_figure, write_long_csv,
                               write_text_atomic)
 from ai4dl.method import synthetic
@@ -62,7 +63,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             if not 0.0 < value < 1.0:
                 raise Ai4dlError(f"{flag} must be in (0, 1), got {value:g}")
     model = model_from_args(args)  # flags first: a typo should not wait for the data to load
-    output_file(args.output)        # ... and the output: a finished fit must not be lost
     traces = load_from_args(args)
     # what the policy choice needs of the data, checked before the fit (not after minutes)
     spec = None if args.no_policy else _policy_spec(args, traces)
@@ -183,7 +183,6 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    output_folder(args.output)
     model = load_model(args.model)
     traces = load_from_args(args, model)
     written = write_plots(model, traces, Path(args.output), args.execution, args.max_executions)
@@ -209,7 +208,7 @@ def write_plots(model, traces, outdir: Path, names: Sequence[str] | None = None,
     else:
         # The longest executions show the most phases.
         chosen = sorted(traces, key=len, reverse=True)[:max_executions]
-    with figure_folder(outdir) as written:     # one writer at a time; stale figures go
+    with figure_folder(outdir) as written:     # stale figures go
         labels = model.predict(traces)
         chosen_labels = model.predict(chosen)
         values = np.concatenate([e.select(model.features_).values for e in traces])
@@ -357,7 +356,8 @@ def _add_train_parser(sub) -> None:
     p = sub.add_parser("train", help="fit a phase model on traces (-o model.json), or refit a "
                        "PhaseModel from Prometheus history or traces (--phasemodel NS/NAME)")
     add_trace_args(p, optional=True)
-    p.add_argument("-o", "--output", default="model.json", help="model file (default model.json)")
+    add_output(p, "-o", "--output", default="model.json", unless=("phasemodel", "prometheus"),
+               help="model file (default model.json)")
     p.add_argument("--phases", default="auto", help="number of phases, or 'auto' (default)")
     p.add_argument("--k-range", default="2-10", help="candidate k for auto (default 2-10)")
     p.add_argument("--window-seconds", type=int, default=600, metavar="SECONDS",
@@ -409,7 +409,7 @@ def _add_detect_parser(sub) -> None:
     p = sub.add_parser("detect", help="phase per sample for traces, as CSV or JSON")
     p.add_argument("model", help="model file written by 'ai4dl train'")
     add_trace_args(p)
-    p.add_argument("-o", "--output", help="output file (default: standard output)")
+    add_output(p, "-o", "--output", help="output file (default: standard output)")
     p.add_argument("--json", action="store_true", help="JSON instead of CSV")
     p.set_defaults(func=cmd_detect)
 
@@ -419,7 +419,7 @@ def _add_describe_parser(sub) -> None:
     p = sub.add_parser("describe", help="phase table, prototypes, transition matrix, fit report")
     p.add_argument("model")
     p.add_argument("--json", action="store_true", help="the document's statistics as JSON")
-    p.add_argument("--heatmap", metavar="PNG", help="also draw the learned head-room per "
+    add_output(p, "--heatmap", metavar="PNG", help="also draw the learned head-room per "
                    "state (the model's fitted policy tables) into this PNG")
     p.set_defaults(func=cmd_describe)
 
@@ -429,7 +429,8 @@ def _add_plot_parser(sub) -> None:
     p = sub.add_parser("plot", help="traces with phase bands, distributions, phase graph (PNG)")
     p.add_argument("model")
     add_trace_args(p)
-    p.add_argument("-o", "--output", default="plots", help="output folder (default plots)")
+    add_output(p, "-o", "--output", kind=FOLDER, default="plots",
+               help="output folder (default plots)")
     p.add_argument("--execution", action="append", help="execution to plot; repeatable "
                    "(default: the longest ones)")
     p.add_argument("--max-executions", type=int, default=3,
@@ -440,8 +441,8 @@ def _add_plot_parser(sub) -> None:
 def _add_demo_parser(sub) -> None:
     """``ai4dl demo``: the whole method on embedded data."""
     p = sub.add_parser("demo", help="train, detect, describe and plot on embedded data")
-    p.add_argument("-o", "--output", default="ai4dl-demo", help="output folder (default "
-                   "ai4dl-demo)")
+    add_output(p, "-o", "--output", kind=FOLDER, default="ai4dl-demo",
+               help="output folder (default ai4dl-demo)")
     p.add_argument("--data", choices=("synthetic", "dl-corpus"), default="synthetic",
                    help="synthetic DL jobs (default), or the recorded corpus of real PyTorch "
                         "training runs")
@@ -455,8 +456,8 @@ def _add_synthetic_parser(sub) -> None:
     """``ai4dl synthetic``: the demo's generated jobs as a CSV."""
     p = sub.add_parser("synthetic", help="write synthetic DL training jobs as a long CSV (the "
                        "demo's generator; --executions 40 --seed 0: the demo's training jobs)")
-    p.add_argument("-o", "--output", default="synthetic.csv",
-                   help="long CSV to write (default synthetic.csv)")
+    add_output(p, "-o", "--output", default="synthetic.csv",
+               help="long CSV to write (default synthetic.csv)")
     p.add_argument("--executions", type=int, default=40,
                    help="synthetic DL jobs to generate (default 40, as the demo)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -482,7 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         try:
-            return args.func(args)
+            with claimed_outputs(args):     # every output checked and held before any work
+                return args.func(args)
         except ValidationError as err:
             # every document and spec the commands read comes from the user: a pydantic
             # error that a command did not word itself is still one line, exit 2

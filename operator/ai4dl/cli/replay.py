@@ -36,7 +36,7 @@ from ai4dl.crd_spec import PhaseModelSpec, parse_duration
 from ai4dl.errors import Ai4dlError
 from ai4dl.evaluation import report, report_json, workload_report as wr
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_cross_fitted, run_served
-from ai4dl.io.writers import save_figure, write_text_atomic
+from ai4dl.io.writers import figure_folder, save_figure, write_text_atomic
 from ai4dl.judge import ORACLE
 from ai4dl.kube.phasemodels import PhaseModels, api_client, parse_ref
 from ai4dl.method.model import PhaseModel, validation_message
@@ -315,10 +315,10 @@ def _write_outputs(args: argparse.Namespace, full: str, doc: dict | None, res, r
         import matplotlib.pyplot as plt
 
         data = res.data
-        written += write_evaluation_plots(res, args.plots, args.plot_executions)
-        fig = workloads_figure(rows, shown, data.resources, data.units, args.top)
-        path = Path(args.plots) / "workloads.png"
-        save_figure(fig, path)
-        plt.close(fig)
-        written.append(path)
+        with figure_folder(args.plots) as figures:     # stale figures go
+            figures += write_evaluation_plots(res, args.plots, args.plot_executions)
+            fig = workloads_figure(rows, shown, data.resources, data.units, args.top)
+            figures.append(save_figure(fig, Path(args.plots) / "workloads.png"))
+            plt.close(fig)
+        written += figures
     return written

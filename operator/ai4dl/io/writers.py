@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import fcntl
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
-from ai4dl.errors import Ai4dlError
 from ai4dl.method.traces import TraceSet
 
 
@@ -78,38 +76,28 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
 
 #: The folder's record of the figures its last `plot` wrote (only those are ever removed).
 FIGURES_MANIFEST = ".ai4dl-figures.json"
-_FIGURES_LOCK = ".ai4dl-figures.lock"
 
 
 @contextlib.contextmanager
-def figure_folder(outdir: str | os.PathLike, command: str = "ai4dl plot") -> Iterator[list[Path]]:
-    """Hold ``outdir`` while a set of figures is written into it; yields the list the caller
-    appends each written path to (issue 45: two `plot -o DIR` at once mixed their figures, and
-    a figure of an execution no longer drawn stayed beside the new ones).
-
-    A second writer is refused at once, in one line (an advisory lock on a file in the folder,
-    released when this one ends, even killed). On success the figures the folder's previous
-    set listed and this one did not write are removed, and the new set is listed: files the
-    command never wrote are never touched."""
+def figure_folder(outdir: str | os.PathLike) -> Iterator[list[Path]]:
+    """The set of figures written into ``outdir``; yields the list the caller appends each
+    written path to (issue 45: a figure of an execution no longer drawn stayed beside the new
+    ones). On success the figures the folder's previous set listed and this one did not write
+    are removed, and the new set is listed: files the command never wrote are never touched.
+    One writer at a time is the command's claim on the folder (:func:`claimed_outputs`)."""
     folder = Path(outdir)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / _FIGURES_LOCK, "a") as lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise Ai4dlError(f"{folder} is being written by another '{command}': give each "
-                             f"its own -o folder") from None
-        manifest = folder / FIGURES_MANIFEST
-        try:
-            before = json.loads(manifest.read_text()).get("figures", [])
-        except (OSError, ValueError, AttributeError):
-            before = []
-        written: list[Path] = []
-        yield written
-        names = sorted({p.name for p in written})
-        for name in before:
-            stale = folder / str(name)
-            if isinstance(name, str) and name not in names and "/" not in name and \
-                    stale.suffix in (".png", ".svg", ".pdf") and stale.is_file():
-                stale.unlink()
-        write_text_atomic(manifest, json.dumps({"figures": names}) + "\n")
+    manifest = folder / FIGURES_MANIFEST
+    try:
+        before = json.loads(manifest.read_text()).get("figures", [])
+    except (OSError, ValueError, AttributeError):
+        before = []
+    written: list[Path] = []
+    yield written
+    names = sorted({p.name for p in written})
+    for name in before:
+        stale = folder / str(name)
+        if isinstance(name, str) and name not in names and "/" not in name and \
+                stale.suffix in (".png", ".svg", ".pdf") and stale.is_file():
+            stale.unlink()
+    write_text_atomic(manifest, json.dumps({"figures": names}) + "\n")

@@ -206,7 +206,9 @@ def check_model_fits(model, traces, *, what: str = "the data") -> None:
 def model_level_problem(doc) -> str | None:
     """What makes a model document's levels implausible, or None: a byte feature whose phases'
     99th percentiles all stay below ``PROCESS_BYTES`` (a model fitted on KiB read as bytes
-    would have admission ask for a few MB per DL pod), cpu beyond any machine. One line."""
+    would have admission ask for a few MB per DL pod). One line. (Cpu beyond any machine is
+    the document's own bound, ``document_bounds.PLAUSIBLE_MAX``; a model of 16+ cores is
+    refused at its fit unless its unit was stated, so one that reaches the operator was.)"""
     for j, f in enumerate(doc.features):
         top = max((p.p99[j] for p in doc.phases), default=0.0)
         if f.unit == "bytes" and f.name in _BYTE_FEATURES and 0 < top < PROCESS_BYTES:

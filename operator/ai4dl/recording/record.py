@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 from ai4dl.errors import Ai4dlError
+from ai4dl.io.outputs import SELF_LOCKED, add_output
 from ai4dl.recording.gpustat import GpuTree, GpuUnavailable
 from ai4dl.recording.procstat import ProcessTree
 
@@ -63,7 +64,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-i", "--interval", type=float, default=1.0,
                    help="seconds between samples (default 1: a short job keeps its phases; "
                         "train/detect/evaluate resample to their --step, 15 s by default)")
-    p.add_argument("-o", "--output", default="trace.csv", help="trace file (default trace.csv)")
+    # the recording locks the file itself (it appends to it as it samples): checked only
+    add_output(p, "-o", "--output", kind=SELF_LOCKED, default="trace.csv",
+               help="trace file (default trace.csv)")
     p.add_argument("--name", help="execution name (default: the command and the start time)")
     p.add_argument("--append", action="store_true",
                    help="add rows to an existing trace file instead of replacing it")
@@ -161,7 +164,6 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     head = _existing_header(out, args.append)
     gpu = _open_gpu(args, head)
-    out.parent.mkdir(parents=True, exist_ok=True)
     new = head is None
     fh = open(out, "a", newline="")         # truncated below, once the lock is held
     _lock(fh, out)
