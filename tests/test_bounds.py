@@ -123,7 +123,7 @@ def _csv(path, rows: int, executions: int = 2) -> None:
             f.writelines(f"job{e},{15 * i},1.5,2000000000\n" for i in range(per))
 
 
-def test_the_default_bound_and_the_cli_default():
+def test_the_default_bound_and_the_cli_default(monkeypatch):
     # 2 M rows: `ai4dl detect` peaked at 1.09 GB, `ai4dl train` at 1.18 GB
     # (io/loaders/size_bound.py), a third of the trainer's 4 GiB; the probe's 10 M rows (6.1 GB)
     # are refused
@@ -131,15 +131,13 @@ def test_the_default_bound_and_the_cli_default():
     args = build_parser().parse_args(["detect", "m.json", "x.csv"])
     assert args.max_rows is None               # unset: load_from_args applies the default
     seen = {}
-    import ai4dl.io.loaders as L
+    import ai4dl.cli.common as common
 
-    real = L.load_traces
-    try:
-        L.load_traces = lambda path, **kw: seen.update(kw) or real(path, **kw)
-        with pytest.raises(TraceError):
-            load_from_args(args)
-    finally:
-        L.load_traces = real
+    real = common.load_traces                  # the loader as the CLI holds it
+    monkeypatch.setattr(common, "load_traces",
+                        lambda path, **kw: seen.update(kw) or real(path, **kw))
+    with pytest.raises(TraceError):
+        load_from_args(args)
     assert seen["max_rows"] == DEFAULT_MAX_ROWS
 
 
