@@ -1,6 +1,6 @@
 """Benchmark of the phase-discovery core. Prints a markdown table; asserts nothing, but
-sizes that measure nothing (no execution, runs shorter than a detection window) exit 1
-with the reason and no table.
+sizes that measure nothing (no execution, runs shorter than a detection window, no repeat,
+no epoch) exit 1 with the reason and no table.
 
     .venv/bin/python bench/bench_core.py [--executions 1000] [--samples 2400] [--repeats 5]
 
@@ -54,6 +54,18 @@ def detection_throughput(model: PhaseModel, traces: TraceSet, pods: int, window:
     return statistics.median(rates["window"]), statistics.median(rates["whole"])
 
 
+def too_little(args) -> str | None:
+    """Why these sizes measure nothing (None when they measure): no execution, runs shorter
+    than a detection window, no repeat, or a model trained on no epoch."""
+    # the detection windows start 100 samples in and take 40 + the model's history (3)
+    if args.executions < 1 or args.samples < 143 or args.repeats < 1:
+        return (f"{args.executions} executions of {args.samples} samples, {args.repeats} "
+                f"repeats: at least 1 execution of 143 samples and 1 repeat are measured")
+    if args.epochs < 1:
+        return f"--epochs {args.epochs}: no CRBM epoch to time"
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--executions", type=int, default=1000)
@@ -61,11 +73,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=60, help="CRBM epochs (the model's default)")
     args = ap.parse_args(argv)
-    # the detection windows start 100 samples in and take 40 + the model's history (3)
-    if args.executions < 1 or args.samples < 143 or args.repeats < 1:
-        return refuse("bench_core", f"{args.executions} executions of {args.samples} samples, "
-                                    f"{args.repeats} repeats: at least 1 execution of 143 "
-                                    f"samples and 1 repeat are measured")
+    why = too_little(args)
+    if why:
+        return refuse("bench_core", why)
 
     rss_start = rss_mib()
     t = time.perf_counter()

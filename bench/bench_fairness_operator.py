@@ -1,5 +1,6 @@
 """Benchmark of the 300-PhaseModel flood against the real operator (issue 26 item 4), before
-and after the fair shares. Prints a markdown table; asserts nothing.
+and after the fair shares. Prints a markdown table; asserts nothing, but refuses one that
+measured nothing (below).
 
     PYTHONPATH=operator .venv/bin/python bench/bench_fairness_operator.py \
         [--flood 300] [--seconds 40] [--before-ref COMMIT]
@@ -20,7 +21,9 @@ for --seconds, while AdmissionReview requests go straight to its webhook over TL
 
 Measured: when the tenant's windows finished after their boundary (the operator's log line
 time minus the window id; the probe of issue 26 saw 1.6 s alone, 6-11 s under the flood), and
-the webhook's round trip (p50, p95). Everything started here is stopped at the end.
+the webhook's round trip (p50, p95). Everything started here is stopped at the end. A
+scenario in which the tenant finished no window or the webhook answered no request measured
+nothing: no table, the reason in one line on stderr, exit 1 (issue 44), as for --flood 0.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+
+from measured import refuse  # noqa: E402
 
 TENANT_WINDOW = 12
 
@@ -73,14 +78,28 @@ def tenant_lateness(log: Path, ns: str) -> list[float]:
     return out[1:]        # the first is the start-up window, handled late on purpose
 
 
-def main() -> int:
+def measured_nothing(rows) -> str | None:
+    """Why the scenarios' ``rows`` measured nothing (None when each measured something): a
+    scenario with no tenant window after the start-up one, or no webhook reply (its p50s are
+    then nan, which reads as a figure in a table)."""
+    for label, n, _, _, _, _, nreq in rows:
+        if n == 0 or nreq == 0:
+            return (f"scenario {label!r}: {n} tenant windows, {nreq} webhook replies (the "
+                    f"tenant's window is {TENANT_WINDOW} s)")
+    return None
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--flood", type=int, default=300)
     ap.add_argument("--seconds", type=float, default=40.0, help="length of each scenario")
     ap.add_argument("--before-ref", default="",
                     help="git commit of the operator before the change (default: the parent "
                          "of the fair shares' first commit)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.flood < 1:
+        return refuse("bench_fairness_operator", f"--flood {args.flood}: no flood to measure "
+                                                 "the tenant against")
 
     from kubernetes import client, config
 
@@ -140,8 +159,10 @@ def main() -> int:
         for label, src, extra, seconds in scenarios:
             old_ca = ca()
             log = work / f"operator-{len(rows)}.log"
+            # TMPDIR: what an operator leaves there when stopped (its webhook's certificate
+            # folder) goes with the work folder
             env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1",
-                       PYTHONPATH=src)
+                       PYTHONPATH=src, TMPDIR=str(work))
             proc = subprocess.Popen(
                 [sys.executable, "-m", "ai4dl.controller", "--prometheus-url",
                  "http://127.0.0.1:9", "--metrics-port", "0", "--health-port", "0",
@@ -175,9 +196,14 @@ def main() -> int:
             rows.append((label, len(late), statistics.median(late) if late else float("nan"),
                          max(late) if late else float("nan"), pct(rtt, 0.5) * 1000,
                          pct(rtt, 0.95) * 1000, len(rtt)))
+            if measured_nothing(rows[-1:]):
+                break                   # the table is refused below: no need for the rest
     finally:
         cp.stop()
         shutil.rmtree(work, ignore_errors=True)
+    why = measured_nothing(rows)
+    if why:
+        return refuse("bench_fairness_operator", why)
     print(f"\n{args.flood} PhaseModels with 4 s windows in one namespace, one {TENANT_WINDOW} s "
           f"PhaseModel in another (no pods); {args.seconds:g} s per scenario; "
           f"{os.cpu_count()} CPUs (shared)\n")

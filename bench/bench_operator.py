@@ -1,4 +1,6 @@
-"""Benchmark of the kopf operator at scale. Prints markdown tables; asserts nothing.
+"""Benchmark of the kopf operator at scale. Prints markdown tables; asserts nothing, but a run
+that measured nothing (see measured_nothing; --serving: a kind that sized no pod) prints no
+table, says why in one line on stderr and exits 1 (issue 44).
 
     .venv/bin/python bench/bench_operator.py [--pods 2000] [--window 10] [--windows 4] [--speed 15]
 
@@ -86,9 +88,15 @@ def main(argv=None) -> int:
                          "(phase, phase-headroom, burst-headroom, auto, adaptive-max): what "
                          "serving a policy costs per window, no cluster")
     args = ap.parse_args(argv)
+    if args.pods < 1:
+        return refuse("bench_operator", f"--pods {args.pods}: no pod to serve")
     if args.serving:
-        print(serving_table(args.pods, args.window, ["phase", "phase-headroom",
-                                                     "burst-headroom", "auto", "adaptive-max"]))
+        why, text = serving_table(args.pods, args.window, ["phase", "phase-headroom",
+                                                           "burst-headroom", "auto",
+                                                           "adaptive-max"], traces=args.traces)
+        if why:
+            return refuse("bench_operator", why)
+        print(text)
         return 0
     if not args.timeout:
         args.timeout = 300 + 10 * args.window * (args.windows + 2)
@@ -206,10 +214,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def measured_nothing(results: dict, pods: int) -> str:
-    """Why the run measured nothing ("" when it measured something): no window served every
-    pod created, a measured window served fewer, or none resized anything (issue 44: a model
-    the operator refused read "0 pods, 0 resized" in every window, and a table was printed)."""
+def measured_nothing(results: dict, pods: int) -> str | None:
+    """Why the run measured nothing (None when it measured something): no window served every
+    pod created, a measured window served fewer, or no measured window resized anything (issue
+    44: a model the operator refused read "0 pods, 0 resized" in every window, and a table was
+    printed). The measured windows, not the warm-up ones: a first window that resized every
+    pod says nothing of the windows the table reports."""
     op = results.get("op") or {}
     measured = op.get("measured") or []
     if op.get("first_full") is None:
@@ -221,9 +231,10 @@ def measured_nothing(results: dict, pods: int) -> str:
     if short:
         return (f"{len(short)} of {len(measured)} measured windows served fewer than the "
                 f"{pods} pods created (e.g. {short[0]['pods']})")
-    if not any(r["resized"] for r in [*op.get("records", [])]):
-        return "no window resized any pod (a refused model serves nothing)"
-    return ""
+    if not any(r["resized"] for r in measured):
+        return (f"none of the {len(measured)} measured windows resized any pod (a refused "
+                "model serves nothing)")
+    return None
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ executions (its fit is the core benchmark's business, not this one's).
    operator's call for 2,000 pods at once from their running statistics (target: well under
    5 % of a 600 s window). Medians of repeated runs.
 
-Too little data to measure (no execution, executions shorter than two windows) exits 1 with
-the reason and no table (issue 44: a benchmark that measured nothing must not print one).
+Too little data to measure (no execution, executions shorter than two windows, no window, no
+epoch) exits 1 with the reason and no table (issue 44: a benchmark that measured nothing must
+not print one).
 """
 
 from __future__ import annotations
@@ -213,9 +214,14 @@ def peak_bench(model, data, args) -> None:
     print()
 
 
-def too_little(args) -> str:
-    """Why these sizes measure nothing ("" when they measure something): every section replays
-    or fits windows after a first one, on executions of the model's data as well."""
+def too_little(args) -> str | None:
+    """Why these sizes measure nothing (None when they measure something): every section replays
+    or fits windows after a first one, on executions of the model's data as well, with a model
+    trained for at least one epoch."""
+    if args.window < 1:
+        return f"--window {args.window}: no window to replay or serve"
+    if args.epochs < 1:
+        return f"--epochs {args.epochs}: a phase model trained on no epoch"
     if args.samples < 2 * args.window:
         return f"--samples {args.samples} < two windows of {args.window}: no window to score"
     if args.fit_executions < 2 or args.model_executions < 2:
@@ -223,7 +229,7 @@ def too_little(args) -> str:
                 f"{args.model_executions}: at least 2 of each")
     if not args.skip_replay and args.executions < 1:
         return f"--executions {args.executions}: nothing to replay"
-    return ""
+    return None
 
 
 def main(argv=None) -> int:

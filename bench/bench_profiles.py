@@ -1,5 +1,7 @@
-"""Benchmark of workload profiles at scale (issue 42). Prints markdown tables; exits non-zero
-when it measured nothing (no profile written, none read back, no pod admitted from one).
+"""Benchmark of workload profiles at scale (issue 42). Prints markdown tables; when it measured
+nothing (too few workloads or threads, no profile read back, fewer writes or profiles kept than
+workloads, no profile deleted by the bound) it prints none, says why in one line on stderr and
+exits 1 (issue 44).
 
     .venv/bin/python bench/bench_profiles.py [--workloads 10000] [--threads 4]
 
@@ -41,6 +43,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
+from measured import refuse  # noqa: E402
+
 GiB = 2.0 ** 30
 
 
@@ -69,13 +73,34 @@ def write_count(cp) -> float:
                if resource == "workloadprofiles" and verb in ("POST", "PUT", "PATCH", "APPLY"))
 
 
+def too_small(args) -> str | None:
+    """Why these sizes measure nothing (None when they measure): the bound keeps half of the
+    workloads, so one workload deletes nothing; no thread writes nothing."""
+    if args.workloads < 2:
+        return f"--workloads {args.workloads}: at least 2 (the bound deletes half of them)"
+    if args.threads < 1:
+        return f"--threads {args.threads}: no thread to write with"
+    return None
+
+
+def measured_nothing(n: int, writes: float, kept: int, deleted_half: int) -> str | None:
+    """Why the run measured nothing usable (None when it measured): fewer writes than the
+    ``n`` execution ends (a profile not written), fewer profiles kept after the SIGKILL than
+    written, or a bound of half that deleted none."""
+    if writes < n or kept < n or deleted_half < 1:
+        return (f"{n} workloads: {writes:.0f} writes, {kept} profiles kept after a SIGKILL, "
+                f"{deleted_half} deleted by a bound of {n // 2}")
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workloads", type=int, default=10000)
     ap.add_argument("--threads", type=int, default=4)
     args = ap.parse_args(argv)
-    if args.workloads < 2:
-        ap.error("--workloads must be at least 2")
+    why = too_small(args)
+    if why:
+        return refuse("bench_profiles", why)
 
     from kubernetes import client, config
 
@@ -152,9 +177,8 @@ def main(argv=None) -> int:
         sizes = [len(json.dumps(item, separators=(",", ":")))
                  for item in paged_items(custom.list_namespaced_custom_object, GROUP, VERSION,
                                          "bench", PROFILE_PLURAL)]
-        if not sizes:
-            print("bench_profiles: no WorkloadProfile was read back", file=sys.stderr)
-            return 1
+        if not sizes:               # the finally below stops the cluster first
+            return refuse("bench_profiles", "no WorkloadProfile was read back")
         last = args.workloads - 1
         wait_for(lambda: "profile" in note(last), 300, interval=1.0,
                  what="the last workload admitted from its profile")
@@ -188,6 +212,9 @@ def main(argv=None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     n = args.workloads
+    why = measured_nothing(n, writes, kept, deleted_half)
+    if why:
+        return refuse("bench_profiles", why)
     from ai4dl.controller.profiles import profile_object
     from ai4dl.rules.workload_profile import MAX_RUNS, profile_from_runs
 
@@ -226,10 +253,6 @@ def main(argv=None) -> int:
     print("|---|---|")
     for label, value in rows:
         print(f"| {label} | {value} |")
-    if writes < n or kept < n or deleted_half < 1:
-        print(f"bench_profiles: measured nothing usable (writes {writes:.0f}, kept {kept}, "
-              f"deleted {deleted_half})", file=sys.stderr)
-        return 1
     return 0
 
 

@@ -32,6 +32,10 @@ Guaranteed), updated by the operator when each run ends, and its memory is held 
 workload's peak (with VPA's 15 % margin) until the point in the run where it came. Everything
 started is stopped at the end (also on Ctrl-C/SIGTERM); ``--keep`` keeps the work folder
 (operator, kubelet, Prometheus logs). Takes about 35 minutes on 2 cores with 3 runs.
+
+A run that measured nothing (no job finished, no sample recorded from the static runs, an
+operator policy that resized nothing in any of its runs) writes neither file, so the committed
+table stays; it says why in one line on stderr and exits 1 (issue 44).
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ for _p in (REPO, REPO / "tests", REPO / "bench"):
         sys.path.append(str(_p))
 
 POLICIES = ("static", "adaptive-max", "vpa", "auto")
+#: The policies the operator serves: a run of one that resized nothing measured nothing of it.
+OPERATOR_POLICIES = ("adaptive-max", "auto")
+
+from measured import refuse  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -71,6 +79,24 @@ def machine() -> str:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
     return (f"{os.cpu_count()} cores ({model}), {mem:.0f} GiB, Linux {platform.release()}, "
             f"shared (load average {os.getloadavg()[0]:.1f} at the start)")
+
+
+def measured_nothing(results: list[dict], meta: dict) -> str | None:
+    """Why the runs measured nothing (None when they measured something): no job finished (the
+    table would compare cut-off runs), no sample recorded from the static runs (no history and
+    no model for the others), or an operator policy that resized nothing in any run (a
+    refused model reads as "the operator changed nothing")."""
+    jobs = [j for r in results for j in r["jobs"]]
+    if not any(j["finished"] for j in jobs):
+        return f"none of the {len(jobs)} jobs finished"
+    if any(r["policy"] == "static" for r in results) and \
+            not sum(((meta.get("model") or {}).get("samples") or {}).values()):
+        return "0 samples recorded from the static runs: no history, no model"
+    for policy in OPERATOR_POLICIES:
+        runs = [r for r in results if r["policy"] == policy]
+        if runs and not any(r["totals"]["resizes"] for r in runs):
+            return f"the operator serving {policy} resized nothing in its {len(runs)} runs"
+    return None
 
 
 def create_namespace(core, name: str) -> None:
@@ -133,7 +159,7 @@ def main(argv=None) -> int:
     if policies[0] != "static" and any(p in ("vpa", "auto") for p in policies):
         ap.error("vpa and auto need the static run first (the history and the model)")
     if args.runs < 1:
-        ap.error("--runs must be at least 1")
+        return refuse("bench_real_node", f"--runs {args.runs}: no run of any job")
     if os.geteuid() != 0:
         ap.error("a real node needs root (cgroups, mounts)")
 
@@ -223,13 +249,15 @@ def main(argv=None) -> int:
                     for pod, ex in J.record_executions(prom.url, ns, spans).items():
                         history.setdefault(workload[pod], []).append(ex)
             if policy == "static":
+                meta["model"] = {"samples": {k: sum(map(len, v)) for k, v in history.items()}}
+                if not sum(meta["model"]["samples"].values()):
+                    break                   # nothing to fit: refused below, nothing written
                 t0 = time.time()
                 model_doc = J.fit_model_doc([e for got in history.values() for e in got])
                 choice = model_doc.get("policyChoice") or {}
-                meta["model"] = {"fit_seconds": time.time() - t0,
-                                 "samples": {k: sum(map(len, v)) for k, v in history.items()},
-                                 "winners": choice.get("winners"),
-                                 "reason": choice.get("reason")}
+                meta["model"].update(fit_seconds=time.time() - t0,
+                                     winners=choice.get("winners"),
+                                     reason=choice.get("reason"))
                 log(f"model fitted in {meta['model']['fit_seconds']:.1f} s on "
                     f"{meta['model']['samples']} samples; auto serves {choice.get('winners')}")
         if op is not None:
@@ -254,6 +282,9 @@ def main(argv=None) -> int:
             log(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+    why = measured_nothing(results, meta)
+    if why:
+        return refuse("bench_real_node", why)
     meta["seconds"] = time.time() - t_start
     out.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")

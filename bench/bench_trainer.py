@@ -1,5 +1,7 @@
 """Benchmark of the batch trainer's history pull and fit. Prints a markdown table; asserts
-nothing.
+nothing, but a run that measured nothing (no pod to write, nothing pulled back, fewer containers
+pulled than written, nothing held out to score; with --replay no workload or no request found)
+prints no table, says why in one line on stderr and exits 1 (issue 44).
 
     .venv/bin/python bench/bench_trainer.py [--pods 1000] [--hours 24] [--epochs 60]
                                             [--max-samples N] [--concurrency 2] [--replay]
@@ -18,7 +20,9 @@ and its peak RSS.
 ``--replay``: the same history, but the child does what ``ai4dl evaluate --prometheus`` does:
 the pull (no cap), the owners and requests lookup, the cross-fitted replay of every pod (two
 folds: two fits, auto's choice and the head-room tables on each train side, every policy
-replayed) and the per-workload table.
+replayed) and the per-workload table. Each container is then also given its author's
+requests (kube-state-metrics' ``kube_pod_container_resource_requests``), so that the requests
+lookup finds what it looks for.
 
 Peak RSS is the child's ``VmHWM`` (/proc/self/status), not ``getrusage``'s ``ru_maxrss``:
 Linux carries the parent's peak RSS over fork + exec into the child's ``ru_maxrss``, so that
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -41,6 +46,8 @@ REPO = Path(__file__).resolve().parent.parent
 RUN_HOURS = 6   # one container run per 6 h (synthetic jobs are shorter than a day)
 sys.path.insert(0, str(REPO))
 
+from measured import refuse  # noqa: E402
+
 
 def pod_name(i: int) -> str:
     """Pods of 100 Jobs of 10 pods each, named as the Job controller names them
@@ -48,6 +55,38 @@ def pod_name(i: int) -> str:
     safe = "bcdfghjklmnpqrstvwxz2456789"
     suffix = "".join(safe[(i * 7 + k * 13) % len(safe)] for k in range(5))
     return f"train{i // 10:03d}-{suffix}"
+
+
+def author_requests(runs) -> dict:
+    """What each container's author asked for (--replay): its peak cpu rounded up to whole
+    cores and its peak memory plus a quarter, as kube-state-metrics exports requests."""
+    import numpy as np
+
+    out = {}
+    for key, execs in runs.items():
+        peak = np.max([ex.values.max(axis=0) for ex in execs], axis=0)
+        cpu, mem = (execs[0].features.index(f) for f in ("cpu", "memory"))
+        out[key] = {"cpu": float(max(1, math.ceil(peak[cpu]))), "memory": float(peak[mem] * 1.25)}
+    return out
+
+
+def measured_nothing(m: dict, args) -> str | None:
+    """Why the child's figures ``m`` measured nothing (None when they measured something):
+    a pull that found nothing or only part of what was written, a score on no held-out pod,
+    or (--replay) a table of no workload, a requests lookup that found none."""
+    if m["executions"] == 0 or m["samples"] == 0:
+        return (f"{m['executions']} executions, {m['samples']} samples pulled of {args.pods} "
+                "pods written")
+    if m["containers"] < args.pods:
+        return f"{m['containers']} containers pulled of the {args.pods} written"
+    if args.replay:
+        if m["workloads"] == 0:
+            return "the per-workload table has 0 workloads"
+        if m["with_requests"] == 0:
+            return f"requests found for 0 of {m['containers']} containers"
+    elif m["held_out"] == 0:
+        return "0 held-out executions scored" + (f" ({m['too_few']})" if "too_few" in m else "")
+    return None
 
 
 def peak_rss_mib() -> float:
@@ -83,7 +122,12 @@ def measure(url: str, hours: float, device: str, epochs: int, max_samples: int |
                dropped_samples=res.dropped_samples,
                pulled_hours=(now - res.pulled_from) / 3600 if res.pulled_from else 0.0)
     out["rss_after_pull_mib"] = peak_rss_mib()
-    train, held = T.split_recent(res.executions)
+    try:
+        train, held = T.split_recent(res.executions)
+    except T.TooFewExecutions as err:
+        # the parent refuses with the reason: nothing to fit or to score
+        out.update(held_out=0, too_few=str(err))
+        return out
     t = time.perf_counter()
     model = PhaseModel(device=device, epochs=epochs, random_state=0).fit(TraceSet(train))
     out["fit_s"] = time.perf_counter() - t
@@ -128,6 +172,8 @@ def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dic
     out.update(containers=res.pods, queries=res.queries, executions=len(res.executions),
                samples=res.samples, with_requests=len(requested))
     out["rss_after_pull_mib"] = peak_rss_mib()
+    if not res.executions:
+        return out                  # the parent refuses: nothing pulled to replay
     stages: list[tuple[float, str]] = []
     t = time.perf_counter()
     result = run_cross_fitted(TraceSet(res.executions), EvaluationConfig(), 2,
@@ -145,7 +191,7 @@ def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dic
     return out
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pods", type=int, default=1000)
     ap.add_argument("--hours", type=float, default=24.0)
@@ -158,7 +204,9 @@ def main() -> None:
     ap.add_argument("--replay", action="store_true", help="time ai4dl evaluate --prometheus "
                     "(pull, cross-fitted fits and replay, per-workload table) instead")
     ap.add_argument("--measure", metavar="URL", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.pods < 1:
+        return refuse("bench_trainer", f"--pods {args.pods}: no pod to write")
     if args.max_samples is None:
         from ai4dl.trainer import MAX_SAMPLES
 
@@ -166,11 +214,11 @@ def main() -> None:
     if args.measure and args.replay:
         print(json.dumps(measure_replay(args.measure, args.hours, args.epochs,
                                         args.concurrency)))
-        return
+        return 0
     if args.measure:
         print(json.dumps(measure(args.measure, args.hours, args.device, args.epochs,
                                  args.max_samples or None, args.concurrency)))
-        return
+        return 0
 
     import numpy as np
 
@@ -203,7 +251,8 @@ def main() -> None:
         gen_s = time.perf_counter() - t
         srv = history_server(targets=[], workdir=Path(tmp) / "prom", binary=binary)
         t = time.perf_counter()
-        samples = backfill(runs, srv.storage_path, promtool_next_to(binary))
+        kube_state = {"requests": author_requests(runs)} if args.replay else {}
+        samples = backfill(runs, srv.storage_path, promtool_next_to(binary), **kube_state)
         backfill_s = time.perf_counter() - t
         del runs, jobs
         srv.start()
@@ -219,6 +268,9 @@ def main() -> None:
             m = json.loads(r.stdout.strip().splitlines()[-1])
         finally:
             srv.cleanup()
+    why = measured_nothing(m, args)
+    if why:
+        return refuse("bench_trainer", why)
     if args.replay:
         print(f"\n## ai4dl evaluate --prometheus: {args.pods} pods × {args.hours:g} h of 15 s "
               f"samples (Prometheus {srv.version}, {os.cpu_count()} cores, load before "
@@ -228,7 +280,8 @@ def main() -> None:
                                                          "samples"),
             ("history pull", f"{m['pull_s']:.1f} s: {m['containers']} containers, "
                              f"{m['queries']} range queries, {m['samples']:,} samples"),
-            ("owners and requests", f"{m['owners_s']:.1f} s"),
+            ("owners and requests", f"{m['owners_s']:.1f} s, requests of "
+                                    f"{m['with_requests']} containers"),
             ("fits (2 folds)", f"{m['fit_s']:.1f} s"),
             ("auto, head-room tables, replay of every policy",
              f"{m['replay_total_s'] - m['fit_s']:.1f} s"),
@@ -240,7 +293,7 @@ def main() -> None:
         print("| step | result |\n|---|---|")
         for k, v in rows:
             print(f"| {k} | {v} |")
-        return
+        return 0
     print(f"\n## Batch trainer: {args.pods} pods × {args.hours:g} h of 15 s samples "
           f"(Prometheus {srv.version}, {os.cpu_count()} cores, load before "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f})\n")
@@ -268,7 +321,8 @@ def main() -> None:
     print("| step | result |\n|---|---|")
     for k, v in rows:
         print(f"| {k} | {v} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,6 +17,10 @@ Stages (each timed, each failing alone, reported and skipped):
 4. calibration: 10 fixed epochs at batch 512 and 128 on cpu and on cuda (graph), and the CUDA
    start-up in a fresh process -> the cost model's constants (ai4dl.method.crbm_train);
 5. a sweep of smaller fits (cpu against cuda, and auto's pick before and after calibration).
+
+Without the CPU fit (every other figure is compared with it, and the CRBM stages need its
+standardisation), or with no execution to fit, it measured nothing: no JSON, the reason in one
+line on stderr, exit 1 (issue 44).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+
+from measured import refuse
 
 RESULTS: dict = {}
 START = time.perf_counter()
@@ -126,6 +132,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=280.0,
                     help="seconds after which optional stages are skipped (default 280)")
     args = ap.parse_args()
+    if args.executions < 1:     # before torch's import: nothing to fit
+        return refuse("gpu_check", f"--executions {args.executions}: nothing to fit")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     B = args.budget
@@ -276,7 +284,23 @@ def main() -> int:
     return finish(out_dir)
 
 
+def measured_nothing(results: dict) -> str | None:
+    """Why ``results`` measured nothing (None when they did): no execution generated, or no
+    CPU fit (a stage's failure is stored as its text), which the CUDA figures and the CRBM
+    stages are measured against."""
+    executions = (results.get("data") or {}).get("executions", 0)
+    if executions < 1:
+        return f"{executions} executions: nothing to fit"
+    fit = results.get("fit_cpu")
+    if not isinstance(fit, dict):       # the refusal is one line: the error's first
+        return f"no CPU fit to compare with ({(str(fit or '') or 'not run').splitlines()[0]})"
+    return None
+
+
 def finish(out_dir: Path) -> int:
+    why = measured_nothing(RESULTS)
+    if why:
+        return refuse("gpu_check", why)
     RESULTS["total_s"] = round(time.perf_counter() - START, 1)
     path = out_dir / "gpu_check.json"
     path.write_text(json.dumps(RESULTS, indent=1, default=str) + "\n")

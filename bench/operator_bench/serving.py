@@ -13,11 +13,24 @@ from .cluster import fit_model_doc, load_jobs
 from .common import NAMESPACE, PM_NAME
 
 
+def served_nothing(pods: int, kind: str, planned: int) -> str | None:
+    """Why serving ``kind`` measured nothing (None when it planned a container): a plan that
+    sized none of the ``pods`` pods (a refused model skips every pod: its timing is of nothing,
+    and there is nothing to hand next_allocations)."""
+    if planned == 0:
+        return (f"spec.policy.kind {kind}: plan_window sized none of the {pods} pods (a "
+                "refused model serves nothing)")
+    return None
+
+
 def serving_table(pods: int, window: int, kinds: list[str], repeats: int = 15,
-                  traces: str = "ai4dl-samples") -> str:
+                  traces: str = "ai4dl-samples") -> tuple[str | None, str]:
     """--serving: what choosing a policy costs per window, in-process and without a cluster:
     plan_window (detect + serve + safety + QoS rules) for ``pods`` pods of one PhaseModel, per
-    spec.policy.kind, on the same samples and running statistics (median of ``repeats``)."""
+    spec.policy.kind, on the same samples and running statistics (median of ``repeats``).
+    Returns (why it measured nothing, None when it measured; the markdown table)."""
+    if pods < 1:                    # before the traces and the fit: nothing to plan
+        return f"--pods {pods}: no pod to plan", ""
     from ai4dl.controller.plan import plan_window
     from ai4dl.controller.pods import pod_info
     from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
@@ -66,6 +79,9 @@ def serving_table(pods: int, window: int, kinds: list[str], repeats: int = 15,
         med = statistics.median(times[1:])
         base = med if base is None else base
         planned = [(p, c) for p in plan.pods for c in p.containers if c.own is not None]
+        why = served_nothing(pods, kind, len(planned))
+        if why:
+            return why, ""
         lasts = np.stack([samples[(NAMESPACE, p.pod.name, c.name)][-window:][
             :, [model.features_.index(r) for r in plan.resources]] for p, c in planned])
         phases = np.stack([model.predict(samples[(NAMESPACE, p.pod.name, c.name)],
@@ -79,4 +95,4 @@ def serving_table(pods: int, window: int, kinds: list[str], repeats: int = 15,
         sv = statistics.median(serve)
         rows.append(f"| {kind} | {plan.served.summary()} | {med * 1000:.0f} ms "
                     f"({med / base:.2f} ×) | {sv * 1000:.1f} ms | {sv / pods * 1e6:.1f} µs |")
-    return "\n".join(rows)
+    return None, "\n".join(rows)
