@@ -171,8 +171,8 @@ def test_default_render(helm, helm_env):
     assert f"--prometheus-url={URL}" in c["args"] and "--metrics-port=8080" in c["args"]
     assert {"--metrics-bind-address=0.0.0.0", "--health-bind-address=0.0.0.0",
             "--health-port=8081", "--max-container-cpu=2048",
-            "--max-container-memory=64Ti", "--min-window-seconds=60", "--window-workers=4",
-            "--window-late-seconds=5"} <= set(c["args"])
+            "--max-container-memory=64Ti", "--query-budget-seconds=5",
+            "--min-window-seconds=60", "--window-workers=4", "--window-late-seconds=5"} <= set(c["args"])
     assert not any(a.startswith("--peering") for a in c["args"])
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}

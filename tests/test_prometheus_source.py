@@ -22,9 +22,11 @@ import numpy as np
 import pytest
 
 from ai4dl.errors import Ai4dlError
+from ai4dl.promql import template_problem
 from ai4dl.sources import (FeatureQuery, PodRef, PrometheusQueryError, PrometheusSource,
                            PrometheusUnavailable, default_feature_queries)
 from ai4dl.sources.prometheus import pod_selector
+from ai4dl.sources.prometheus_types import PrometheusQueryTimeout
 
 SPEED = 15.0
 RATE_WINDOW = "4s"
@@ -365,13 +367,32 @@ def test_retries_5xx_then_succeeds():
 
 
 def test_5xx_until_retries_spent():
-    stub = _Stub([(503, {"status": "error", "errorType": "timeout", "error": "query timed out"})] * 5)
+    stub = _Stub([(503, {"status": "error", "errorType": "unavailable", "error": "busy"})] * 5)
     try:
         src = PrometheusSource(stub.url + "/", retries=2, backoff=0.01)
         with pytest.raises(PrometheusUnavailable) as e:
             src.fetch(["memory"], [("n", "p", "c")], 100, 104, 1)
         assert str(e.value) == (f"Prometheus at {stub.url} unavailable after 3 attempts: "
-                                "HTTP 503 (timeout): query timed out")
+                                "HTTP 503 (unavailable): busy")
+    finally:
+        stub.close()
+
+
+def test_a_query_prometheus_timed_out_is_the_querys_cost_and_not_sent_again():
+    # issue 43: an expensive query was retried three times a window and blamed on Prometheus
+    stub = _Stub([(503, {"status": "error", "errorType": "timeout",
+                         "error": "query timed out in expression evaluation"})] * 5)
+    try:
+        src = PrometheusSource(stub.url, timeout=10, retries=3, backoff=0.01)
+        with pytest.raises(PrometheusQueryTimeout) as e:
+            src.fetch(["memory"], [("n", "p", "c")], 100, 104, 1)
+        assert isinstance(e.value, PrometheusQueryError)
+        assert str(e.value) == (f"Prometheus at {stub.url} rejected the query (timeout): query "
+                                "timed out in expression evaluation")
+        assert (src.attempt_count, len(stub.requests)) == (1, 1)
+        # Prometheus's own timeout comes before the connection's (a share of it)
+        form = urllib.parse.parse_qs(stub.requests[0]["body"].decode())
+        assert form["timeout"] == ["8.000000"]
     finally:
         stub.close()
 
@@ -457,3 +478,26 @@ def test_a_container_scraped_twice_is_not_counted_twice(executions, trace_export
     at = srv.query(f'max(container_memory_working_set_bytes{{namespace="dup"}} @ {t:.3f})')
     assert not got.duplicated and np.isfinite(mem[-1])
     assert mem[-1] == pytest.approx(float(at[0]["value"][1]))   # one container's, not two
+
+
+def test_the_real_prometheus_gives_up_on_a_query_as_a_timeout(executions, trace_exporter,
+                                                              prometheus_server, monkeypatch):
+    """Issue 43 item 2: what a query the real Prometheus gives up on at its own timeout looks
+    like from here: PrometheusQueryTimeout (errorType timeout) after one attempt, not
+    "unavailable" after four. Prometheus's timeout is made 1 µs (a share of the client's)."""
+    from ai4dl.sources import prometheus
+
+    pod = PodRef("cost", "slow-0", "main")
+    exp = trace_exporter({pod: executions[0]}, speed=SPEED)
+    srv = prometheus_server([exp.url], scrape_interval="1s")
+    srv.wait_for_samples("container_memory_working_set_bytes", 3, timeout=60,
+                         selector='namespace="cost"')
+    costly = ("max by (namespace, pod, container) (max_over_time("
+              "container_memory_working_set_bytes{{{selector}}}[1000s:1s]))")
+    assert template_problem(costly) is None
+    monkeypatch.setattr(prometheus, "SERVER_TIMEOUT_SHARE", 5e-7)
+    src = PrometheusSource(srv.url, timeout=2.0, retries=3, backoff=0.01)
+    start, end = _window(600)
+    with pytest.raises(PrometheusQueryTimeout, match=r"rejected the query \(timeout\)"):
+        src.fetch([FeatureQuery("memory", costly)], [pod], start, end, 1.0)
+    assert src.attempt_count == 1

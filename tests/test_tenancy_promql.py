@@ -305,6 +305,81 @@ def test_duplicate_series_skip_that_container_and_excess_series_are_refused(
                  "bytes is not even parsed: tests/test_promql_confinement.py)"))
 
 
+# ------------------------------------------------------------ 2b. the query budget (fake)
+@pytest.mark.integration
+def test_an_expensive_query_rests_its_own_phasemodel_and_no_other(
+        kube_cluster, model_doc, operator_kubeconfig, crd, tmp_path):
+    """Issue 43 item 2: one tenant's query that takes 1.3 s (over a budget of 1 s + 2 ms for its
+    one container) and another's
+    that Prometheus gives up on at its timeout (1.6 s: 0.8 x --prometheus-timeout 2): each is
+    the PhaseModel marked, with the cause, and rests (1, 2, 4 ... windows unqueried); a third
+    namespace's windows all run and its pods are resized. The fake Prometheus delays by the
+    namespace a query reads (the real one's timeout answer: tests/test_prometheus_source.py)."""
+    fake = FakePrometheus().start()
+    spaces = {what: new_namespace(kube_cluster, what) for what in ("costly", "timeout", "fair")}
+    for what, (ns, kubelet) in spaces.items():
+        kubelet.create_pod(f"{what}-0", requests=SMALL,
+                           labels={OPT_IN_LABEL: "true", "app": "train"},
+                           annotations={MODEL_ANNOTATION: "pm"})
+        age(kube_cluster, ns, f"{what}-0")
+        fake.pods[(ns, f"{what}-0", "main")] = "good"
+        phasemodel(kube_cluster, ns, "pm", model_doc)
+    costly, timed_out, fair = (spaces[w][0] for w in ("costly", "timeout", "fair"))
+    fake.slow = {costly: 1.3, timed_out: 30.0}
+    flags = [a for ns, _ in spaces.values() for a in ("--namespace", ns)]
+    op = Operator(operator_kubeconfig, fake.url, tmp_path / "operator.log",
+                  extra_args=(*flags, "--orphan-check-seconds", "0",
+                              "--query-budget-seconds", "1")).start()
+    try:
+        wait_windows(op, fair, 6, 8 * WINDOW + 15)
+        wait_for(lambda: requests_of(kube_cluster, fair, "fair-0")["memory"] > 2 ** 30, WINDOW,
+                 what="the fair namespace's pod resized")
+        states = {ns: read_pm(kube_cluster, ns, "pm") for ns in (costly, timed_out, fair)}
+        log, metrics = op.log.read_text(), op.metrics()
+    finally:
+        op.stop()
+        fake.stop()
+    asked = {ns: sum(f'namespace="{ns}"' in q for q in fake.asked) for ns in spaces_ns(spaces)}
+    windows = {ns: len(window_lines(op, ns)) for ns in spaces_ns(spaces)}
+    # the fair namespace: every window queried, none degraded
+    assert asked[fair] >= windows[fair] >= 6 and condition(states[fair], "Ready")["status"] == \
+        "True", (asked, windows, condition(states[fair], "Ready"))
+    assert f"PhaseModel {fair}/pm degraded" not in log
+    # the costly one: its answers used (its pod resized from them), then rests, named
+    rested = re.findall(rf"PhaseModel {costly}/pm degraded \(QueryOverBudget\): (.*)", log)
+    assert rested and "it took 1.3 s, over its budget of 1 s (--query-budget-seconds 1 + 2 " \
+        "ms per container)" in rested[0], rested
+    assert asked[costly] < windows[costly], (asked, windows)
+    # the timed-out one: QueryTimeout, sent once a queried window (no retry), never resized
+    timeouts = re.findall(rf"PhaseModel {timed_out}/pm degraded \(QueryTimeout\): (.*)", log)
+    assert timeouts and timeouts[0].startswith(f"Prometheus at {fake.url} rejected the query "
+                                               f"(timeout): query timed out"), timeouts
+    assert "PrometheusUnavailable" not in log
+    # (one more may have been in flight when the operator was stopped)
+    assert len(timeouts) <= asked[timed_out] <= len(timeouts) + 1, (asked, timeouts)
+    assert len(timeouts) < windows[timed_out], (timeouts, windows)
+    assert requests_of(kube_cluster, timed_out, "timeout-0")["memory"] == 128 * 2 ** 20
+    assert condition(states[timed_out], "Ready")["reason"] in ("QueryTimeout", "QueryOverBudget")
+    errors = {re.search(r'kind="([^"]+)"', ln).group(1): float(ln.rsplit(" ", 1)[1])
+              for ln in metrics.splitlines() if ln.startswith("ai4dl_errors_total{")
+              and f'namespace="{timed_out}"' in ln}
+    assert errors.get("query-timeout", 0) >= 1 and errors.get("query-over-budget", 0) >= 1, \
+        errors
+    ROWS.append(("a confined query that takes 1.3 s a window (budget 1 s, "
+                 "--query-budget-seconds)", "0 (its answers used: paid for)",
+                 f"Ready False, QueryOverBudget naming the cost and the flag; {asked[costly]} "
+                 f"queries in {windows[costly]} windows (1, 2, 4 ... rest); another "
+                 f"namespace's {windows[fair]} windows all served"))
+    ROWS.append(("a query Prometheus gives up on at its timeout", "0",
+                 f"Ready False, QueryTimeout (not PrometheusUnavailable), sent once a queried "
+                 f"window ({asked[timed_out]} in {windows[timed_out]}), no retry; "
+                 f"ai4dl_errors_total{{kind=\"query-timeout\"}}"))
+
+
+def spaces_ns(spaces: dict) -> list[str]:
+    return [ns for ns, _ in spaces.values()]
+
+
 # ----------------------------------------------------------------------------- 3. chart
 def test_the_chart_value_renders_the_flag(helm, helm_env):
     from test_helm import URL, template

@@ -20,7 +20,11 @@ with values chosen per pod:
 ``answer = "not-json"`` makes every answer a 200 with a body that is not JSON; ``extra_series``
 adds that many series of pods nobody asked for (a query reading far more than it should);
 ``asked`` keeps every query received; ``delay`` seconds are slept before each range query's
-answer (a slow Prometheus: window work that takes time without using the operator's CPU).
+answer (a slow Prometheus: window work that takes time without using the operator's CPU);
+``slow`` {namespace: seconds} delays only the range queries that read that namespace (an
+expensive query of one tenant) and, where those seconds reach the query's own ``timeout``,
+answers as Prometheus does when it gives up at it: HTTP 503, errorType ``timeout``, at the
+timeout.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class FakePrometheus:
         self.pods: dict[tuple[str, str, str], str] = {}
         self.answer = "matrix"
         self.delay = 0.0
+        self.slow: dict[str, float] = {}
         self.queries = 0
         self.extra_series = 0
         self.asked: list[str] = []
@@ -75,8 +80,10 @@ class FakePrometheus:
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
                 if fake.delay and self.path.startswith("/api/v1/query_range"):
                     time.sleep(fake.delay)
-                body = fake._answer(self.path, form)
-                self.send_response(200)
+                code, body = fake._slow(self.path, form)
+                if code is None:
+                    code, body = 200, fake._answer(self.path, form)
+                self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -96,6 +103,23 @@ class FakePrometheus:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def _slow(self, path: str, form: dict) -> tuple[int | None, bytes]:
+        """(None, b"") after the ``slow`` delay of the namespace the query reads, or (503, the
+        timeout error) when that delay reaches the query's timeout."""
+        query = (form.get("query") or [""])[0]
+        delay = max((s for ns, s in self.slow.items() if f'namespace="{ns}"' in query),
+                    default=0.0)
+        if not delay or not path.startswith("/api/v1/query_range"):
+            return None, b""
+        timeout = float((form.get("timeout") or ["inf"])[0])
+        time.sleep(min(delay, timeout))
+        if delay < timeout:
+            return None, b""
+        self.queries += 1
+        self.asked.append(query)
+        return 503, json.dumps({"status": "error", "errorType": "timeout",
+                                "error": "query timed out in query execution"}).encode()
 
     def _answer(self, path: str, form: dict) -> bytes:
         self.queries += 1

@@ -75,6 +75,7 @@ app.kubernetes.io/part-of: ai4dl
 {{- if .Values.operator.maxSeriesPerQuery }}
 - {{ printf "--max-series-per-query=%v" .Values.operator.maxSeriesPerQuery | quote }}
 {{- end }}
+- {{ printf "--query-budget-seconds=%v" .Values.operator.queryBudgetSeconds | quote }}
 - {{ printf "--min-window-seconds=%v" .Values.operator.minWindowSeconds | quote }}
 - {{ printf "--window-workers=%v" .Values.operator.windowWorkers | quote }}
 - {{ printf "--window-late-seconds=%v" .Values.operator.windowLateSeconds | quote }}

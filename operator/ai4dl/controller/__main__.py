@@ -14,6 +14,7 @@ import kopf
 from ai4dl import __version__
 from ai4dl.controller import handlers, metrics
 from ai4dl.controller.podstate import StateKey
+from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
 from ai4dl.controller.runtime import DEFAULT_MAX_VALUE, DEFAULT_MAX_WORKLOADS
 from ai4dl.controller.webhook import service_names
 from ai4dl.quantity import parse_quantity
@@ -57,6 +58,15 @@ def _add_metrics_source_args(p: argparse.ArgumentParser) -> None:
                    help="refuse a window's answer with more series than N, unparsed (the "
                         "PhaseModel is Degraded, TooManySeries); default 0: 4 per container "
                         "and feature asked for, plus 16")
+    g.add_argument("--query-budget-seconds", type=float, default=DEFAULT_BUDGET_SECONDS,
+                   metavar="SECONDS",
+                   help="what one PhaseModel's window query may cost, in seconds of wall time "
+                        "(retries included), plus 2 ms per container it asks for; a PhaseModel whose query runs past it, or that "
+                        "Prometheus gives up on at its timeout, is not queried for its next "
+                        "1, 2, 4 ... up to 16 windows (condition QueryOverBudget), so one "
+                        "tenant's expensive query cannot take the others' window workers and "
+                        f"Prometheus's time (default {DEFAULT_BUDGET_SECONDS:g}; 0: only "
+                        "Prometheus's timeout counts)")
     g.add_argument("--settle-seconds", type=float, default=1.0, metavar="SECONDS",
                    help="wait after a window boundary before querying, so the window's last "
                         "scrape is in (default 1)")
@@ -260,6 +270,7 @@ def _checked_flags(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
     max_value = _max_values(args)
     state_key = _state_key(args)
     for flag, value in (("--min-window-seconds", args.min_window_seconds),
+                        ("--query-budget-seconds", args.query_budget_seconds),
                         ("--window-late-seconds", args.window_late_seconds)):
         if not value >= 0 or value == float("inf"):
             raise _FlagError(f"{flag} {value:g}: must be a number of seconds, 0 or more")
@@ -370,6 +381,7 @@ def _handler_config(args: argparse.Namespace, max_value: dict[str, float],
                 state_key=state_key,
                 allow_free_promql=args.allow_free_promql,
                 max_series_per_query=args.max_series_per_query,
+                query_budget_seconds=args.query_budget_seconds,
                 min_window_seconds=args.min_window_seconds,
                 window_workers=args.window_workers,
                 window_late_seconds=args.window_late_seconds,

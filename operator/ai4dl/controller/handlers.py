@@ -31,6 +31,7 @@ from ai4dl.controller.fairness import (WindowScheduler, late_condition, period_s
 from ai4dl.controller.orphans import OrphanSweep, forget_phasemodel
 from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.profiles import open_record
+from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
 from ai4dl.controller.runtime import DEFAULT_MAX_WORKLOADS, WindowRunner
 from ai4dl.controller.runtime_window import window_start
 from ai4dl.controller.runtime_writes import WRITERS
@@ -48,6 +49,7 @@ CONFIG: dict = {"prometheus_url": os.environ.get("AI4DL_PROMETHEUS_URL", ""),
                 "prometheus_timeout": 10.0, "prometheus_retries": 3, "max_value": None,
                 "namespaces": [], "orphan_check_seconds": 0.0, "allow_free_promql": False,
                 "max_series_per_query": 0, "min_window_seconds": 60.0,
+                "query_budget_seconds": DEFAULT_BUDGET_SECONDS,
                 "window_workers": 4, "window_late_seconds": 5.0}
 _TASKS: list[asyncio.Task] = []
 #: Fields of a PhaseModel left out of kopf's last-handled-configuration annotation.
@@ -168,7 +170,9 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
     runner = WindowRunner(core, custom, _source(), namespace, name,
                           max_value=CONFIG.get("max_value"), key=state_key(),
                           allow_free_promql=bool(CONFIG.get("allow_free_promql")),
-                          max_workloads=int(CONFIG.get("max_workloads") or DEFAULT_MAX_WORKLOADS))
+                          max_workloads=int(CONFIG.get("max_workloads") or DEFAULT_MAX_WORKLOADS),
+                          query_budget_seconds=float(CONFIG.get("query_budget_seconds",
+                                                                DEFAULT_BUDGET_SECONDS)))
     scheduler = _scheduler()
     minimum = float(CONFIG.get("min_window_seconds") or 0.0)
     done = None     # the boundary handled last

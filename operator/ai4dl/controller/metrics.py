@@ -26,6 +26,11 @@ WINDOW_SECONDS = Histogram("ai4dl_window_duration_seconds",
                            "Time to process one window of one PhaseModel",
                            ["namespace", "phasemodel"], registry=REGISTRY,
                            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+QUERY_SECONDS = Histogram("ai4dl_window_query_seconds",
+                          "Wall time of one PhaseModel's window query to Prometheus, retries "
+                          "included (held to --query-budget-seconds)",
+                          ["namespace", "phasemodel"], registry=REGISTRY,
+                          buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 PROFILE_WRITES = Counter("ai4dl_profile_writes_total",
                          "WorkloadProfile writes (one per workload whose executions ended in a "
                          "window, at most)", ["namespace", "phasemodel"], registry=REGISTRY)

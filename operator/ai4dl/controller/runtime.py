@@ -39,12 +39,14 @@ from ai4dl.controller.runs import RunTracker, oom_floors
 from ai4dl.rules.workload_profile import held_level
 from ai4dl.controller.pods import (A_ADMITTED, A_STATE, PodInfo, pod_info, qos_class,
                                    verify_pod)
+from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS, OVER_BUDGET, QueryBudget
 from ai4dl.crd import GROUP, PLURAL, VERSION
 from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.crd_spec import PROMQL_UNCHECKED
 from ai4dl.errors import Ai4dlError
 from ai4dl.promql import template_problem
 from ai4dl.sources.prometheus_types import (FeatureQuery, PrometheusQueryError,
+                                            PrometheusQueryTimeout,
                                             SeriesLimitExceeded)
 
 log = logging.getLogger("ai4dl.operator")
@@ -65,8 +67,11 @@ class WindowRunner(PodWrites):
     def __init__(self, core_api, custom_api, source, namespace: str, name: str,
                  max_value: dict[str, float] | None = None, key: StateKey | None = None,
                  allow_free_promql: bool = False,
-                 max_workloads: int = DEFAULT_MAX_WORKLOADS):
+                 max_workloads: int = DEFAULT_MAX_WORKLOADS,
+                 query_budget_seconds: float = DEFAULT_BUDGET_SECONDS):
         self.core, self.custom, self.source = core_api, custom_api, source
+        # what this PhaseModel's window query may cost (ai4dl.controller.query_budget)
+        self.budget = QueryBudget(query_budget_seconds)
         self.namespace, self.name = namespace, name
         # seals the records the operator keeps on pods (ai4dl.controller.podstate)
         self.key = key if key is not None else StateKey.generate()
@@ -138,6 +143,9 @@ class WindowRunner(PodWrites):
         if failed is not None:
             return failed
         model_key = ModelCache.key(spec)[:16] if model is not None else ""
+        resting = self._resting(body, spec, report)
+        if resting is not None:
+            return resting
         if pods is None:
             pods, failed = self._listed_pods(body, spec, report)
             if failed is not None:
@@ -258,11 +266,17 @@ class WindowRunner(PodWrites):
         # grid: n_context history samples, then the W samples of the window that just ended
         end = report.window_start
         begin = end - (W + n_context - 1) * step
+        sent = time.perf_counter()
         try:
             got = self.source.fetch([FeatureQuery(f.name, f.query,
                                                   confined=not self.allow_free_promql)
                                      for f in spec.features],
                                     refs, begin, end, step)
+        except PrometheusQueryTimeout as err:
+            m.ERRORS.labels(*labels, "query-timeout").inc()
+            self._charge(report, sent, len(refs), timed_out=True)
+            return None, None, self._degraded(body, report, "QueryTimeout", f"{err}; "
+                                              f"{self._resting_message(report)}", skip=True)
         except SeriesLimitExceeded as err:
             m.ERRORS.labels(*labels, "too-many-series").inc()
             return None, None, self._degraded(body, report, "TooManySeries", str(err), skip=True)
@@ -271,8 +285,12 @@ class WindowRunner(PodWrites):
             return None, None, self._degraded(body, report, "QueryError", str(err), skip=True)
         except Ai4dlError as err:   # PrometheusUnavailable: no data, no resize
             m.ERRORS.labels(*labels, "prometheus").inc()
+            # a query that no answer came to within the timeouts costs its time all the same
+            self._charge(report, sent, len(refs), timed_out=False)
             return None, None, self._degraded(body, report, "PrometheusUnavailable", str(err),
                                               skip=True)
+        # an answer over the budget is used (its cost is paid); the next windows rest
+        self._charge(report, sent, len(refs), timed_out=False)
         samples = {tuple(ref): got[ref].values for ref in got}
         for ref, features in got.duplicated.items():
             key = tuple(ref)
@@ -284,6 +302,40 @@ class WindowRunner(PodWrites):
                 log.warning("PhaseModel %s/%s: container %s: %s", self.namespace, self.name,
                             "/".join(key), detail)
         return samples, rejected, None
+
+    def _resting(self, body: dict, spec: PhaseModelSpec,
+                 report: WindowReport) -> WindowReport | None:
+        """The degraded report of a window not queried because an earlier window's query cost
+        too much (ai4dl.controller.query_budget), else None."""
+        strike = self.budget.resting(report.window_start,
+                                     tuple((f.name, f.query) for f in spec.features))
+        if strike is None:
+            return None
+        m.ERRORS.labels(self.namespace, self.name, "query-over-budget").inc()
+        return self._degraded(body, report, OVER_BUDGET, self.budget.message(
+            strike, report.window_start, self._period()), skip=True)
+
+    def _period(self) -> float:
+        return float(self.period_seconds or 1)
+
+    def _charge(self, report: WindowReport, sent: float, containers: int,
+                timed_out: bool) -> None:
+        """Charge the window's query for ``containers`` containers to the budget (its wall
+        time since ``sent``)."""
+        seconds = time.perf_counter() - sent
+        m.QUERY_SECONDS.labels(self.namespace, self.name).observe(seconds)
+        strike = self.budget.charge(report.window_start, seconds, timed_out, self._period(),
+                                    containers)
+        if strike is not None and not timed_out:
+            log.warning("PhaseModel %s/%s: window %s: %s", self.namespace, self.name,
+                        report.window_start, self._resting_message(report))
+
+    def _resting_message(self, report: WindowReport) -> str:
+        strike = self.budget.last
+        if strike is None:
+            return "the next window is queried as usual"
+        return self.budget.message(strike, report.window_start + self._period(),
+                                   self._period())
 
     def _apply_window(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
                       model_key: str, started: float) -> list[dict]:

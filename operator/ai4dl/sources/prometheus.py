@@ -35,7 +35,11 @@ queries, one per chunk.
 backoff (``backoff``, ``2 * backoff``, ...); when the retries are spent
 :class:`PrometheusUnavailable` says so in one line (URL and reason). A query Prometheus rejects
 (HTTP 400 / 422: PromQL syntax, too many samples...) raises :class:`PrometheusQueryError` with
-Prometheus's own message, without retrying. No exception of the HTTP library escapes.
+Prometheus's own message, without retrying; one Prometheus gave up on at its own timeout
+(errorType ``timeout``) raises :class:`PrometheusQueryTimeout`, without retrying either. That
+timeout is sent as a share of ours (``SERVER_TIMEOUT_SHARE``), so that a slow query is answered
+as one before the connection's own timeout reads as an unreachable Prometheus. No exception of
+the HTTP library escapes.
 
 Why plain ``requests`` rather than ``prometheus-api-client``: that client's ``POST`` mode
 still puts the query in the URL's query string (``params=``), not in the form body, so a
@@ -62,8 +66,9 @@ import requests
 from ai4dl.sources.prometheus_answers import (LeanMatrix, connection_reason, one_line,
                                               parse_matrix, read_capped)
 from ai4dl.sources.prometheus_types import (DEFAULT_RATE_WINDOW, FeatureQuery, PodRef, PodSamples,
-                                            PrometheusQueryError, PrometheusUnavailable,
-                                            SeriesLimitExceeded, default_feature_queries)
+                                            PrometheusQueryError, PrometheusQueryTimeout,
+                                            PrometheusUnavailable, SeriesLimitExceeded,
+                                            default_feature_queries)
 from ai4dl.promql import check_template, template_problem
 
 __all__ = ["MAX_POINTS", "PrometheusSource", "check_template", "pod_selector",
@@ -79,6 +84,8 @@ FEATURE_LABEL = "ai4dl_feature"
 #: container's old series); far more is a template reading what it was not asked for.
 SERIES_FACTOR = 4
 SERIES_SLACK = 16
+#: Prometheus's own query timeout, as a share of the client's read timeout (see the module doc)
+SERVER_TIMEOUT_SHARE = 0.8
 # A bounded answer is also bounded in bytes before anything is parsed: a point is written
 # as [1700000000.123,"12345.678"] (well under this many bytes), a series' labels below the
 # other figure unless a template keeps every label of a raw series.
@@ -360,7 +367,8 @@ class PrometheusSource:
             found = self._wanted_points(self._post("/api/v1/query_range", {
                 "query": query, "start": f"{q_start / 1000:.3f}",
                 "end": f"{(start_ms + i1 * step_ms) / 1000:.3f}",
-                "step": f"{step_ms / 1000:.3f}", "timeout": f"{self.timeout:.3f}"},
+                "step": f"{step_ms / 1000:.3f}",
+                "timeout": f"{self.timeout * SERVER_TIMEOUT_SHARE:.6f}"},
                 lean=lean, headers=headers, max_bytes=max_bytes),
                 cell_of, limit, len(pods), n_feat, warnings)
             n_queries += 1
@@ -526,6 +534,8 @@ class PrometheusSource:
                         payload.get("errorType", "") if isinstance(payload, dict) else "", code)
                 return payload
             error, error_type = self._error_of(r)
+            if error_type == "timeout":      # the query's cost: sending it again costs as much
+                raise PrometheusQueryTimeout(self.url, error, error_type, code)
             if code in (400, 422):
                 raise PrometheusQueryError(self.url, error, error_type, code)
             reason = f"HTTP {code}" + (f" ({error_type})" if error_type else "") + \

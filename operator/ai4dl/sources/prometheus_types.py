@@ -57,6 +57,12 @@ class PrometheusQueryError(Ai4dlError):
             super().__init__(f"Prometheus at {url} rejected the query{kind}: {error}")
 
 
+class PrometheusQueryTimeout(PrometheusQueryError):
+    """Prometheus gave up on the query at its ``timeout`` (errorType ``timeout``, HTTP 503): the
+    query's own cost, not Prometheus's health (issue 43: a confined but expensive query was
+    blamed on "Prometheus unavailable" and re-sent three times a window). Not retried."""
+
+
 class SeriesLimitExceeded(PrometheusQueryError):
     """An answer with more series than the query may give: refused (one beyond the bytes
     that many series can take is refused before it is parsed)."""
