@@ -14,6 +14,7 @@ import kopf
 from ai4dl import __version__
 from ai4dl.controller import handlers, metrics
 from ai4dl.controller.podstate import StateKey
+from ai4dl.controller.idle import IDLE_AFTER, IDLE_AFTER_SECONDS, IDLE_EVERY
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
 from ai4dl.controller.runtime import DEFAULT_MAX_VALUE, DEFAULT_MAX_WORKLOADS
 from ai4dl.controller.webhook import service_names
@@ -67,6 +68,12 @@ def _add_metrics_source_args(p: argparse.ArgumentParser) -> None:
                         "tenant's expensive query cannot take the others' window workers and "
                         f"Prometheus's time (default {DEFAULT_BUDGET_SECONDS:g}; 0: only "
                         "Prometheus's timeout counts)")
+    g.add_argument("--idle-after-seconds", type=float, default=IDLE_AFTER_SECONDS,
+                   metavar="SECONDS",
+                   help="a PhaseModel whose pod LIST found no pod for this long (and "
+                        f"{IDLE_AFTER} windows in a row) is idle: it lists its pods every "
+                        f"{IDLE_EVERY}th window only, and at once when admission sees a pod "
+                        f"created for it (default {IDLE_AFTER_SECONDS:g}; inf: never idle)")
     g.add_argument("--settle-seconds", type=float, default=1.0, metavar="SECONDS",
                    help="wait after a window boundary before querying, so the window's last "
                         "scrape is in (default 1)")
@@ -274,6 +281,9 @@ def _checked_flags(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
                         ("--window-late-seconds", args.window_late_seconds)):
         if not value >= 0 or value == float("inf"):
             raise _FlagError(f"{flag} {value:g}: must be a number of seconds, 0 or more")
+    if not args.idle_after_seconds >= 0:
+        raise _FlagError(f"--idle-after-seconds {args.idle_after_seconds:g}: must be a number of "
+                         f"seconds, 0 or more (inf: never idle)")
     if args.max_workloads_per_phasemodel < 1:
         raise _FlagError(f"--max-workloads-per-phasemodel {args.max_workloads_per_phasemodel}: "
                          f"must be 1 or more")
@@ -382,6 +392,7 @@ def _handler_config(args: argparse.Namespace, max_value: dict[str, float],
                 allow_free_promql=args.allow_free_promql,
                 max_series_per_query=args.max_series_per_query,
                 query_budget_seconds=args.query_budget_seconds,
+                idle_after_seconds=args.idle_after_seconds,
                 min_window_seconds=args.min_window_seconds,
                 window_workers=args.window_workers,
                 window_late_seconds=args.window_late_seconds,

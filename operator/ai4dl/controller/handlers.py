@@ -24,6 +24,7 @@ import aiohttp.web
 import kopf
 from kubernetes import client, config
 
+from ai4dl.controller import idle
 from ai4dl.controller import metrics as m
 from ai4dl.controller.admission import admission_target, admit, limit_range_rules, quota_room
 from ai4dl.controller.fairness import (WindowScheduler, late_condition, period_seconds,
@@ -172,8 +173,11 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
                           allow_free_promql=bool(CONFIG.get("allow_free_promql")),
                           max_workloads=int(CONFIG.get("max_workloads") or DEFAULT_MAX_WORKLOADS),
                           query_budget_seconds=float(CONFIG.get("query_budget_seconds",
-                                                                DEFAULT_BUDGET_SECONDS)))
+                                                                DEFAULT_BUDGET_SECONDS)),
+                          idle_after_seconds=float(CONFIG.get("idle_after_seconds",
+                                                              idle.IDLE_AFTER_SECONDS)))
     scheduler = _scheduler()
+    idle.serve(namespace, name)
     minimum = float(CONFIG.get("min_window_seconds") or 0.0)
     done = None     # the boundary handled last
     try:
@@ -216,6 +220,7 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
                 _run_window, runner, snapshot, due, grid, settle, throttled, ahead,
                 scheduler.workers, time.time()))
     finally:
+        idle.forget(namespace, name)
         m.forget_phasemodel(namespace, name)
 
 
@@ -352,6 +357,8 @@ def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Ind
         quotas = tuple(resource_quotas.get(namespace) or ()) if namespace else ()
         workload = workload_of(body).key
         pm = ((body.get("metadata") or {}).get("annotations") or {}).get(MODEL_ANNOTATION, "")
+        if namespace and pm:
+            idle.wake(namespace, pm)        # an idle PhaseModel lists its pods next window
         profiles = _FirstOfEach(workload_profiles).get((namespace, pm, workload))
         decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"),
                          state_key(), namespace=namespace, limit_ranges=ranges,

@@ -31,6 +31,10 @@ QUERY_SECONDS = Histogram("ai4dl_window_query_seconds",
                           "included (held to --query-budget-seconds)",
                           ["namespace", "phasemodel"], registry=REGISTRY,
                           buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+POD_LISTS = Counter("ai4dl_pod_lists_total",
+                    "Windows that listed their PhaseModel's pods (listed), or did not because it "
+                    "found none lately and admission saw none created since (idle)",
+                    ["outcome"], registry=REGISTRY)
 PROFILE_WRITES = Counter("ai4dl_profile_writes_total",
                          "WorkloadProfile writes (one per workload whose executions ended in a "
                          "window, at most)", ["namespace", "phasemodel"], registry=REGISTRY)

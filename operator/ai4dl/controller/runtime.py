@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
 
+from ai4dl.controller import idle
 from ai4dl.controller import metrics as m
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
@@ -68,10 +69,13 @@ class WindowRunner(PodWrites):
                  max_value: dict[str, float] | None = None, key: StateKey | None = None,
                  allow_free_promql: bool = False,
                  max_workloads: int = DEFAULT_MAX_WORKLOADS,
-                 query_budget_seconds: float = DEFAULT_BUDGET_SECONDS):
+                 query_budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+                 idle_after_seconds: float = idle.IDLE_AFTER_SECONDS):
         self.core, self.custom, self.source = core_api, custom_api, source
         # what this PhaseModel's window query may cost (ai4dl.controller.query_budget)
         self.budget = QueryBudget(query_budget_seconds)
+        # how often an empty PhaseModel lists its pods (ai4dl.controller.idle)
+        self.idle = idle.IdleLists(idle_after_seconds)
         self.namespace, self.name = namespace, name
         # seals the records the operator keeps on pods (ai4dl.controller.podstate)
         self.key = key if key is not None else StateKey.generate()
@@ -147,9 +151,14 @@ class WindowRunner(PodWrites):
         if resting is not None:
             return resting
         if pods is None:
+            if not self.idle.should_list(now, idle.take_woken(self.namespace, self.name)):
+                m.POD_LISTS.labels("idle").inc()
+                return report       # no pod last time, none admitted since: status as it is
             pods, failed = self._listed_pods(body, spec, report)
             if failed is not None:
                 return failed
+            m.POD_LISTS.labels("listed").inc()
+            self.idle.listed(now, len(pods))
         mine = self._mine(spec, pods, report)
         W = window_samples(spec)
         n_context = model.crbm_.n_history if model is not None else 0

@@ -1,0 +1,126 @@
+"""Idle PhaseModels list their pods less often (issue 43 item 10): ai4dl.controller.idle on its
+own, and the window runner that skips the LIST of an idle PhaseModel (a stand-in API that
+counts LISTs; the operator's own count on a real API server is bench/bench_idle_phasemodels.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ai4dl.controller import idle
+from ai4dl.controller.idle import IDLE_AFTER, IDLE_AFTER_SECONDS, IDLE_EVERY, IdleLists
+
+W = 60.0
+
+
+def lists(state: IdleLists, windows, woken=()) -> list[bool]:
+    """Which of ``windows`` (their times) list, each LIST finding no pod."""
+    out = []
+    for t in windows:
+        did = state.should_list(t, t in woken)
+        if did:
+            state.listed(t, 0)
+        out.append(did)
+    return out
+
+
+def test_an_empty_phasemodel_lists_every_window_until_it_is_idle():
+    state = IdleLists()
+    first = int(IDLE_AFTER_SECONDS // W)            # windows listed before 300 s have passed
+    assert all(lists(state, [i * W for i in range(first)]))
+    assert state.idle(first * W)
+    # idle: one LIST every IDLE_EVERY windows
+    done = lists(state, [(first + i) * W for i in range(3 * IDLE_EVERY)])
+    assert sum(done) == 3 and done[IDLE_EVERY - 1] and not any(done[:IDLE_EVERY - 1])
+
+
+def test_three_windows_are_not_enough_without_the_seconds_nor_the_seconds_without_three():
+    short = IdleLists()
+    assert all(lists(short, [0, 10, 20, 30, 40]))            # 5 windows of 10 s: 40 s
+    assert not short.idle(40)
+    slow = IdleLists()
+    assert all(lists(slow, [0, 3600]))                       # 2 windows, an hour apart
+    assert not slow.idle(3600) and IDLE_AFTER == 3
+
+
+def test_a_pod_found_ends_the_idleness():
+    state = IdleLists(after_seconds=0)
+    lists(state, [0, 60, 120])
+    assert state.idle(120) and not state.should_list(180, False)
+    assert state.should_list(240, True)                      # woken by admission
+    state.listed(240, 2)
+    assert not state.idle(300) and state.should_list(300, False)
+
+
+def test_never_idle_with_an_infinite_delay():
+    state = IdleLists(after_seconds=float("inf"))
+    assert all(lists(state, [i * W for i in range(100)]))
+
+
+def test_only_served_phasemodels_are_woken_and_once():
+    idle.serve("ns", "pm")
+    try:
+        idle.wake("ns", "pm")
+        idle.wake("ns", "not-served")                        # a forged review: nothing kept
+        assert idle.take_woken("ns", "pm") and not idle.take_woken("ns", "pm")
+        assert ("ns", "not-served") not in idle._WOKEN
+    finally:
+        idle.forget("ns", "pm")
+    idle.wake("ns", "pm")
+    assert not idle.take_woken("ns", "pm")
+
+
+# ------------------------------------------------------------------ the window runner
+class _Answer:
+    def __init__(self, items):
+        self.data = json.dumps({"items": items, "metadata": {}}).encode()
+
+    def release_conn(self):
+        pass
+
+
+class _Core:
+    def __init__(self):
+        self.lists, self.items = 0, []
+
+    def list_namespaced_pod(self, namespace, **_):
+        self.lists += 1
+        return _Answer(self.items)
+
+
+class _Custom:
+    def patch_namespaced_custom_object_status(self, *args, **_):
+        pass
+
+
+@pytest.fixture()
+def runner():
+    from ai4dl.controller.podstate import StateKey
+    from ai4dl.controller.runtime import WindowRunner
+
+    r = WindowRunner(_Core(), _Custom(), None, "ns", "pm", key=StateKey.generate(),
+                     idle_after_seconds=0)
+    r.period_seconds = int(W)
+    idle.serve("ns", "pm")
+    yield r
+    idle.forget("ns", "pm")
+
+
+def body():
+    return {"metadata": {"name": "pm", "namespace": "ns", "generation": 1},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "stepSeconds": 15,
+                     "windowSeconds": int(W), "policy": {"mode": "InPlace"}}, "status": {}}
+
+
+def test_an_idle_phasemodel_skips_its_list_until_admission_wakes_it(runner):
+    for i in range(IDLE_AFTER):
+        runner.run(body(), now=(i + 1) * W + 1)
+    assert runner.core.lists == IDLE_AFTER
+    for i in range(IDLE_AFTER, IDLE_AFTER + 4):
+        report = runner.run(body(), now=(i + 1) * W + 1)
+        assert report.pods == 0
+    assert runner.core.lists == IDLE_AFTER                  # idle: no LIST
+    idle.wake("ns", "pm")                                    # admission saw a pod created
+    runner.run(body(), now=(IDLE_AFTER + 5) * W + 1)
+    assert runner.core.lists == IDLE_AFTER + 1
