@@ -110,6 +110,41 @@ def test_fairness_operator_refuses_no_flood(capsys):
                                                "against")
 
 
+# ------------------------------------------------------------------- bench_idle_phasemodels
+def test_idle_phasemodels_measured_something():
+    nothing = bench("bench_idle_phasemodels").measured_nothing
+    assert nothing(1000, 3, 3000) is None
+    assert nothing(20, 2, 20) is None           # half of them: the operator served them
+
+
+@pytest.mark.parametrize("size, why", [
+    ((0, 3, 0), "--phasemodels 0: no PhaseModel to measure"),
+    ((20, 0, 0), "--windows 0: no window to measure"),
+    ((20, 2, 19), "19 windows served in the measured span, fewer than half of 20 PhaseModels "
+                  "x 2 windows: the operator did not serve them"),
+], ids=["no-phasemodel", "no-window", "not-served"])
+def test_idle_phasemodels_measured_nothing(size, why):
+    assert bench("bench_idle_phasemodels").measured_nothing(*size) == why
+
+
+def test_idle_phasemodels_counts_the_operators_writes_apart_from_the_api_servers():
+    from collections import Counter
+
+    before = Counter({("LIST", "pods", ""): 5, ("PUT", "leases", ""): 1})
+    after = Counter({("LIST", "pods", ""): 65, ("PUT", "leases", ""): 7,
+                     ("PATCH", "phasemodels", "status"): 30, ("POST", "events", ""): 3,
+                     ("PATCH", "phasemodels", ""): 6, ("GET", "phasemodels", ""): 9,
+                     ("WATCH", "pods", ""): 2})
+    got = bench("bench_idle_phasemodels").per_window(before, after, 3)
+    assert got == {"pod_lists": 20.0, "writes": 13.0, "status_patches": 10.0, "events": 1.0,
+                   "other": 2.0, "leases": 2.0, "other_writes": {"PATCH phasemodels": 2.0}}
+
+
+def test_idle_phasemodels_refuses_no_phasemodel(capsys):
+    assert bench("bench_idle_phasemodels").main(["--phasemodels", "0"]) == 1
+    refused(capsys, "bench_idle_phasemodels", "--phasemodels 0: no PhaseModel to measure")
+
+
 # ---------------------------------------------------------------------------- bench_real_node
 @pytest.fixture(scope="module")
 def real_node_run() -> dict:

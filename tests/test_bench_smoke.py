@@ -146,3 +146,24 @@ def test_the_fairness_operator_benchmark_serves_the_tenant_in_every_scenario(kub
     for label, (windows, *_, requests) in rows.items():
         # a tenant window after the start-up one, and webhook replies, in each scenario
         assert int(windows) >= 1 and int(requests) >= 1, (label, r.stdout)
+
+
+@pytest.mark.integration
+def test_the_idle_phasemodels_benchmark_serves_every_window(kube_cluster):
+    r = bench("bench_idle_phasemodels.py", "--phasemodels", "20", "--namespaces", "2",
+              "--window", "4", "--windows", "2", timeout=300)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    rows = {k: v[0] for k, v in table(r.stdout).items()}
+    # every PhaseModel's window in each of the 2 periods measured (4 s windows served every
+    # window: --min-window-seconds 0)
+    assert int(rows["windows served (log lines in the measured span)"]) >= 20 * 2, r.stdout
+    assert float(rows["pod LISTs per window"]) >= 0, r.stdout
+    writes, pct = rows["writes per window (% of PhaseModels)"].split(" (")
+    assert float(writes) >= 0 and pct.endswith(" %)"), r.stdout
+    assert float(rows["operator RSS end (MiB)"]) > float(
+        rows["operator RSS baseline, no PhaseModel (MiB)"]) > 0, r.stdout
+    for label, value in rows.items():
+        if label.startswith("operator RSS per PhaseModel"):
+            float(value)
+        if label.startswith("bar: "):
+            assert value in ("met", "**not met**"), (label, value)

@@ -102,6 +102,8 @@ def test_conditions_name_the_minimum_and_the_cause():
     assert late[3].startswith("the last window's work started 7.2 s after it was due "
                               "(tolerance 5 s): it waited")
     assert late_condition(4.9, 5.0, "x")[:3] == ("WindowsLate", "False", "OnTime")
+    # on time, the condition is the same whatever the lateness: no status write per window
+    assert late_condition(0.2, 5.0, "x") == late_condition(4.9, 5.0, "y")
 
 
 def test_scheduler_runs_namespaces_in_turn_on_bounded_workers():

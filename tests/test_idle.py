@@ -124,3 +124,34 @@ def test_an_idle_phasemodel_skips_its_list_until_admission_wakes_it(runner):
     idle.wake("ns", "pm")                                    # admission saw a pod created
     runner.run(body(), now=(IDLE_AFTER + 5) * W + 1)
     assert runner.core.lists == IDLE_AFTER + 1
+
+
+def test_an_empty_phasemodel_writes_its_status_once():
+    """Issue 43 item 10: every window of an empty PhaseModel wrote its status — the savings
+    counted a window of nothing (all amounts 0) and WindowsLate's message carried the
+    lateness — so 1,000 empty PhaseModels were 1,000 status PATCHes a window."""
+    from ai4dl.controller.fairness import late_condition, throttled_condition
+    from ai4dl.controller.podstate import StateKey
+    from ai4dl.controller.runtime import WindowRunner
+
+    class Custom:
+        def __init__(self):
+            self.statuses = []
+
+        def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, b):
+            self.statuses.append(b["status"])
+
+        def list_namespaced_custom_object(self, *args, **_):
+            return {"items": []}
+
+    r = WindowRunner(_Core(), Custom(), None, "ns", "pm", key=StateKey.generate(),
+                     idle_after_seconds=float("inf"))
+    r.period_seconds = int(W)
+    b = body()
+    for i, lateness in enumerate((0.3, 1.7, 0.9, 4.2, 0.1)):
+        r.conditions = [throttled_condition(int(W), int(W), 0.0),
+                        late_condition(lateness, 5.0, "x")]
+        r.run(b, now=(i + 1) * W + 1)
+        b["status"] = r.custom.statuses[-1]
+    assert r.core.lists == 5 and len(r.custom.statuses) == 1, r.custom.statuses
+    assert "savings" not in r.custom.statuses[0]

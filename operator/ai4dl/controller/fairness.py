@@ -54,9 +54,11 @@ def late_condition(lateness: float, tolerance: float, cause: str) -> tuple[str, 
     """(type, status, reason, message) of the WindowsLate condition for a window whose work
     started ``lateness`` seconds after it was due."""
     if lateness <= tolerance:
+        # no figure in it: a message that changed every window was a status write every
+        # window for every PhaseModel (the window's lateness is a metric)
         return (LATE, "False", "OnTime",
-                f"the last window's work started {lateness:.1f} s after it was due "
-                f"(tolerance {tolerance:g} s)")
+                f"the last window's work started within its tolerance of {tolerance:g} s "
+                f"after it was due")
     return (LATE, "True", "WaitedForWorker",
             f"the last window's work started {lateness:.1f} s after it was due (tolerance "
             f"{tolerance:g} s): {cause}")

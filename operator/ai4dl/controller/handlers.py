@@ -17,6 +17,7 @@ import contextvars
 import logging
 import os
 import ssl
+import threading
 import time
 from functools import partial
 
@@ -123,15 +124,28 @@ async def _orphan_sweeps(interval: float) -> None:
         await asyncio.sleep(interval)
 
 
+_CLIENTS: tuple | None = None
+_CLIENTS_LOCK = threading.Lock()
+
+
 def _clients():
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    cfg = client.Configuration.get_default_copy()
-    cfg.connection_pool_maxsize = WRITERS + 2
-    api = client.ApiClient(cfg)
-    return client.CoreV1Api(api), client.CustomObjectsApi(api)
+    """(CoreV1Api, CustomObjectsApi) on one API client for the whole process. One per
+    PhaseModel was a connection pool, a TLS connection and a parsed kubeconfig each (issue 43:
+    300 idle PhaseModels held 303 sockets); the pool is sized for every window worker's
+    writers at once (urllib3's pool is thread-safe), and an in-cluster token is re-read by the
+    client when it rotates."""
+    global _CLIENTS
+    with _CLIENTS_LOCK:
+        if _CLIENTS is None:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            cfg = client.Configuration.get_default_copy()
+            cfg.connection_pool_maxsize = int(CONFIG.get("window_workers") or 4) * WRITERS + 2
+            api = client.ApiClient(cfg)
+            _CLIENTS = (client.CoreV1Api(api), client.CustomObjectsApi(api))
+        return _CLIENTS
 
 
 def _source():

@@ -382,8 +382,10 @@ class WindowRunner(PodWrites):
         or None: a window with nothing to count adds nothing (and writes no status for it)."""
         amounts = window_amounts(plan.pods, plan.resources, spec.policy.mode,
                                  max(spec.window_seconds, self.period_seconds), originals)
+        # (no container counted: every amount 0, as for a PhaseModel with no pod)
+        counted = any(orig or held for orig, held in amounts.values())
         savings = add_window((body.get("status") or {}).get("savings"), amounts, start,
-                             now_iso(start)) if amounts else None
+                             now_iso(start)) if counted else None
         if savings is not None:
             for r, (orig, held) in amounts.items():
                 m.REQUEST_SECONDS.labels(self.namespace, self.name, r, "original").inc(orig)
