@@ -63,7 +63,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from measured import refuse  # noqa: E402
-from operator_bench.common import parse_metrics  # noqa: E402
+from operator_bench.common import parse_metrics, proc_status  # noqa: E402
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"}
 WINDOW_LINE = re.compile(r"PhaseModel (\S+)/(\S+) window ([0-9.]+): ")
@@ -79,22 +79,9 @@ def phasemodel(name: str, window: int) -> dict:
                      "windowSeconds": window, "policy": {"mode": "InPlace"}}}
 
 
-def period_of(window: int, minimum: float) -> int:
-    """How often the operator serves a PhaseModel of ``window`` (ai4dl.controller.fairness's
-    period_seconds: its window, or the smallest multiple of it not below the minimum)."""
-    window = max(1, int(window))
-    return window if minimum <= window else window * math.ceil(minimum / window)
-
-
 def rss_kb(pid: int) -> float:
     """VmRSS of a process, KB (nan when it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return float(line.split()[1])
-    except OSError:
-        pass
-    return float("nan")
+    return proc_status(pid).get("VmRSS", float("nan")) * 1024.0
 
 
 def sockets(pid: int) -> int:
@@ -268,6 +255,7 @@ def run(args) -> tuple[dict, str | None]:
     """Start everything, measure, stop everything; (the measurements, why nothing was)."""
     from kubernetes import client, config
 
+    from ai4dl.controller.fairness import period_seconds
     from e2e.controlplane.cluster import ControlPlane, ensure_binaries
     from e2e_fixtures_operator import free_port, install_for_operator, stop_process
 
@@ -287,7 +275,7 @@ def run(args) -> tuple[dict, str | None]:
         got = {"up_seconds": time.time() - t, "rss_baseline": rss_kb(proc.pid),
                "sockets_baseline": sockets(proc.pid)}
         custom = client.CustomObjectsApi(api)
-        period = period_of(args.window, args.min_window_seconds)
+        period = period_seconds(args.window, args.min_window_seconds)
         # one PhaseModel first: what its first window loads (the window code's imports) is
         # paid once, not per PhaseModel
         create_phasemodels(custom, args, range(1))

@@ -18,10 +18,10 @@ from kubernetes.client.exceptions import ApiException
 from ai4dl.crd import GROUP, PLURAL, VERSION
 from e2e_fixtures_operator import (Operator, crd, free_port,  # noqa: F401 (fixtures)
                                    operator_kubeconfig, wait_for)
-from test_admission_webhook import (apply_pod, chart_webhook_configuration, pod_manifest)
+from test_admission_webhook import (CONFIGURATION, apply_pod, chart_webhook_configuration,
+                                    pod_manifest)
 
 pytestmark = pytest.mark.integration
-CONFIGURATION = "ai4dl-operator"          # deploy/rbac.yaml grants get/patch of this name
 WINDOW = 4
 
 

@@ -13,8 +13,8 @@ import kopf
 
 from ai4dl import __version__
 from ai4dl.controller import handlers, metrics
-from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.idle import IDLE_AFTER, IDLE_AFTER_SECONDS, IDLE_EVERY
+from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
 from ai4dl.controller.runtime import DEFAULT_MAX_VALUE, DEFAULT_MAX_WORKLOADS
 from ai4dl.controller.webhook import service_names
@@ -62,8 +62,9 @@ def _add_metrics_source_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--query-budget-seconds", type=float, default=DEFAULT_BUDGET_SECONDS,
                    metavar="SECONDS",
                    help="what one PhaseModel's window query may cost, in seconds of wall time "
-                        "(retries included), plus 2 ms per container it asks for; a PhaseModel whose query runs past it, or that "
-                        "Prometheus gives up on at its timeout, is not queried for its next "
+                        "(retries included), plus 2 ms per container it asks for; a PhaseModel "
+                        "whose query runs past it, or that Prometheus gives up on at its "
+                        "timeout, is not queried for its next "
                         "1, 2, 4 ... up to 16 windows (condition QueryOverBudget), so one "
                         "tenant's expensive query cannot take the others' window workers and "
                         f"Prometheus's time (default {DEFAULT_BUDGET_SECONDS:g}; 0: only "

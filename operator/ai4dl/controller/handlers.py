@@ -52,6 +52,7 @@ CONFIG: dict = {"prometheus_url": os.environ.get("AI4DL_PROMETHEUS_URL", ""),
                 "namespaces": [], "orphan_check_seconds": 0.0, "allow_free_promql": False,
                 "max_series_per_query": 0, "min_window_seconds": 60.0,
                 "query_budget_seconds": DEFAULT_BUDGET_SECONDS,
+                "idle_after_seconds": idle.IDLE_AFTER_SECONDS,
                 "window_workers": 4, "window_late_seconds": 5.0}
 _TASKS: list[asyncio.Task] = []
 #: Fields of a PhaseModel left out of kopf's last-handled-configuration annotation.

@@ -9,8 +9,8 @@ container the query asks for), which no PhaseModel can raise.
 
 A window whose query ran past the budget, or that Prometheus gave up on at its own timeout, is a
 strike: the PhaseModel's next windows are not queried — 1, then 2, 4, ... up to
-``MAX_SKIPPED`` periods and at most an hour, doubling with each strike in a row — and its status names the query's
-cost as the cause (``QueryOverBudget``). A window within the budget clears the strikes. A new
+``MAX_SKIPPED`` periods and at most an hour, doubling with each strike in a row — and its
+status names the query's cost as the cause (``QueryOverBudget``). A window within the budget clears the strikes. A new
 set of queries (``spec.features`` changed: the author fixed it) starts clean, so a fix is
 tried at the next window rather than after the back-off.
 
