@@ -40,6 +40,7 @@ class _Api:
         self.version, self.calls = int(version), []
         self.main = {"cpu": "2", "memory": "4Gi"}
         self.containers_changed_by = containers_changed_by
+        self.sidecar = None     # a second container's requests, when the pod has one
 
     def _accept(self, kind, body):
         want = (body.get("metadata") or {}).get("resourceVersion")
@@ -68,7 +69,8 @@ class _Api:
         return _Answer({"metadata": {"name": name, "namespace": ns, "uid": "u1",
                                      "resourceVersion": str(self.version)},
                         "spec": {"containers": [{"name": "main", "resources": {
-                            "requests": self.main}}]}})
+                            "requests": self.main}}] + ([{"name": "sidecar", "resources": {
+                                "requests": self.sidecar}}] if self.sidecar else [])}})
 
 
 class _Key:
@@ -148,6 +150,34 @@ def test_a_conflict_over_other_fields_is_retried_at_the_new_version(what):
     kinds = [k for k, *_ in api.calls]
     assert kinds == (["annotations", "read", "annotations", "resize"] if what == "annotations"
                      else ["annotations", "resize", "read", "resize"])
+
+
+@pytest.mark.parametrize("what", ["annotations", "resize"])
+def test_a_sidecar_resized_by_someone_else_does_not_stale_the_plan(what):
+    """Another writer resizes the pod's unmanaged sidecar just before our ``what``: the plan
+    for main still stands, so the write is sent again at the new version (it used to be
+    dropped as a conflict until the next window, and a busy sidecar writer could starve the
+    managed container for many windows)."""
+    class _SidecarWriter(_Api):
+        bumped = False
+
+        def _accept(self, kind, body):
+            if kind == what and not self.bumped:
+                self.bumped = True
+                self.sidecar = {"cpu": "700m"}
+                self.version += 1
+            return super()._accept(kind, body)
+
+    api = _SidecarWriter()
+    api.sidecar = {"cpu": "500m"}
+    plan = _plan()
+    plan.pod.containers.append(Container("sidecar", {"cpu": 0.5}, {}))
+    w = _Writer(api)
+    assert w._write_pod(plan) == "resized"
+    kinds = [k for k, *_ in api.calls]
+    assert kinds == (["annotations", "read", "annotations", "resize"] if what == "annotations"
+                     else ["annotations", "resize", "read", "resize"])
+    assert w.events == ["Resized"]
 
 
 def test_a_resize_stored_otherwise_is_recorded_as_not_taken():

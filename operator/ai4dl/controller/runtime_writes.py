@@ -203,9 +203,10 @@ class PodWrites:
     def _unless_resized_since(self, p, version: str | None, send, attempts: int = 3):
         """``send(version)``'s answer, the write made with a resourceVersion precondition. On
         a conflict the pod is read again: if only other fields changed (labels, annotations,
-        status) the write is sent again at the new version; if its containers changed since
-        the read the plan came from, False (nothing more is written)."""
-        planned_from = p.pod.containers
+        status, containers this resize does not write, such as a sidecar) the write is sent
+        again at the new version; if a container it writes changed since the read the plan
+        came from, False (nothing more is written)."""
+        planned_from = _written_containers(p, p.pod.containers)
         for _ in range(attempts):
             try:
                 return send(version)
@@ -215,7 +216,7 @@ class PodWrites:
             m.ERRORS.labels(self.namespace, self.name, "api-409").inc()
             fresh = pod_info(read_json(self.core.read_namespaced_pod(
                 p.pod.name, p.pod.namespace, _preload_content=False)))
-            if fresh.containers != planned_from:
+            if _written_containers(p, fresh.containers) != planned_from:
                 return False
             version = fresh.resource_version
         return False
@@ -226,6 +227,13 @@ class PodWrites:
 
     def _event_for(self, involved: dict, etype: str, reason: str, message: str) -> None:
         write_event(self.core, involved, etype, reason, message)
+
+
+def _written_containers(p, containers: list) -> list:
+    """The containers a planned write sends new resources for (all of them for a write that
+    resizes nothing): only a change to those makes the plan stale."""
+    names = {c["name"] for c in p.resize["spec"]["containers"]} if p.resize else None
+    return [c for c in containers if names is None or c.name in names]
 
 
 def _stored_differs(resize: dict, stored: dict) -> dict | None:
