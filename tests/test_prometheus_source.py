@@ -480,6 +480,39 @@ def test_a_container_scraped_twice_is_not_counted_twice(executions, trace_export
     assert mem[-1] == pytest.approx(float(at[0]["value"][1]))   # one container's, not two
 
 
+def test_a_container_scraped_twice_is_found_whatever_the_template_does(
+        executions, trace_exporter, prometheus_server):
+    """Issue 43 item 6: a template that sums hides a container scraped twice (its double is a
+    plausible value). The duplicate check sent beside it finds that container: its samples are
+    blank and it is named in ``duplicated``, in the operator's read and the trainer's lean read
+    alike. A container scraped once keeps its values, even under a template that sums two
+    metrics (two series of one container that are not one series read twice)."""
+    twice, once = PodRef("dupsum", "twice-0", "main"), PodRef("dupsum", "once-0", "main")
+    exp = trace_exporter({twice: executions[0]}, speed=SPEED)
+    single = trace_exporter({once: executions[0]}, speed=SPEED)
+    srv = prometheus_server([exp.url, exp.url.replace("127.0.0.1", "localhost"), single.url],
+                            scrape_interval="1s")
+    srv.wait_for_samples("container_memory_working_set_bytes", 8, timeout=60,
+                         selector='namespace="dupsum",pod="once-0"')
+    summed = FeatureQuery("memory", "sum by (namespace, pod, container) "
+                                    "(container_memory_working_set_bytes{{{selector}}})")
+    two_metrics = FeatureQuery("both", "sum by (namespace, pod, container) ({{__name__=~"
+                                       "\"container_memory_working_set_bytes|container_cpu_"
+                                       "usage_seconds_total\",{selector}}})")
+    assert template_problem(summed.promql) is None and template_problem(two_metrics.promql) is None
+    src = PrometheusSource(srv.url, timeout=10.0, rate_window=RATE_WINDOW)
+    start, end = _window(5)
+    for got in (src.fetch([summed, two_metrics], [twice, once], start, end, 1.0),
+                src._fetch_lean([summed, two_metrics], [twice, once], start, end, 1.0)):
+        assert got.duplicated == {twice: ("memory", "both")}
+        assert np.isnan(got[twice].values).all()
+        assert np.isfinite(got[once].values[-1]).all()
+        t = float(got.times[-1])
+        at = srv.query(f'container_memory_working_set_bytes{{pod="once-0"}} @ {t:.3f}')
+        assert got[once].values[-1, 0] == pytest.approx(float(at[0]["value"][1]))
+        assert any("scraped twice" in w for w in got.warnings), got.warnings
+
+
 def test_the_real_prometheus_gives_up_on_a_query_as_a_timeout(executions, trace_exporter,
                                                               prometheus_server, monkeypatch):
     """Issue 43 item 2: what a query the real Prometheus gives up on at its own timeout looks

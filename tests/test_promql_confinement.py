@@ -21,8 +21,8 @@ from ai4dl.sources.prometheus import PrometheusSource, pod_selector
 from ai4dl.sources.prometheus_types import (DEFAULT_QUERIES, FeatureQuery, PodRef,
                                             PrometheusQueryError, SeriesLimitExceeded)
 from ai4dl.crd_spec import TEMPLATE_RE2
-from ai4dl.promql import (TemplateError, check_template, render_template, sent_problem,
-                                  template_problem)
+from ai4dl.promql import (SCRAPE_LABELS, TemplateError, check_template, duplicate_check,
+                          render_template, sent_problem, template_problem)
 
 # What a namespace owner could write to read elsewhere, and why each is refused.
 REFUSED = [
@@ -207,6 +207,48 @@ def test_several_series_for_one_container_drop_its_samples_only():
     assert np.isnan(got[PODS[0]].values).all()            # neither the max nor the first
     np.testing.assert_array_equal(got[PODS[1]].values, [[0.5, 2 ** 30]] * 5)
     assert any("more than one series" in w for w in got.warnings)
+
+
+def test_a_duplicate_check_answer_blanks_that_container_and_is_never_a_value():
+    """The check's series (ai4dl_check) names a container read twice under a summing template:
+    that container is blanked, and a check series is never taken for the feature's value (for
+    "good" it is the only series of gpu_memory in the answer)."""
+    srv = _Server([_series("dup", "gpu_memory", 2 ** 31), _series("dup", "cpu", 0.2),
+                   _series("dup", "gpu_memory", 2, n=2, ai4dl_check="duplicates"),
+                   _series("good", "cpu", 0.5),
+                   _series("good", "gpu_memory", 2, n=1, ai4dl_check="duplicates")])
+    try:
+        got = PrometheusSource(srv.url, max_series_factor=4).fetch(
+            ["cpu", "gpu_memory"], PODS, 100, 104, 1)
+    finally:
+        srv.close()
+    assert got.duplicated == {PODS[0]: ("gpu_memory",), PODS[1]: ("gpu_memory",)}
+    assert np.isnan(got[PODS[0]].values).all() and np.isnan(got[PODS[1]].values).all()
+
+
+@pytest.mark.parametrize("name, wanted", [("cpu", False), ("memory", False),
+                                          ("gpu_util", True), ("gpu_memory", True)])
+def test_the_duplicate_check_goes_with_templates_a_double_can_change(name, wanted):
+    """max and min of a series read twice are its value: no check. avg and sum are not: a
+    check, confined like the query it restates (every selector holds the real matchers), its
+    strings escaped again (the parser's own text of a selector is not PromQL)."""
+    selector = pod_selector([PodRef("ns", "a.b", "main"), PodRef("ns", 'q"x', "main")])
+    query = FeatureQuery(name, DEFAULT_QUERIES[name]).render(selector, "1m")
+    check = duplicate_check(query)
+    assert (check is not None) == wanted
+    if check:
+        assert sent_problem(check, selector) is None
+        assert f"count without ({', '.join(SCRAPE_LABELS)})" in check and check.endswith("> 1")
+
+
+def test_no_duplicate_check_without_aggregation_or_for_a_selector_it_cannot_restate():
+    assert duplicate_check('rate(foo{namespace="ns"}[1m])') is None       # two series reach us
+    assert duplicate_check('sum by (namespace, pod, container) (foo{a="1" or b="2"})') is None
+    assert duplicate_check("not promql (") is None
+    two = duplicate_check('sum by (namespace, pod, container) (foo{namespace="ns"}) '
+                          '/ count by (namespace, pod, container) (bar{namespace="ns"})')
+    assert two.count("label_replace(") == 2 and 'foo{namespace="ns"}' in two \
+        and 'bar{namespace="ns"}' in two
 
 
 def test_an_answer_with_far_more_series_than_asked_is_refused():

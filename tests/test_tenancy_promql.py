@@ -7,8 +7,11 @@ a real kube-apiserver + etcd and:
    another namespace's pod and relabels it onto their own (the probe's attack; it contains
    ``{selector}``, so the CRD's CEL rule lets it be stored, as any object stored before the
    rules) -> Degraded QueryRefused, no resize, nothing of the other tenant written anywhere;
-   a confined PhaseModel beside it is served. Then the same with ``--allow-free-promql``: the
-   query is sent as written (what the flag means, and proof that the first part can fail);
+   a confined PhaseModel beside it is served. A third PhaseModel sums its series (issue 43
+   item 6): its pod scraped by two targets is skipped (``duplicate-series``), never sized from
+   the double, and its pod scraped once is served. Then the same with
+   ``--allow-free-promql``: the query is sent as written (what the flag means, and proof that
+   the first part can fail);
 2. the fake Prometheus: two series for one container, the inflated one first -> that container
    is skipped (``duplicate-series``: condition, metric, one Warning Event, one log line), the
    other pod is resized; a refused query is never sent; an answer with far more series than
@@ -147,9 +150,17 @@ def test_a_template_that_is_a_format_string_is_refused_by_the_api_server(
 
 
 # ----------------------------------------------------------------------------- 1. real
+#: Templates that sum a container's series: a series scraped twice doubles them.
+SUMMED = [{"name": "cpu", "unit": "cores", "query": "sum by (namespace, pod, container) "
+           "(rate(container_cpu_usage_seconds_total{{{selector}}}[{rate_window}]))"},
+          {"name": "memory", "unit": "bytes", "query": "sum by (namespace, pod, container) "
+           "(container_memory_working_set_bytes{{{selector}}})"}]
+
+
 @pytest.mark.integration
 def test_a_query_reading_another_namespace_is_refused(kube_cluster, stack, jobs, model_doc,
-                                                      operator_kubeconfig, crd, tmp_path):
+                                                      operator_kubeconfig, crd, tmp_path,
+                                                      trace_exporter):
     exporter, prom = stack
     victim, kl_v = new_namespace(kube_cluster, "victim")
     owner, kl_o = new_namespace(kube_cluster, "owner")
@@ -157,15 +168,21 @@ def test_a_query_reading_another_namespace_is_refused(kube_cluster, stack, jobs,
     kl_o.create_pod("o-0", requests=SMALL, labels={OPT_IN_LABEL: "true", "app": "train"},
                     annotations={MODEL_ANNOTATION: "pm"})
     start_pods(kl_o, exporter, jobs, owner, ["o-1"], model="ok")             # the control
+    # issue 43 item 6: s-0's series scraped by two targets, s-1's once; both summed
+    twice = trace_exporter({}, speed=exporter.speed, loop=True)
+    prom.set_targets([exporter.url, twice.url, twice.url.replace("127.0.0.1", "localhost")])
+    start_pods(kl_o, twice, jobs, owner, ["s-0"], model="summed")
+    start_pods(kl_o, exporter, jobs, owner, ["s-1"], model="summed")
     features = attack(victim, "v-0", owner, "o-0")
     phasemodel(kube_cluster, owner, "pm", model_doc, features)   # stored: CEL cannot tell
     phasemodel(kube_cluster, owner, "ok", model_doc)
+    phasemodel(kube_cluster, owner, "summed", model_doc, SUMMED)
     # the same spec is refused by pydantic (the trainer, the CLI): one line naming the feature
     with pytest.raises(ValidationError, match=r"feature 'cpu': query selector .* lacks "
                                               r"\{selector\}"):
         PhaseModelSpec.model_validate({"features": features})
     before = {p: requests_of(kube_cluster, ns, p) for ns, p in
-              ((owner, "o-0"), (owner, "o-1"), (victim, "v-0"))}
+              ((owner, "o-0"), (owner, "o-1"), (victim, "v-0"), (owner, "s-0"), (owner, "s-1"))}
     # the victim's pod really uses far more than the owner's requests (what the attack reads)
     from ai4dl.sources.prometheus import PrometheusSource
 
@@ -176,13 +193,19 @@ def test_a_query_reading_another_namespace_is_refused(kube_cluster, stack, jobs,
     op = Operator(operator_kubeconfig, prom.url, tmp_path / "operator.log",
                   extra_args=("--namespace", owner, "--orphan-check-seconds", "0")).start()
     try:
-        wait_for(lambda: requests_of(kube_cluster, owner, "o-1") != before["o-1"],
-                 2 * WINDOW + 15, what="the confined PhaseModel's pod resized")
+        for pod in ("o-1", "s-1"):
+            wait_for(lambda pod=pod: requests_of(kube_cluster, owner, pod) != before[pod],
+                     2 * WINDOW + 15, what=f"the confined PhaseModel's pod {pod} resized")
         wait_windows(op, owner, 3, 2 * WINDOW + 15)
+        wait_windows(op, owner, 3, 2 * WINDOW + 15, name="summed")
         pm = wait_condition(kube_cluster, owner, "Degraded", "True", WINDOW)
+        summed = wait_condition(kube_cluster, owner, "MetricsIncomplete", "True", WINDOW,
+                                name="summed")
         metrics = op.metrics()
     finally:
         op.stop()
+        prom.set_targets([exporter.url])
+    scraped_twice(kube_cluster, owner, summed, before, metrics)
     cond = condition(pm, "Degraded")
     assert cond["reason"] == "QueryRefused", cond
     assert cond["message"].startswith("spec.features[cpu].query selector ") and \
@@ -219,6 +242,26 @@ def test_a_query_reading_another_namespace_is_refused(kube_cluster, stack, jobs,
                  "true)", "by design: sent as written",
                  "o-0 resized from the other namespace's usage (128Mi -> "
                  f"{requests_of(kube_cluster, owner, 'o-0')['memory'] / 2 ** 20:.0f}Mi)"))
+
+
+def scraped_twice(kube_cluster, owner: str, summed: dict, before: dict, metrics: str) -> None:
+    """s-0 (scraped twice, summed) skipped and never resized; s-1 (once) resized."""
+    assert requests_of(kube_cluster, owner, "s-0") == before["s-0"]
+    assert not [e for e in events(kube_cluster, owner, "Resized")
+                if e.involved_object.name == "s-0"]
+    assert [e.involved_object.name for e in events(kube_cluster, owner)
+            if e.reason == "DuplicateSeries"] == ["s-0"]
+    msg = condition(summed, "MetricsIncomplete")["message"]
+    assert msg.startswith("1 of 2 pods (50 %) skipped") and "duplicate-series 1" in msg, msg
+    assert metric_values(metrics, "ai4dl_pods_skipped", namespace=owner,
+                         phasemodel="summed")["duplicate-series"] == 1
+    got = requests_of(kube_cluster, owner, "s-1")
+    ROWS.append(("one container scraped by two targets, under templates that sum its series",
+                 "0", "that container skipped `duplicate-series` (found by the duplicate check "
+                 "sent beside each summing template); MetricsIncomplete 1 of 2 pods; one "
+                 "DuplicateSeries Event; the pod scraped once resized "
+                 f"({before['s-1']['memory'] / 2 ** 30:.0f}Gi -> "
+                 f"{got['memory'] / 2 ** 30:.1f}Gi)"))
 
 
 # ----------------------------------------------------------------------------- 2. fake

@@ -22,6 +22,14 @@ substitutes exactly two tokens, ``{selector}`` and ``{rate_window}``, and the es
 ``}}``; any other brace is refused. The probe and the real selector then land at the same
 places as whole string literals, and the operator checks the exact text it sends as well
 (:func:`sent_problem`, the real matchers in every selector), so what is checked is what is sent.
+
+A series scraped twice (two jobs, two targets for one exporter) is two series of one container
+that differ only in the labels of the scrape. A template that does not aggregate hands both to
+the source, which sees two series for one container's feature; one that sums or averages them
+hides the double (issue 43: 1001m/2253Mi against 501m/1127Mi). :func:`duplicate_check` is the
+expression that finds them whatever the template does: per container, the series its
+selectors read that are the same series but for :data:`SCRAPE_LABELS`. Sent beside the
+feature, it answers only for containers read twice.
 """
 
 from __future__ import annotations
@@ -42,6 +50,19 @@ MAX_RANGE_SECONDS = 86_400
 #: grows with it, not with the data. A subquery without a step is evaluated at Prometheus'
 #: global interval, which the template cannot know: a step is required.
 MAX_SUBQUERY_POINTS = 1_000
+
+
+#: Aggregations a series read twice cannot change (the max or min of two equal series is
+#: either): a template aggregating with these alone needs no duplicate check.
+DUPLICATE_SAFE_AGGREGATIONS = frozenset({"max", "min"})
+#: Labels that tell two scrapes of one series apart (Prometheus's target labels, those the
+#: prometheus-operator adds, and an HA pair's replica labels). Series of one container that
+#: differ in other labels (a GPU's index, a restarted container's id) are different series.
+SCRAPE_LABELS = ("job", "instance", "endpoint", "service", "metrics_path", "prometheus",
+                 "prometheus_replica", "replica")
+#: Where the duplicate check keeps a series' metric name (aggregation drops ``__name__``).
+_NAME_LABEL = "ai4dl_name"
+_MATCH_OPS = {"Equal": "=", "NotEqual": "!=", "Re": "=~", "NotRe": "!~"}
 
 
 def _probe_matchers(token: str) -> list[tuple[str, str, str]]:
@@ -190,3 +211,53 @@ def check_template(template: str, feature: str = "") -> None:
     if problem is not None:
         what = f"feature {feature!r}: query" if feature else "query"
         raise ValueError(f"{what} {problem}")
+
+
+def duplicate_check(query: str) -> str | None:
+    """A PromQL expression with one series (labels namespace, pod, container) for each
+    container that ``query`` (rendered) reads more than once: two series of one metric equal
+    but for :data:`SCRAPE_LABELS`. None when ``query`` needs no check: it does not aggregate
+    (a duplicate then reaches the source as two series of one container), aggregates only
+    with max or min (:data:`DUPLICATE_SAFE_AGGREGATIONS`), or has a selector this cannot
+    restate (``or`` between matchers, only with ``--allow-free-promql``)."""
+    try:
+        expr = promql_parser.parse(query)
+    except Exception:   # the parser's own error type: Prometheus will say what is wrong
+        return None
+    selectors: dict[str, None] = {}
+    aggregations: set[str] = set()
+    restated = True
+
+    def visit(node) -> None:
+        nonlocal restated
+        kind = type(node).__name__
+        if kind == "AggregateExpr":
+            aggregations.add(str(node.op))
+        elif kind == "VectorSelector":
+            text = _selector_text(node)
+            restated = restated and text is not None
+            selectors[text or ""] = None
+
+    promql_parser.walk(expr, lambda node: visit(node))
+    if not restated or not selectors or aggregations <= DUPLICATE_SAFE_AGGREGATIONS:
+        return None
+    scrape = ", ".join(SCRAPE_LABELS)
+    counts = " or ".join(
+        f'count without ({scrape}) (label_replace({s}, "{_NAME_LABEL}", "$1", "__name__", '
+        f'"(.*)"))' for s in selectors)
+    return f"max by (namespace, pod, container) ({counts}) > 1"
+
+
+def _selector_text(node) -> str | None:
+    """A vector selector as PromQL text (``str()`` of the parser's node does not escape its
+    strings again), without offset or @; None for one with ``or`` between its matchers."""
+    if node.matchers.or_matchers:
+        return None
+    matchers = [f"{m.name}{_MATCH_OPS[str(m.op).rpartition('.')[2]]}{promql_string(m.value)}"
+                for m in node.matchers.matchers]
+    return f"{node.name or ''}{{{','.join(matchers)}}}"
+
+
+def promql_string(text: str) -> str:
+    """A double-quoted PromQL string literal of ``text``."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'

@@ -303,8 +303,9 @@ class WindowRunner(PodWrites):
         samples = {tuple(ref): got[ref].values for ref in got}
         for ref, features in got.duplicated.items():
             key = tuple(ref)
-            detail = (f"more than one series for {', '.join(features)} (the query does "
-                      f"not give one series per container): its samples are not used")
+            detail = (f"more than one series for {', '.join(features)} (scraped twice, or "
+                      f"the query does not give one series per container): its samples are "
+                      f"not used")
             rejected[key] = ("duplicate-series", detail)
             if key not in self._duplicate_warned:
                 self._duplicate_warned.add(key)

@@ -69,13 +69,17 @@ from ai4dl.sources.prometheus_types import (DEFAULT_RATE_WINDOW, FeatureQuery, P
                                             PrometheusQueryError, PrometheusQueryTimeout,
                                             PrometheusUnavailable, SeriesLimitExceeded,
                                             default_feature_queries)
-from ai4dl.promql import check_template, template_problem
+from ai4dl.promql import (check_template, duplicate_check, promql_string, sent_problem,
+                          template_problem)
 
 __all__ = ["MAX_POINTS", "PrometheusSource", "check_template", "pod_selector",
            "template_problem"]
 
 MAX_POINTS = 11000  # Prometheus's limit of points per series in one range query
 FEATURE_LABEL = "ai4dl_feature"
+#: The label that tells a feature's duplicate check (:func:`ai4dl.promql.duplicate_check`) from
+#: the feature's own series in the answer.
+CHECK_LABEL = "ai4dl_check"
 
 
 #: The operator's bound on the series one window query may answer (--max-series-per-query 0):
@@ -103,14 +107,9 @@ def _re_literal(text: str) -> str:
     return "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)
 
 
-def _promql_string(text: str) -> str:
-    """A double-quoted PromQL string literal."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
 def alternation(values: Iterable[str]) -> str:
     """A PromQL regex string matching exactly ``values`` (each a literal), sorted."""
-    return _promql_string("|".join(_re_literal(v) for v in sorted(set(values))))
+    return promql_string("|".join(_re_literal(v) for v in sorted(set(values))))
 
 
 def pod_selector(pods: Sequence[PodRef]) -> str:
@@ -119,7 +118,7 @@ def pod_selector(pods: Sequence[PodRef]) -> str:
     that what the query may read is that namespace and nothing a regex could widen."""
     namespaces = {p.namespace for p in pods}
     if len(namespaces) == 1:
-        return (f"namespace={_promql_string(next(iter(namespaces)))},"
+        return (f"namespace={promql_string(next(iter(namespaces)))},"
                 f"pod=~{alternation(p.pod for p in pods)},"
                 f"container=~{alternation(p.container for p in pods)}")
     return (f"namespace=~{alternation(p.namespace for p in pods)},"
@@ -168,15 +167,24 @@ def _cell_finder(pods: Sequence[PodRef], names: Sequence[str]):
     return cell_of
 
 
-def _lean_parts(payload: LeanMatrix, cell_of) -> tuple[list[int], list[int], list, list]:
+def _tagged(query: str, label: str, value: str) -> str:
+    """``query`` with ``label`` set to ``value`` on every series."""
+    return f"label_replace({query}, {promql_string(label)}, {promql_string(value)}, \"\", \"\")"
+
+
+def _lean_parts(payload: LeanMatrix, cell_of, flagged: list[int]
+                ) -> tuple[list[int], list[int], list, list]:
     """(cells, points per cell, time arrays, value arrays) of a :class:`LeanMatrix`'s wanted
-    series."""
+    series; the cells of duplicate checks that answered are added to ``flagged``."""
     cells: list[int] = []
     lengths: list[int] = []
     ts_parts, ys_parts = [], []
     for m, pts in payload.series:
         at = cell_of(m)
         if at is None or not len(pts):
+            continue
+        if CHECK_LABEL in m:
+            flagged.append(at)
             continue
         cells.append(at)
         lengths.append(len(pts))
@@ -198,8 +206,8 @@ def _blank_doubled(values: np.ndarray, doubled: set[int], names: Sequence[str],
     duplicated = {pods[row]: tuple(fs) for row, fs in by_row.items()}
     if duplicated:
         warnings.append(f"{len(duplicated)} containers got more than one series for one "
-                        f"feature (a template that does not aggregate by namespace, pod, "
-                        f"container?), e.g. {next(iter(duplicated))} "
+                        f"feature (scraped twice, or a template that does not aggregate by "
+                        f"namespace, pod, container?), e.g. {next(iter(duplicated))} "
                         f"({', '.join(next(iter(duplicated.values())))}): their samples "
                         f"are not used")
     return duplicated
@@ -285,8 +293,18 @@ class PrometheusSource:
         fqs = self._feature_queries(features)
         selector = pod_selector(pods)
         window = rate_window or self.rate_window
-        parts = [f"label_replace({fq.render(selector, window)}, {_promql_string(FEATURE_LABEL)}, "
-                 f"{_promql_string(fq.name)}, \"\", \"\")" for fq in fqs]
+        parts = []
+        for fq in fqs:
+            query = fq.render(selector, window)
+            parts.append(_tagged(query, FEATURE_LABEL, fq.name))
+            check = duplicate_check(query)
+            problem = sent_problem(check, selector) if check and fq.confined else None
+            if problem is not None:     # restated from a checked query: never expected
+                raise PrometheusQueryError(None, f"feature {fq.name!r}: duplicate check "
+                                           f"{problem} (refused before it was sent)")
+            if check is not None:
+                parts.append(_tagged(_tagged(check, FEATURE_LABEL, fq.name), CHECK_LABEL,
+                                     "duplicates"))
         return " or ".join(parts)
 
     def fetch(self, features: Sequence[FeatureQuery | str], pods: Sequence[PodRef],
@@ -354,6 +372,7 @@ class PrometheusSource:
         limit = self.series_limit(len(pods), n_feat)
         # cells (row * F + col) that came in more than one series of one answer
         doubled: set[int] = set()
+        flagged: list[int] = []     # cells a duplicate check answered for
         flat = values.reshape(-1)
         headers = None if compress else {"Accept-Encoding": "identity"}
         n_queries = 0
@@ -370,7 +389,7 @@ class PrometheusSource:
                 "step": f"{step_ms / 1000:.3f}",
                 "timeout": f"{self.timeout * SERVER_TIMEOUT_SHARE:.6f}"},
                 lean=lean, headers=headers, max_bytes=max_bytes),
-                cell_of, limit, len(pods), n_feat, warnings)
+                cell_of, limit, len(pods), n_feat, warnings, flagged)
             n_queries += 1
             if found is None:
                 continue
@@ -384,12 +403,14 @@ class PrometheusSource:
             lin = (cell // n_feat * n + idx) * n_feat + cell % n_feat
             lin, ys = lin[ok], ys[ok]
             flat[lin] = ys    # a doubled cell's row is blanked below, whichever came last
+        doubled.update(flagged)
         return n_queries, doubled
 
     def _wanted_points(self, payload, cell_of, limit: int | None, n_pods: int, n_feat: int,
-                       warnings: list[str]):
+                       warnings: list[str], flagged: list[int]):
         """(cells, points per cell, times, values) of the series asked for in one range query's
-        answer, or None when it has none; refuses an answer with more series than ``limit``."""
+        answer, or None when it has none; refuses an answer with more series than ``limit``.
+        The cells duplicate checks answered for are added to ``flagged``."""
         got = (len(payload.series) if isinstance(payload, LeanMatrix) else
                len(((payload.get("data") or {}).get("result") or ())
                    if isinstance(payload.get("data"), dict) else ()))
@@ -399,9 +420,9 @@ class PrometheusSource:
                                       f"containers x {n_feat} features may give "
                                       f"(--max-series-per-query)")
         if not isinstance(payload, LeanMatrix):
-            return self._json_points(payload, cell_of, warnings)
+            return self._json_points(payload, cell_of, warnings, flagged)
         warnings.extend(one_line(w, 300) for w in payload.warnings)
-        cells, lengths, ts_parts, ys_parts = _lean_parts(payload, cell_of)
+        cells, lengths, ts_parts, ys_parts = _lean_parts(payload, cell_of, flagged)
         del payload
         if not cells:
             return None
@@ -410,7 +431,7 @@ class PrometheusSource:
         del ts_parts, ys_parts
         return cells, lengths, ts, ys
 
-    def _json_points(self, payload: dict, cell_of, warnings: list[str]):
+    def _json_points(self, payload: dict, cell_of, warnings: list[str], flagged: list[int]):
         """:meth:`_wanted_points` of a ``json.loads`` answer."""
         warnings.extend(one_line(w, 300) for w in payload.get("warnings") or [])
         data = payload.get("data")
@@ -424,9 +445,13 @@ class PrometheusSource:
         cells = []     # (row * F + col) per series
         lengths = []
         for series in data.get("result") or ():
-            at = cell_of(series.get("metric") or {})
+            metric = series.get("metric") or {}
+            at = cell_of(metric)
             pts = series.get("values")
             if at is None or not pts:
+                continue
+            if CHECK_LABEL in metric:
+                flagged.append(at)
                 continue
             points.extend(pts)
             cells.append(at)
