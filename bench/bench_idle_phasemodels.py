@@ -31,6 +31,11 @@ common grid, so every PhaseModel's window falls inside the span once per period)
   baseline) / PhaseModels, and (end - one) / (PhaseModels - 1), what each adds once the code
   is loaded (the bar's figure; the other is shown beside it).
 
+``--model-kib K`` puts a valid model document of about K KiB (at most the 192 KiB a document may
+hold) in every PhaseModel, as a fitted PhaseModel carries one (issue 43 item 3: what the
+operator keeps per PhaseModel must not grow with its document). The documents are random but
+consistent (tests/bounds_docs.py), at stepSeconds 1, and differ from one PhaseModel to the next.
+
 Bars (issue 43 item 10, reported, not asserted): writes per window at most 1 % of the
 PhaseModels, RSS at most 50 KB per PhaseModel. --operator-arg passes a flag on to the operator
 (e.g. ``--operator-arg=--idle-after-seconds=0``), --warmup-windows waits that many periods more
@@ -46,6 +51,7 @@ on stderr and exits 1 (issue 44).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -71,12 +77,43 @@ WRITES_BAR_PCT = 1.0        # writes per window, % of the PhaseModels
 RSS_BAR_KB = 50.0           # operator RSS per PhaseModel
 
 
-def phasemodel(name: str, window: int) -> dict:
+def phasemodel(name: str, window: int, model: dict | None = None) -> dict:
     from ai4dl.crd import GROUP, VERSION
 
+    spec = {"selector": {"matchLabels": {"app": "none"}}, "stepSeconds": 1,
+            "windowSeconds": window, "policy": {"mode": "InPlace"}}
+    if model is not None:
+        spec["model"] = model
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel", "metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": {"app": "none"}}, "stepSeconds": 1,
-                     "windowSeconds": window, "policy": {"mode": "InPlace"}}}
+            "spec": spec}
+
+
+def model_document(kib: float, seed: int) -> dict | None:
+    """A valid model document of about ``kib`` KiB (its history grown until it is that large,
+    within MAX_DOCUMENT_BYTES), at stepSeconds 1; None for ``kib`` 0."""
+    from bounds_docs import doc
+
+    from ai4dl.method.document_bounds import MAX_DOCUMENT_BYTES, MAX_HISTORY
+
+    if kib <= 0:
+        return None
+    if kib not in _HISTORY:         # the same size for every PhaseModel: found once
+        _HISTORY[kib] = 1
+        for history in range(1, MAX_HISTORY + 1):
+            d = doc(hidden=100, history=history, phases=16)
+            if len(json.dumps(d, separators=(",", ":"))) > MAX_DOCUMENT_BYTES:
+                break
+            _HISTORY[kib] = history
+            if len(json.dumps(d, separators=(",", ":"))) >= kib * 1024:
+                break
+    return {**doc(hidden=100, history=_HISTORY[kib], phases=16, seed=seed), "stepSeconds": 1.0}
+
+
+_HISTORY: dict[float, int] = {}     # --model-kib -> the history that makes it
+
+
+def document_kib(d: dict | None) -> float:
+    return len(json.dumps(d, separators=(",", ":"))) / 1024 if d else 0.0
 
 
 def rss_kb(pid: int) -> float:
@@ -195,8 +232,9 @@ def create_phasemodels(custom, args, which: range) -> None:
     from ai4dl.crd import GROUP, PLURAL, VERSION
 
     def one(i: int) -> None:
-        custom.create_namespaced_custom_object(GROUP, VERSION, f"idle-{i % args.namespaces}",
-                                               PLURAL, phasemodel(f"pm{i}", args.window))
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, f"idle-{i % args.namespaces}", PLURAL,
+            phasemodel(f"pm{i}", args.window, model_document(args.model_kib, seed=i)))
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, which))
 
@@ -318,6 +356,8 @@ def print_table(args, got: dict) -> None:
           f"next create\n")
     rows = [
         ("PhaseModels", f"{n}"), ("namespaces", f"{args.namespaces}"),
+        ("model document per PhaseModel (KiB, serialised)",
+         f"{document_kib(model_document(args.model_kib, seed=0)):.0f}"),
         ("windows measured", f"{args.windows} ({got['span']:.0f} s, after "
                              f"{args.warmup_windows} warm-up)"),
         ("windows served (log lines in the measured span)", f"{got['served']}"),
@@ -364,6 +404,9 @@ def main(argv=None) -> int:
                     help="periods to wait after every PhaseModel's first window (default 0)")
     ap.add_argument("--min-window-seconds", type=float, default=0.0,
                     help="the operator's --min-window-seconds (default 0: every window)")
+    ap.add_argument("--model-kib", type=float, default=0.0,
+                    help="a model document of about this many KiB in every PhaseModel "
+                         "(default 0: none)")
     ap.add_argument("--operator-arg", action="append", default=[],
                     help="another flag for the operator (repeatable), e.g. "
                          "--operator-arg=--idle-after-seconds=0")

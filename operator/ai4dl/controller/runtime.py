@@ -146,7 +146,7 @@ class WindowRunner(PodWrites):
         model, served, failed = self._serving(body, spec, report)
         if failed is not None:
             return failed
-        model_key = ModelCache.key(spec)[:16] if model is not None else ""
+        model_key = self.models.model_key[:16] if model is not None else ""
         resting = self._resting(body, spec, report)
         if resting is not None:
             return resting
@@ -223,7 +223,10 @@ class WindowRunner(PodWrites):
         """(the model or None, the served policy, None), or (None, None, the degraded report)
         when the model or the served policy cannot be had."""
         try:
-            model = self.models.get(spec) if spec.model is not None else None
+            meta = body.get("metadata") or {}
+            version = (meta["uid"], meta["generation"]) if meta.get("uid") and \
+                meta.get("generation") else None
+            model = self.models.get(spec, version) if spec.model is not None else None
         except (ValueError, Ai4dlError) as err:
             return None, None, self._degraded(body, report, "InvalidModel", str(err))
         try:
