@@ -418,6 +418,45 @@ def test_state_key_is_mounted_never_read_through_the_api(helm, helm_env):
     docs, args, volume, mount = render("--set", "operator.stateKey.generate=false")
     assert not by_kind(docs, "Secret") and volume is None and mount is None
     assert not any(a.startswith("--state-key-file") for a in args)
+    assert not [d for d in docs if d["kind"] == "Job"]              # no hook Job by default
+
+
+def test_state_key_made_in_the_cluster_survives_helm_template(helm, helm_env):
+    """operator.stateKey.createInCluster (issue 43 item 5): no Secret in the rendered output
+    (so a GitOps render never replaces the key); a pre-install/pre-upgrade hook Job, under a
+    Role that may only create Secrets, makes it once (tests/test_state_key_secret.py runs it
+    against the real API server); the operator mounts it as with the chart's own Secret."""
+    docs = template(helm, helm_env, "--set", f"prometheus.url={URL}",
+                    "--set", "operator.stateKey.createInCluster=true")
+    assert not by_kind(docs, "Secret")
+    (dep,) = by_kind(docs, "Deployment")
+    volume = next(v for v in dep["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == "state-key")
+    assert volume["secret"]["secretName"] == "ai4dl-operator-state-key"
+    hooks = [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    assert sorted(d["kind"] for d in hooks) == ["Job", "Role", "RoleBinding", "ServiceAccount"]
+    for d in hooks:
+        ann = d["metadata"]["annotations"]
+        assert ann["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert ann["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        assert int(ann["helm.sh/hook-weight"]) < 0 and d["metadata"]["namespace"] == \
+            "ai4dl-system"
+    (role,) = [d for d in hooks if d["kind"] == "Role"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
+    (job,) = by_kind(docs, "Job")
+    pod = job["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["serviceAccountName"] == "ai4dl-operator-state-key-init"
+    assert c["image"] == dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert c["command"] == ["python", "-m", "ai4dl.kube.state_key_secret"]
+    assert "--name=ai4dl-operator-state-key" in c["args"] and \
+        "--namespace=ai4dl-system" in c["args"]
+    assert c["securityContext"] == RESTRICTED and pod["restartPolicy"] == "Never"
+    # the user's Secret wins: nothing made, no hook
+    docs = template(helm, helm_env, "--set", f"prometheus.url={URL}",
+                    "--set", "operator.stateKey.createInCluster=true",
+                    "--set", "operator.stateKey.existingSecret=mine")
+    assert not by_kind(docs, "Secret") and not by_kind(docs, "Job")
 
 
 def test_host_network_render(helm, helm_env):

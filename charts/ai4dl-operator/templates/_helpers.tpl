@@ -124,7 +124,7 @@ app.kubernetes.io/part-of: ai4dl
 {{- define "ai4dl.stateKeySecret" -}}
 {{- if .Values.operator.stateKey.existingSecret -}}
 {{ .Values.operator.stateKey.existingSecret }}
-{{- else if .Values.operator.stateKey.generate -}}
+{{- else if or .Values.operator.stateKey.generate .Values.operator.stateKey.createInCluster -}}
 {{ include "ai4dl.fullname" . }}-state-key
 {{- end -}}
 {{- end }}
