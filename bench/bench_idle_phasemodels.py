@@ -328,6 +328,8 @@ def run(args) -> tuple[dict, str | None]:
     finally:
         stop_process(proc)
         cp.stop()
+        if args.operator_log and (work / "operator.log").exists():
+            shutil.copyfile(work / "operator.log", args.operator_log)
         shutil.rmtree(work, ignore_errors=True)
     return got, measured_nothing(args.phasemodels, args.windows, got["served"])
 
@@ -407,6 +409,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model-kib", type=float, default=0.0,
                     help="a model document of about this many KiB in every PhaseModel "
                          "(default 0: none)")
+    ap.add_argument("--operator-log", default=None, metavar="PATH",
+                    help="keep the operator's log there (the rest is removed)")
     ap.add_argument("--operator-arg", action="append", default=[],
                     help="another flag for the operator (repeatable), e.g. "
                          "--operator-arg=--idle-after-seconds=0")

@@ -23,7 +23,9 @@ from functools import partial
 
 import aiohttp.web
 import kopf
+import requests
 from kubernetes import client, config
+from requests.adapters import HTTPAdapter
 
 from ai4dl.controller import idle
 from ai4dl.controller import metrics as m
@@ -157,7 +159,25 @@ def _source():
     return PrometheusSource(CONFIG["prometheus_url"], timeout=CONFIG["prometheus_timeout"],
                             retries=CONFIG["prometheus_retries"],
                             max_series=CONFIG.get("max_series_per_query") or None,
-                            max_series_factor=SERIES_FACTOR)
+                            max_series_factor=SERIES_FACTOR, session=_prometheus_session())
+
+
+_SESSION: list = []
+
+
+def _prometheus_session():
+    """One HTTP session (one connection pool) for every PhaseModel's queries: a session each
+    kept a connection to Prometheus open per PhaseModel that had queried (1,000 served
+    PhaseModels, 1,000 idle connections). Its pool holds as many connections as there are
+    window workers, which are all that query at once."""
+    if not _SESSION:
+        session = requests.Session()
+        workers = int(CONFIG.get("window_workers") or 4)
+        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=workers, max_retries=0)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        _SESSION.append(session)
+    return _SESSION[0]
 
 
 def state_key():
