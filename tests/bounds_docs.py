@@ -14,8 +14,10 @@ TOP = {"cpu": 2.0, "memory": float(2 ** 31)}
 
 
 def doc(features=("cpu", "memory"), hidden: int = 10, history: int = 3, phases: int = 4,
-        prototypes: int = 1, sequence: int = 3, seed: int = 0) -> dict:
-    """A document of these dimensions; numbers random but plausible (usage in [0, TOP])."""
+        prototypes: int = 1, sequence: int = 3, seed: int = 0,
+        weight_scale: float = 1.0) -> dict:
+    """A document of these dimensions; numbers random but plausible (usage in [0, TOP]);
+    ``weight_scale`` scales the CRBM's weights (1e-5: each written in 15 characters)."""
     rng = np.random.default_rng(seed)
     V, H, n, k = len(features), hidden, history, phases
     top = [TOP.get(f, 1.0) for f in features]
@@ -32,9 +34,9 @@ def doc(features=("cpu", "memory"), hidden: int = 10, history: int = 3, phases: 
         "features": [{"name": f, "unit": UNITS.get(f, "unknown")} for f in features],
         "scaler": {"mean": to_list([0.5 * t for t in top]), "scale": [1.0] * V},
         "crbm": {"n_visible": V, "n_hidden": H, "n_history": n,
-                 "W": to_list(rng.uniform(-1, 1, (V, H))),
-                 "B": to_list(rng.uniform(-1, 1, (n * V, H))),
-                 "A": to_list(rng.uniform(-1, 1, (n * V, V))),
+                 "W": to_list(weight_scale * rng.uniform(-1, 1, (V, H))),
+                 "B": to_list(weight_scale * rng.uniform(-1, 1, (n * V, H))),
+                 "A": to_list(weight_scale * rng.uniform(-1, 1, (n * V, V))),
                  "b_visible": to_list(rng.uniform(-1, 1, V)),
                  "b_hidden": to_list(rng.uniform(-1, 1, H))},
         "centroids": to_list(rng.uniform(0, 1, (k, H))),
@@ -48,7 +50,14 @@ def doc(features=("cpu", "memory"), hidden: int = 10, history: int = 3, phases: 
 
 
 def oversized() -> dict:
-    """Every dimension within its bound, the whole beyond MAX_DOCUMENT_BYTES (202 KiB, under
-    the 256 KiB `kubectl apply` can carry): the case the CRD's maxItems cannot see and only
-    the readers refuse."""
-    return doc(hidden=100, history=30, phases=64, prototypes=20, sequence=200)
+    """Every dimension and the count of numbers within its bound, the whole beyond
+    MAX_DOCUMENT_BYTES (211 KiB, under the 256 KiB `kubectl apply` can carry: its weights are
+    long numbers): the case no CRD rule can see and only the readers refuse."""
+    return doc(hidden=100, history=40, phases=50, prototypes=1, sequence=3, weight_scale=1e-5)
+
+
+def too_many_numbers() -> dict:
+    """Every dimension within its bound, the numbers of its matrices beyond MAX_CELLS (16,883,
+    about 200 KiB: under what `kubectl apply` can carry): the CRD's CEL rule refuses it, and
+    the readers name the count first."""
+    return doc(hidden=100, history=45, phases=50, prototypes=1, sequence=3)

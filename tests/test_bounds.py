@@ -13,7 +13,7 @@ import tarfile
 
 import numpy as np
 import pytest
-from bounds_docs import doc, oversized
+from bounds_docs import doc, oversized, too_many_numbers
 
 from ai4dl.method import document as D
 from ai4dl.cli.main import build_parser, main
@@ -38,8 +38,11 @@ REFUSED = [
      "prototypes.0.sequence: List should have at most 1000 items"),
     ("a feature name of 254 characters", lambda: doc(features=("x" * 254,)),
      "features.0.name: String should have at most 253 characters"),
-    ("202 KiB, every dimension within its bound", oversized,
-     "the document is 202 KiB serialised, more than the 192 KiB a model document may hold"),
+    ("203 KiB, every dimension and the count of numbers within its bound", oversized,
+     "the document is 203 KiB serialised, more than the 192 KiB a model document may hold"),
+    ("16,883 numbers in its matrices, every dimension within its bound", too_many_numbers,
+     "the model's matrices and prototype sequences hold 16883 numbers, more than the 16384 a "
+     "model document may hold"),
 ]
 
 

@@ -4,9 +4,10 @@
    maximum/maxItems/maxLength/CEL, generated from ai4dl.method.document like the rest of the schema;
    the `crd` fixture applying the CRD proves the API server accepts the rules' cost), and
    pydantic refuses the same documents, naming the same field;
-2. a document within every dimension but beyond the byte bound (which a CRD cannot state) is
-   stored by the API server, and the operator refuses it: Degraded/InvalidModel naming the
-   bound, no resize of its pod, while a PhaseModel with a good document beside it resizes;
+2. a document within every dimension and the count of numbers (the CEL rule standing in for
+   bytes) but beyond the byte bound (which a CRD cannot state) is stored by the API server,
+   and the operator refuses it: Degraded/InvalidModel naming the bound, no resize of its pod,
+   while a PhaseModel with a good document beside it resizes;
 3. the trainer's RBAC, rendered from the chart, used with the trainer ServiceAccount's own
    token: it may read and patch the PhaseModels it trains (the trainer's own client calls),
    and nothing else: another PhaseModel of the same namespace is refused (403), and a
@@ -22,13 +23,14 @@ no kubelet takes part.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from bounds_docs import doc, oversized
+from bounds_docs import doc, oversized, too_many_numbers
 from pydantic import ValidationError
 
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
@@ -108,6 +110,9 @@ BEYOND = [
     ("a feature name of 254 characters", lambda: doc(features=("x" * 254,)),
      ["spec.model.features[0].name", "253"],
      "features.0.name: String should have at most 253 characters"),
+    ("16,883 numbers in its matrices (about 200 KiB), every dimension within its bound",
+     too_many_numbers, ["may hold at most 16384 numbers together"],
+     "the model's matrices and prototype sequences hold 16883 numbers, more than the 16384"),
 ]
 
 
@@ -143,7 +148,7 @@ def test_kubectl_apply_refuses_a_document_beyond_a_dimension(kube_cluster, crd, 
 
 def test_a_document_at_the_dimension_bounds_is_stored(kube_cluster, crd):  # noqa: F811
     name = f"at-bounds-{uuid.uuid4().hex[:6]}"
-    model = doc(hidden=100, history=60, phases=64)
+    model = doc(hidden=100, history=60, phases=16)     # 14,296 numbers: within MAX_CELLS
     r = kubectl(kube_cluster, "apply", "-f", "-", stdin=json.dumps(pm_body("default", name,
                                                                            model)))
     try:
@@ -155,8 +160,8 @@ def test_a_document_at_the_dimension_bounds_is_stored(kube_cluster, crd):  # noq
 # ----------------------------------------------------------------------------- 2. bytes
 def test_a_document_beyond_the_byte_bound_is_stored_and_refused_by_the_operator(
         kube_cluster, operator_kubeconfig, crd, tmp_path):  # noqa: F811
-    """202 KiB, every dimension within bounds: `kubectl apply` stores it (no schema can count
-    bytes); the operator sets Degraded/InvalidModel naming the bound and resizes nothing,
+    """203 KiB, every dimension and the count of numbers within bounds: `kubectl apply` stores
+    it (no schema can count bytes); the operator sets Degraded/InvalidModel naming the bound and resizes nothing,
     while the PhaseModel beside it, with a small document, resizes its pod."""
     from e2e_fixtures_k8s import FakeKubelet
 
@@ -191,9 +196,10 @@ def test_a_document_beyond_the_byte_bound_is_stored_and_refused_by_the_operator(
         fake.stop()
     degraded = condition(pm, "Degraded")
     assert degraded["reason"] == "InvalidModel", degraded
-    assert (f"the document is {size / 1024:.0f} KiB serialised, more than the "
-            f"{MAX_DOCUMENT_BYTES // 1024} KiB a model document may hold") in \
-        degraded["message"], degraded
+    said = re.search(r"the document is (\d+) KiB serialised, more than the (\d+) KiB a model "
+                     r"document may hold", degraded["message"])
+    assert said and int(said.group(2)) == MAX_DOCUMENT_BYTES // 1024 < int(said.group(1)), \
+        degraded
     assert requests_of(kube_cluster, ns, "p-big") == before["p-big"]
     resized = {e.involved_object.name for e in events(kube_cluster, ns, "Resized")}
     assert resized == {"p-ok"}, resized

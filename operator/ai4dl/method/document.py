@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from ai4dl.method.document_bounds import (MAX_DOCUMENT_BYTES, MAX_FEATURES, MAX_HIDDEN, MAX_HISTORY,
-                                          MAX_HISTORY_ROWS, MAX_KS, MAX_NAME, MAX_PHASES,
+from ai4dl.method.document_bounds import (MAX_CELLS, MAX_DOCUMENT_BYTES, MAX_FEATURES,
+                                          MAX_HIDDEN, MAX_HISTORY, MAX_HISTORY_ROWS, MAX_KS, MAX_NAME, MAX_PHASES,
                                           MAX_PROTOTYPES, MAX_SEQUENCE, MAX_TABLES, PLAUSIBLE_MAX,
                                           SCHEMA_V1, SCHEMA_VERSION, SCHEMA_VERSIONS, USAGE_UNITS,
                                           Number, StrictModel, Vector, approx_le, matrix_shape)
@@ -67,7 +67,21 @@ _DOCUMENT_CEL = [
      "message": "transitions: every row must be probabilities summing to 1"},
     {"rule": f"self.crbm.n_history * self.crbm.n_visible <= {MAX_HISTORY_ROWS}",
      "message": f"crbm.n_history x crbm.n_visible must be at most {MAX_HISTORY_ROWS}"},
+    {"rule": "self.crbm.W.map(r, r.size()).sum() + self.crbm.B.map(r, r.size()).sum() + "
+             "self.crbm.A.map(r, r.size()).sum() + self.centroids.map(r, r.size()).sum() + "
+             "self.transitions.map(r, r.size()).sum() + (has(self.prototypes) ? "
+             f"self.prototypes.map(p, p.sequence.size()).sum() : 0) <= {MAX_CELLS}",
+     "message": f"the model's matrices (crbm.W, crbm.B, crbm.A, centroids, transitions) and "
+                f"prototype sequences may hold at most {MAX_CELLS} numbers together (about "
+                f"{MAX_DOCUMENT_BYTES // 1024} KiB)"},
 ]
+
+
+def document_cells(doc: "PhaseModelDocument") -> int:
+    """The numbers :data:`MAX_CELLS` counts (the CEL rule above counts the same)."""
+    c = doc.crbm
+    return (sum(len(r) for m in (c.W, c.B, c.A, doc.centroids, doc.transitions) for r in m)
+            + sum(len(p.sequence) for p in doc.prototypes))
 
 
 def to_list(a) -> list:
@@ -226,6 +240,11 @@ class PhaseModelDocument(StrictModel):
     @model_validator(mode="after")
     def _shapes(self) -> "PhaseModelDocument":
         """Array shapes must agree; the message names the first field that does not."""
+        cells = document_cells(self)
+        if cells > MAX_CELLS:
+            raise ValueError(f"the model's matrices and prototype sequences hold {cells} "
+                             f"numbers, more than the {MAX_CELLS} a model document may hold "
+                             f"(about {MAX_DOCUMENT_BYTES // 1024} KiB)")
         V, H, n = len(self.features), self.crbm.n_hidden, self.crbm.n_history
         k = len(self.centroids)
         expect = {

@@ -55,6 +55,13 @@ MAX_KS = 64                      # k values tried by --phases auto (the trainer:
 #: bound and the API server's limits is stored, and every reader refuses it (the operator:
 #: Degraded, InvalidModel); above them the API server refuses it itself.
 MAX_DOCUMENT_BYTES = 192 * 1024
+#: The most numbers the document's matrices (crbm.W, crbm.B, crbm.A, centroids, transitions)
+#: and prototype sequences may hold together: the stand-in for MAX_DOCUMENT_BYTES that the API
+#: server can count (a CEL rule; a CRD cannot measure bytes, and its per-array maxItems allow
+#: documents of megabytes). Written as the trainer writes them (about 12 bytes a number),
+#: 16,384 numbers are about 192 KiB; the trainer's largest fit on the shared data holds under
+#: 700 (10 phases, --history 6, 4 features).
+MAX_CELLS = 16_384
 
 
 class StrictModel(BaseModel):
