@@ -10,6 +10,7 @@ import pytest
 
 from ai4dl.controller import idle
 from ai4dl.controller.idle import IDLE_AFTER, IDLE_AFTER_SECONDS, IDLE_EVERY, IdleLists
+from fake_api import RawAnswer
 
 W = 60.0
 
@@ -91,7 +92,7 @@ class _Core:
 
 class _Custom:
     def patch_namespaced_custom_object_status(self, *args, **_):
-        pass
+        return RawAnswer()
 
 
 @pytest.fixture()
@@ -138,8 +139,10 @@ def test_an_empty_phasemodel_writes_its_status_once():
         def __init__(self):
             self.statuses = []
 
-        def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, b):
+        def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, b,
+                                                  **_):
             self.statuses.append(b["status"])
+            return RawAnswer()
 
         def list_namespaced_custom_object(self, *args, **_):
             return {"items": []}

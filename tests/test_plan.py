@@ -12,6 +12,7 @@ from ai4dl.controller.pods import (A_LAST_APPLIED, A_PHASE, A_RECOMMENDATION, A_
 from ai4dl.quantity import format_cpu, format_memory, parse_quantity
 from ai4dl.crd import MODEL_ANNOTATION
 from ai4dl.crd_spec import PhaseModelSpec
+from fake_api import RawAnswer
 
 GiB = 2 ** 30
 WINDOW_START = 1_800_000_000.0
@@ -702,8 +703,10 @@ def test_a_window_that_changes_nothing_writes_no_status():
         def __init__(self):
             self.patches = []
 
-        def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, body):
+        def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, body,
+                                                  **_):
             self.patches.append(body["status"])
+            return RawAnswer()
 
     custom = Custom()
     runner = WindowRunner(None, custom, None, "ns", "pm", key=KEY)

@@ -19,6 +19,7 @@ from ai4dl.errors import Ai4dlError, TraceError, one_line
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.plausibility import check_before_fit, check_levels, check_runs
 from ai4dl.method.traces import Execution, TraceSet
+from fake_api import RawAnswer
 
 GiB = 2.0 ** 30
 
@@ -193,7 +194,7 @@ def test_the_operator_refuses_a_model_of_kib_read_as_bytes(fitted_model):
 
     class Custom:
         def patch_namespaced_custom_object_status(self, *a, **kw):
-            pass
+            return RawAnswer()
 
     runner = WindowRunner(core_api=None, custom_api=Custom(), source=None, namespace="ml",
                           name="pm")
@@ -439,6 +440,7 @@ def test_the_operator_serves_no_window_from_a_model_of_another_step(fitted_model
     class Custom:
         def patch_namespaced_custom_object_status(self, *a, **kw):
             statuses.append(a[-1] if a else kw.get("body"))
+            return RawAnswer()
 
     runner = WindowRunner(core_api=None, custom_api=Custom(), source=None, namespace="ml",
                           name="pm")

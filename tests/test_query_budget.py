@@ -10,6 +10,7 @@ import time
 import pytest
 
 from ai4dl.controller.query_budget import (MAX_SKIPPED, OVER_BUDGET, QueryBudget)
+from fake_api import RawAnswer
 
 Q = (("memory", "max by (namespace, pod, container) (m{{{selector}}})"),)
 P = 60.0
@@ -131,8 +132,10 @@ def _runner(source, budget):
         def __init__(self):
             self.statuses = []
 
-        def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, body):
+        def patch_namespaced_custom_object_status(self, group, version, ns, plural, name, body,
+                                                  **_):
             self.statuses.append(body["status"])
+            return RawAnswer()
 
     r = WindowRunner(None, Custom(), source, "ns", "pm", key=StateKey.generate(),
                      query_budget_seconds=budget)
