@@ -458,42 +458,44 @@ def test_to_execution_and_gpu_queries():
         stub.close()
 
 
-def test_a_container_scraped_twice_is_not_counted_twice(executions, trace_exporter,
-                                                        prometheus_server):
+@pytest.fixture(scope="module")
+def scraped_twice(executions, trace_exporter, prometheus_server):
+    """(Prometheus, twice, once): container ``twice`` served by one exporter that Prometheus
+    scrapes as two targets (127.0.0.1 and localhost), ``once`` by another scraped once."""
+    twice, once = PodRef("dup", "twice-0", "main"), PodRef("dup", "once-0", "main")
+    exp = trace_exporter({twice: executions[0]}, speed=SPEED)
+    single = trace_exporter({once: executions[0]}, speed=SPEED)
+    srv = prometheus_server([exp.url, exp.url.replace("127.0.0.1", "localhost"), single.url],
+                            scrape_interval="1s")
+    for pod in (twice, once):
+        srv.wait_for_samples("container_memory_working_set_bytes", 8, timeout=60,
+                             selector=f'namespace="dup",pod="{pod.pod}"')
+    return srv, twice, once
+
+
+def test_a_container_scraped_twice_is_not_counted_twice(scraped_twice):
     """Issue 43 item 6: one container scraped by two jobs is two equal series; the default
     templates summed them (1001m/2253Mi against 501m/1127Mi). They take the max now."""
-    pod = PodRef("dup", "twice-0", "main")
-    exp = trace_exporter({pod: executions[0]}, speed=SPEED)
-    srv = prometheus_server([exp.url, exp.url.replace("127.0.0.1", "localhost")],
-                            scrape_interval="1s")
-    srv.wait_for_samples("container_memory_working_set_bytes", 8, timeout=60,
-                         selector='namespace="dup"')
-    raw = srv.query('container_memory_working_set_bytes{namespace="dup"}')
+    srv, pod, _ = scraped_twice
+    raw = srv.query('container_memory_working_set_bytes{namespace="dup",pod="twice-0"}')
     assert len(raw) == 2                                   # two scrape targets, one container
     src = PrometheusSource(srv.url, timeout=10.0, rate_window=RATE_WINDOW)
     start, end = _window(5)
     got = src.fetch(["cpu", "memory"], [pod], start, end, 1.0)
     mem = got[pod].values[:, 1]
     t = float(got.times[-1])
-    at = srv.query(f'max(container_memory_working_set_bytes{{namespace="dup"}} @ {t:.3f})')
+    at = srv.query(f'max(container_memory_working_set_bytes{{pod="twice-0"}} @ {t:.3f})')
     assert not got.duplicated and np.isfinite(mem[-1])
     assert mem[-1] == pytest.approx(float(at[0]["value"][1]))   # one container's, not two
 
 
-def test_a_container_scraped_twice_is_found_whatever_the_template_does(
-        executions, trace_exporter, prometheus_server):
+def test_a_container_scraped_twice_is_found_whatever_the_template_does(scraped_twice):
     """Issue 43 item 6: a template that sums hides a container scraped twice (its double is a
     plausible value). The duplicate check sent beside it finds that container: its samples are
     blank and it is named in ``duplicated``, in the operator's read and the trainer's lean read
     alike. A container scraped once keeps its values, even under a template that sums two
     metrics (two series of one container that are not one series read twice)."""
-    twice, once = PodRef("dupsum", "twice-0", "main"), PodRef("dupsum", "once-0", "main")
-    exp = trace_exporter({twice: executions[0]}, speed=SPEED)
-    single = trace_exporter({once: executions[0]}, speed=SPEED)
-    srv = prometheus_server([exp.url, exp.url.replace("127.0.0.1", "localhost"), single.url],
-                            scrape_interval="1s")
-    srv.wait_for_samples("container_memory_working_set_bytes", 8, timeout=60,
-                         selector='namespace="dupsum",pod="once-0"')
+    srv, twice, once = scraped_twice
     summed = FeatureQuery("memory", "sum by (namespace, pod, container) "
                                     "(container_memory_working_set_bytes{{{selector}}})")
     two_metrics = FeatureQuery("both", "sum by (namespace, pod, container) ({{__name__=~"
