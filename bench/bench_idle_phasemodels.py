@@ -100,11 +100,12 @@ def model_document(kib: float, seed: int) -> dict | None:
     if kib not in _HISTORY:         # the same size for every PhaseModel: found once
         _HISTORY[kib] = 1
         for history in range(1, MAX_HISTORY + 1):
-            d = doc(hidden=100, history=history, phases=16)
-            if len(json.dumps(d, separators=(",", ":"))) > MAX_DOCUMENT_BYTES:
+            size = len(json.dumps(doc(hidden=100, history=history, phases=16),
+                                  separators=(",", ":")))
+            if size > MAX_DOCUMENT_BYTES:
                 break
             _HISTORY[kib] = history
-            if len(json.dumps(d, separators=(",", ":"))) >= kib * 1024:
+            if size >= kib * 1024:
                 break
     return {**doc(hidden=100, history=_HISTORY[kib], phases=16, seed=seed), "stepSeconds": 1.0}
 

@@ -13,8 +13,8 @@ import numpy as np
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ai4dl.method.document_bounds import (MAX_CELLS, MAX_DOCUMENT_BYTES, MAX_FEATURES,
-                                          MAX_HIDDEN, MAX_HISTORY, MAX_HISTORY_ROWS, MAX_KS, MAX_NAME, MAX_PHASES,
-                                          MAX_PROTOTYPES, MAX_SEQUENCE, MAX_TABLES, PLAUSIBLE_MAX,
+                                          MAX_HIDDEN, MAX_HISTORY, MAX_HISTORY_ROWS, MAX_KS,
+                                          MAX_NAME, MAX_PHASES, MAX_PROTOTYPES, MAX_SEQUENCE, MAX_TABLES, PLAUSIBLE_MAX,
                                           SCHEMA_V1, SCHEMA_VERSION, SCHEMA_VERSIONS, USAGE_UNITS,
                                           Number, StrictModel, Vector, approx_le, matrix_shape)
 from ai4dl.method.document_tables import HeadroomTable, PolicyChoice, RiskTable
