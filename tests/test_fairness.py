@@ -99,8 +99,10 @@ def test_conditions_name_the_minimum_and_the_cause():
     assert throttled_condition(600, 600, 60.0)[1] == "False"
     late = late_condition(7.25, 5.0, "it waited")
     assert late[:3] == ("WindowsLate", "True", "WaitedForWorker")
-    assert late[3].startswith("the last window's work started 7.2 s after it was due "
+    assert late[3].startswith("a window started 7.2 s after it was due "
                               "(tolerance 5 s): it waited")
+    named = late_condition(7.25, 5.0, "it waited", "2026-12-05T10:00:00Z")
+    assert named[3].startswith("the window of 2026-12-05T10:00:00Z started 7.2 s after")
     assert late_condition(4.9, 5.0, "x")[:3] == ("WindowsLate", "False", "OnTime")
     # on time, the condition is the same whatever the lateness: no status write per window
     assert late_condition(0.2, 5.0, "x") == late_condition(4.9, 5.0, "y")
@@ -222,7 +224,7 @@ def test_a_window_started_late_handles_the_latest_settled_window_and_says_why(mo
     assert runner.conditions[0] == throttled
     late = runner.conditions[1]
     assert late[:3] == ("WindowsLate", "True", "WaitedForWorker")
-    assert "started 12.5 s after it was due" in late[3]
+    assert "the window of 1970-01-01T00:16:48Z started 12.5 s after it was due" in late[3]
     assert "40 windows of 1 namespaces were queued when it was due, 40 of them from this " \
            "namespace" in late[3]
     assert metrics.WINDOW_LATENESS.labels("ns", "pm", "started")._value.get() == 12.5

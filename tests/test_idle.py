@@ -54,6 +54,19 @@ def test_a_pod_found_ends_the_idleness():
     assert not state.idle(300) and state.should_list(300, False)
 
 
+def test_phasemodels_created_together_list_in_different_windows():
+    """1,000 PhaseModels created at once go idle in the same window; their LISTs then spread
+    over the IDLE_EVERY windows instead of all falling in every 10th one."""
+    states = [IdleLists(offset=idle.spread(f"ns{k % 10}", f"pm{k}")) for k in range(1000)]
+    first = int(IDLE_AFTER_SECONDS // W)            # windows listed before 300 s have passed
+    per_window = [sum(lists(s, [t * W])[0] for s in states) for t in range(first + 5 * IDLE_EVERY)]
+    assert per_window[:first] == [1000] * first         # not idle yet: every window
+    steady = per_window[first + IDLE_EVERY:]
+    assert max(steady) <= 150 and min(steady) >= 50, steady    # about 100 a window
+    assert sum(steady) == 1000 * len(steady) // IDLE_EVERY      # each once every 10 windows
+    assert len({idle.spread(f"ns{k % 10}", f"pm{k}") for k in range(1000)}) == IDLE_EVERY
+
+
 def test_never_idle_with_an_infinite_delay():
     state = IdleLists(after_seconds=float("inf"))
     assert all(lists(state, [i * W for i in range(100)]))
@@ -103,6 +116,7 @@ def runner():
     r = WindowRunner(_Core(), _Custom(), None, "ns", "pm", key=StateKey.generate(),
                      idle_after_seconds=0)
     r.period_seconds = int(W)
+    r.idle.offset = 0       # its place among the IDLE_EVERY windows: the first, for the counts
     idle.serve("ns", "pm")
     yield r
     idle.forget("ns", "pm")
@@ -158,3 +172,16 @@ def test_an_empty_phasemodel_writes_its_status_once():
         b["status"] = r.custom.statuses[-1]
     assert r.core.lists == 5 and len(r.custom.statuses) == 1, r.custom.statuses
     assert "savings" not in r.custom.statuses[0]
+    # Late windows, each with its own figures (a queue of 1,000 windows for 4 workers): the
+    # status is written when WindowsLate turns True and when it turns back, not per window.
+    for i, lateness in enumerate((12.5, 25.1, 7.0, 0.4), start=6):
+        r.conditions = [throttled_condition(int(W), int(W), 0.0),
+                        late_condition(lateness, 5.0, f"waited behind {i} windows",
+                                       f"window {i}")]
+        r.run(b, now=i * W + 1)
+        b["status"] = r.custom.statuses[-1]
+    late = [next(c for c in s["conditions"] if c["type"] == "WindowsLate")
+            for s in r.custom.statuses]
+    assert [(c["status"], c["reason"]) for c in late] == [
+        ("False", "OnTime"), ("True", "WaitedForWorker"), ("False", "OnTime")], late
+    assert late[1]["message"].startswith("the window of window 6 started 12.5 s")

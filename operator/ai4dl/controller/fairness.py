@@ -50,18 +50,30 @@ def throttled_condition(window_seconds: int, period: int, minimum: float) -> tup
             f"processed")
 
 
-def late_condition(lateness: float, tolerance: float, cause: str) -> tuple[str, ...]:
-    """(type, status, reason, message) of the WindowsLate condition for a window whose work
-    started ``lateness`` seconds after it was due."""
+def late_condition(lateness: float, tolerance: float, cause: str,
+                   window: str | None = None) -> tuple[str, ...]:
+    """(type, status, reason, message) of the WindowsLate condition for a window (``window``:
+    its start, as written in the status) whose work started ``lateness`` seconds after it was
+    due."""
     if lateness <= tolerance:
         # no figure in it: a message that changed every window was a status write every
         # window for every PhaseModel (the window's lateness is a metric)
         return (LATE, "False", "OnTime",
                 f"the last window's work started within its tolerance of {tolerance:g} s "
                 f"after it was due")
+    # The figures are those of one window, named: while windows stay late, the status is not
+    # rewritten for new figures alone (VOLATILE_MESSAGES), so the message must not claim to be
+    # the last window's. Every window's lateness is the metric.
+    of = f"the window of {window}" if window else "a window"
     return (LATE, "True", "WaitedForWorker",
-            f"the last window's work started {lateness:.1f} s after it was due (tolerance "
-            f"{tolerance:g} s): {cause}")
+            f"{of} started {lateness:.1f} s after it was due (tolerance {tolerance:g} s): "
+            f"{cause}; every window's lateness: ai4dl_window_lateness_seconds")
+
+
+#: Conditions whose message carries one window's figures: a status whose only change is such
+#: a message is not written (1,000 PhaseModels queued behind 4 workers were 1,000 status
+#: PATCHes a window, issue 43 item 10). A change of their status or reason is written.
+VOLATILE_MESSAGES = frozenset({LATE})
 
 
 class FairQueue:

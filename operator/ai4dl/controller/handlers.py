@@ -27,7 +27,7 @@ import requests
 from kubernetes import client, config
 from requests.adapters import HTTPAdapter
 
-from ai4dl.controller import idle
+from ai4dl.controller import idle, memory
 from ai4dl.controller import metrics as m
 from ai4dl.controller.admission import admission_target, admit, limit_range_rules, quota_room
 from ai4dl.controller.fairness import (WindowScheduler, late_condition, period_seconds,
@@ -37,7 +37,7 @@ from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.profiles import open_record
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
 from ai4dl.controller.runtime import DEFAULT_MAX_WORKLOADS, WindowRunner
-from ai4dl.controller.runtime_window import window_start
+from ai4dl.controller.runtime_window import now_iso, window_start
 from ai4dl.controller.runtime_writes import WRITERS
 from ai4dl.controller.webhook import WEBHOOK_PATH, SelfSignedCertificates, patch_ca_bundle
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
@@ -278,7 +278,7 @@ def _run_window(runner: WindowRunner, snapshot: dict, due: float, grid: int, set
         cause = (f"it waited {wait:.1f} s for one of the operator's {workers} window workers "
                  f"({n} windows of {k} namespaces were queued when it was due, {own} of them "
                  f"from this namespace; namespaces take turns)")
-    late = late_condition(lateness, tolerance, cause)
+    late = late_condition(lateness, tolerance, cause, now_iso(boundary))
     runner.conditions = [throttled, late]
     m.WINDOW_WAIT_SECONDS.labels(ns).observe(max(0.0, wait))
     m.WINDOW_LATENESS.labels(ns, name, "started").set(lateness)
@@ -308,6 +308,8 @@ def _scheduler() -> WindowScheduler:
         def gauges(s: WindowScheduler) -> None:
             m.WINDOW_QUEUE_DEPTH.set(len(s.queue))
             m.WINDOWS_RUNNING.set(s.queue.in_flight())
+            if not len(s.queue) and not s.queue.in_flight():
+                memory.give_back()      # a round of windows done: its garbage returned
         _SCHEDULER = WindowScheduler(int(CONFIG.get("window_workers") or 4), on_change=gauges)
     return _SCHEDULER
 

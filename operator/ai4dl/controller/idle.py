@@ -18,6 +18,7 @@ PhaseModel adds nothing).
 from __future__ import annotations
 
 import threading
+import zlib
 
 #: empty windows in a row, and seconds since the first of them, before a PhaseModel is idle
 IDLE_AFTER = 3
@@ -59,15 +60,25 @@ def take_woken(namespace: str, name: str) -> bool:
         return False
 
 
+def spread(namespace: str, name: str) -> int:
+    """The PhaseModel's place in the IDLE_EVERY windows (stable across restarts). PhaseModels
+    created together go idle together: without it they all listed in the same window, 1,000
+    LISTs every 10th window and nothing between, and that window's work queued past its
+    tolerance (WindowsLate flipping, a status write each)."""
+    return zlib.crc32(f"{namespace}/{name}".encode()) % IDLE_EVERY
+
+
 class IdleLists:
     """One PhaseModel's count of empty windows, and whether this window lists its pods."""
 
-    def __init__(self, after_seconds: float = IDLE_AFTER_SECONDS):
+    def __init__(self, after_seconds: float = IDLE_AFTER_SECONDS, offset: int = 0):
         # (--idle-after-seconds; 0 with IDLE_AFTER windows still required; inf: never idle)
         self.after_seconds = float(after_seconds)
+        self.offset = int(offset) % IDLE_EVERY  # its first idle LIST comes this much sooner
         self.empty = 0                      # windows in a row whose LIST found no pod
         self.empty_since: float | None = None   # when the first of them was listed
         self.unlisted = 0                   # windows since the last LIST
+        self.offset_applied = False        # the offset applied in this stretch of idleness
 
     def idle(self, now: float) -> bool:
         return (self.empty >= IDLE_AFTER and self.empty_since is not None
@@ -75,7 +86,11 @@ class IdleLists:
 
     def should_list(self, now: float, woken: bool) -> bool:
         """Whether the window at ``now`` lists the pods; a window that does not is counted."""
-        if woken or not self.idle(now) or self.unlisted + 1 >= IDLE_EVERY:
+        if woken or not self.idle(now):
+            return True
+        if not self.offset_applied:
+            self.offset_applied, self.unlisted = True, self.unlisted + self.offset
+        if self.unlisted + 1 >= IDLE_EVERY:
             return True
         self.unlisted += 1
         return False
@@ -84,7 +99,7 @@ class IdleLists:
         """A LIST at ``now`` found ``pods`` pods."""
         self.unlisted = 0
         if pods:
-            self.empty, self.empty_since = 0, None
+            self.empty, self.empty_since, self.offset_applied = 0, None, False
         else:
             self.empty += 1
             self.empty_since = now if self.empty_since is None else self.empty_since

@@ -23,6 +23,7 @@ from urllib3.exceptions import HTTPError
 
 from ai4dl.controller import idle
 from ai4dl.controller import metrics as m
+from ai4dl.controller.fairness import VOLATILE_MESSAGES
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
 from ai4dl.controller.plan import plan_window
@@ -75,7 +76,7 @@ class WindowRunner(PodWrites):
         # what this PhaseModel's window query may cost (ai4dl.controller.query_budget)
         self.budget = QueryBudget(query_budget_seconds)
         # how often an empty PhaseModel lists its pods (ai4dl.controller.idle)
-        self.idle = idle.IdleLists(idle_after_seconds)
+        self.idle = idle.IdleLists(idle_after_seconds, idle.spread(namespace, name))
         self.namespace, self.name = namespace, name
         # seals the records the operator keeps on pods (ai4dl.controller.podstate)
         self.key = key if key is not None else StateKey.generate()
@@ -118,6 +119,10 @@ class WindowRunner(PodWrites):
         # nothing writes nothing (issue 43: 1,000 idle PhaseModels made 6,088 status PATCHes
         # in 6 minutes). After a restart the first window writes.
         self._status_written: str | None = None
+        # Whether a window has found a pod of this PhaseModel: until then it has no window
+        # duration, skip or novelty series (a labelled histogram is ~13 values with a lock
+        # each: per PhaseModel created ahead of its jobs, memory for series that say nothing).
+        self.had_pods = False
 
     # ------------------------------------------------------------------ one window
     def list_pods(self, spec: PhaseModelSpec) -> list[PodInfo]:
@@ -260,6 +265,7 @@ class WindowRunner(PodWrites):
         for p in mine:
             verify_pod(p, self.key)     # only records sealed by the operator are read
         report.pods = len(mine)
+        self.had_pods = self.had_pods or bool(mine)
         m.PODS_TRACKED.labels(self.namespace, self.name).set(len(mine))
         return mine
 
@@ -362,7 +368,8 @@ class WindowRunner(PodWrites):
                      for p in plan.pods]
         self._apply(plan, spec, report, originals)
         report.seconds = time.perf_counter() - started
-        m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)
+        if self.had_pods:
+            m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)
         return originals
 
     def _processed_status(self, body: dict, report: WindowReport, plan: WindowPlan,
@@ -527,7 +534,7 @@ class WindowRunner(PodWrites):
         out = []
         skips, considered = plan.data_skips(), plan.considered()
         n = sum(skips.values())
-        for r in DATA_SKIPS:
+        for r in DATA_SKIPS if self.had_pods else ():
             m.PODS_SKIPPED.labels(self.namespace, self.name, r).set(skips.get(r, 0))
         if n:
             detail = ", ".join(f"{r} {c}" for r, c in sorted(skips.items()))
@@ -625,8 +632,7 @@ class WindowRunner(PodWrites):
             status["workloads"] = workloads
         # written on change only: lastWindowTime is the last window that changed the status
         # (the operator's liveness is its metrics and health endpoint, not a write per window)
-        seen = json.dumps({k: v for k, v in status.items() if k != "lastWindowTime"},
-                          sort_keys=True, default=str)
+        seen = _change_key(status)
         if seen == self._status_written:
             m.STATUS_WRITES.labels(self.namespace, self.name, "unchanged").inc()
             return
@@ -642,6 +648,16 @@ class WindowRunner(PodWrites):
             if err.status != 404:
                 log.warning("status of %s/%s not written: %s", self.namespace, self.name,
                             api_message(err))
+
+
+def _change_key(status: dict) -> str:
+    """What a status is compared by to decide whether to write it: all of it but
+    lastWindowTime and the messages of VOLATILE_MESSAGES conditions (one window's figures)."""
+    kept = {k: v for k, v in status.items() if k != "lastWindowTime"}
+    kept["conditions"] = [{k: v for k, v in c.items() if k != "message"}
+                          if c.get("type") in VOLATILE_MESSAGES else c
+                          for c in status.get("conditions") or []]
+    return json.dumps(kept, sort_keys=True, default=str)
 
 
 def _condition(body: dict, ctype: str) -> dict:

@@ -59,7 +59,8 @@ class PodWrites:
                     if o is not None:
                         m.POD_ORIGINAL_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
                                                       self.name).set(o)
-        m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
+        if self.had_pods:
+            m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
         report.novel, report.classified = novel, total
         # Pods that are gone (or no longer opted in) lose their series: /metrics must not grow
         # with every pod ever seen.

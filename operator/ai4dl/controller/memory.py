@@ -1,0 +1,51 @@
+"""Freed memory given back to the system after a round of windows (issue 43 item 10).
+
+A burst — 1,000 PhaseModels created at once, whose bodies kopf decodes and patches, or one
+boundary's windows queued for the workers — allocates and frees tens of MiB. CPython hands
+objects over 512 bytes to the C allocator, and glibc keeps what they freed inside its heap
+(fragmented, below live objects) instead of returning it: the operator's RSS, which the kubelet
+holds against its memory limit, stayed at the burst's high-water mark. ``malloc_trim(0)`` returns
+the free pages of the whole heap. It is called when the window queue has drained (every window of
+a boundary done), at most once per ``TRIM_EVERY_SECONDS``: a few milliseconds per minute.
+
+glibc only (the image is Debian): elsewhere there is no ``malloc_trim`` and nothing is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+TRIM_EVERY_SECONDS = 30.0
+
+_LOCK = threading.Lock()
+_last = -float("inf")
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim     # the process' own C library
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def available() -> bool:
+    """Whether this process' C library can give memory back (glibc)."""
+    return _TRIM is not None
+
+
+def give_back(now: float | None = None) -> bool:
+    """Return the C heap's free pages to the system, unless done in the last
+    TRIM_EVERY_SECONDS; whether it was done now."""
+    global _last
+    now = time.monotonic() if now is None else now
+    with _LOCK:
+        if _TRIM is None or now - _last < TRIM_EVERY_SECONDS:
+            return False
+        _last = now
+    _TRIM(0)
+    return True
