@@ -26,7 +26,8 @@ SKIP_REASONS = {"gone": "pod-gone", "conflict": "conflict",   # write outcome ->
 
 
 class PodWrites:
-    """WindowRunner's pod writes (a base class: uses its core, key, namespace, name and caches)."""
+    """WindowRunner's pod writes (a base class: uses its core, key, namespace, name, had_pods
+    and caches)."""
 
     # ------------------------------------------------------------------ writes
     def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
