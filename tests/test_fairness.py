@@ -198,11 +198,13 @@ class _Runner:
         self.namespace, self.name = "ns", "pm"
         self.conditions: list = []
         self.calls: list[float] = []
+        self.deadlines: list[float] = []
 
-    def run(self, snapshot, now=None):
+    def run(self, snapshot, now=None, deadline=None):
         from ai4dl.controller.runtime_window import WindowReport
 
         self.calls.append(now)
+        self.deadlines.append(deadline)
         return WindowReport(now)
 
 
@@ -221,6 +223,7 @@ def test_a_window_started_late_handles_the_latest_settled_window_and_says_why(mo
                                     throttled=throttled, ahead=(40, 1, 40), workers=2,
                                     queued=1001.0)
     assert boundary == 1008.0 and runner.calls == [1009.0]
+    assert runner.deadlines == [1020.0]     # its pod writes end at the next boundary of its grid
     assert runner.conditions[0] == throttled
     late = runner.conditions[1]
     assert late[:3] == ("WindowsLate", "True", "WaitedForWorker")

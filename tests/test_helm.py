@@ -120,9 +120,13 @@ def test_helm_lint(helm, helm_env, values):
      "at '/operator/hostNetwork': got string, want boolean"),
     (["--set", f"prometheus.url={URL}", "--set", "webhook.clientAuth.caConfigMap=ca"],
      "webhook.clientAuth.allowedNames: name the API server's client certificate"),
+    (["--set", f"prometheus.url={URL}", "--set", "operator.kubeApiBurst=0"],
+     "at '/operator/kubeApiBurst': minimum: got 0, want 1"),
+    (["--set", f"prometheus.url={URL}", "--set", "operator.kubeApiQps=-5"],
+     "at '/operator/kubeApiQps'"),
 ], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models",
         "network-policy-without-sources", "ca-key-path", "host-network-not-a-boolean",
-        "client-auth-without-names"])
+        "client-auth-without-names", "write-burst-zero", "write-qps-negative"])
 def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
     r = run([helm, "template", "x", CHART, *WITH_IMAGE, *args], helm_env, check=False)
     assert r.returncode != 0
@@ -172,7 +176,8 @@ def test_default_render(helm, helm_env):
     assert {"--metrics-bind-address=0.0.0.0", "--health-bind-address=0.0.0.0",
             "--health-port=8081", "--max-container-cpu=2048",
             "--max-container-memory=64Ti", "--query-budget-seconds=5",
-            "--min-window-seconds=60", "--window-workers=4", "--window-late-seconds=5"} <= set(c["args"])
+            "--min-window-seconds=60", "--window-workers=4", "--window-late-seconds=5",
+            "--kube-api-qps=50", "--kube-api-burst=100"} <= set(c["args"])
     assert not any(a.startswith("--peering") for a in c["args"])
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -595,3 +596,38 @@ def test_grafana_dashboard_queries_all_return_data(kube_cluster, k8s_namespace, 
         assert len(queries) >= 20
     finally:
         prom.set_targets([exporter.url])
+
+
+def test_write_limit_spreads_resizes_and_defers_to_the_next_window(
+        kube_cluster, k8s_namespace, fake_kubelet, stack, jobs, model_doc, operator_kubeconfig,
+        crd, tmp_path):
+    """--kube-api-qps 0.5 --kube-api-burst 3: a resized pod takes 3 writes (record, resize,
+    Event), so a 10 s window can write at most 2 pods ((3 + 0.5 × 10) / 3); the others are
+    counted as window-deadline and resized in a later window. Unlimited, all four are resized
+    in one window (as in test_inplace_resizes_within_two_windows)."""
+    exporter, prom = stack
+    ns = k8s_namespace
+    names = ["w1", "w2", "w3", "w4"]
+    op = Operator(operator_kubeconfig, prom.url, tmp_path / "operator.log",
+                  extra_args=("--kube-api-qps", "0.5", "--kube-api-burst", "3")).start()
+    try:
+        start_pods(fake_kubelet, exporter, jobs, ns, names)
+        make_phasemodel(kube_cluster, ns, "pm", model_doc)
+
+        def resized_pods():
+            return {e.involved_object.name for e in events(kube_cluster, ns, "Resized")}
+
+        op.wait_for(lambda: resized_pods() >= set(names), 8 * WINDOW + 12,
+                    what="every pod resized, a few a window", namespace=ns)
+        per_window = [int(re.match(r"\d+ pods, (\d+) resized", w.summary).group(1))
+                      for w in op.windows(ns, "pm")]
+        assert max(per_window) <= 2, f"resized per window {per_window}: above the write limit"
+        assert sum(1 for n in per_window if n) >= 2, per_window
+        deferred = [line for line in op.metrics().splitlines()
+                    if line.startswith("ai4dl_skipped_windows_total{") and f'namespace="{ns}"'
+                    in line and 'reason="window-deadline"' in line]
+        assert deferred and float(deferred[0].rsplit(" ", 1)[1]) >= 1, op.tail()
+        assert "left for the next window" in op.log.read_text()
+        assert "ai4dl_api_write_wait_seconds_total" in op.metrics()
+    finally:
+        op.stop()

@@ -109,7 +109,7 @@ def run_operator_phase(args, op: OperatorProcess, cp, prom) -> dict:
                 rec = {"window_start": wstart, "pods": int(m.group(4)),
                        "resized": int(m.group(5)), "skipped": m.group(6),
                        "done_after_boundary": seen - wstart,
-                       "seconds": None, "bucket": None}
+                       "seconds": None, "bucket": None, "rss": st.get("VmRSS")}
                 records.append(rec)
             # one PhaseModel: the histogram grows by one per processed window (a degraded
             # window returns before observing it)

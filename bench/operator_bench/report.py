@@ -10,6 +10,17 @@ import time
 from .common import fmt, table
 
 
+def rss_flat(op: dict) -> str:
+    """The operator's RSS over the last 10 measured windows (when each was logged): its range
+    and spread, the soak's flatness (issue 44: within 5 %)."""
+    rss = [r["rss"] for r in op.get("measured", [])[-10:] if r.get("rss")]
+    if len(rss) < 2:
+        return "n/a (fewer than 2 measured windows)"
+    spread = 100.0 * (max(rss) - min(rss)) / min(rss)
+    return (f"{min(rss):.0f}-{max(rss):.0f} ({spread:.1f} %: "
+            f"{'flat' if spread <= 5.0 else 'NOT flat'})")
+
+
 def report(args, results: dict) -> None:
     op = results["op"]
     measured = op["measured"]
@@ -80,12 +91,16 @@ def report(args, results: dict) -> None:
          if op.get("first_window_start") else "n/a", ""],
         ["operator RSS peak, VmHWM (MiB)", op["rss_peak"], "<= 286 (300 MB)"],
         ["operator RSS at end, VmRSS (MiB)", op["rss_now"], ""],
+        ["operator RSS over the last 10 measured windows, min-max (MiB)", rss_flat(op),
+         "within 5 % (flat)"],
         ["Prometheus range queries per window", qr, "1"],
         ["query_range latency in Prometheus, mean (s)", qr_lat, ""],
         ["resizes per window, mean (min-max)",
          f"{statistics.mean(resized):.0f} ({min(resized)}-{max(resized)})" if resized else "n/a",
          ""],
-        ["API writes per window (apiserver_request_total)", write_str(), ""],
+        ["API writes per window (apiserver_request_total)", write_str(),
+         f"<= {statistics.mean(resized) + 0.05 * args.pods:.0f} (resizes + 5 % of pods)"
+         if resized else "resizes + 5 % of pods"],
         [f"CPU used while measuring, cores (of {os.cpu_count()})", cpu_str(), ""],
         ["operator CPU per API write (ms)", op_cpu_per_write(), ""],
         ["exporter scrape duration, mean / max (s)",
@@ -108,9 +123,9 @@ def report(args, results: dict) -> None:
         wrows.append([time.strftime("%H:%M:%S", time.localtime(r["window_start"])), role,
                       r["pods"], r["resized"], r["seconds"],
                       f"<= {r['bucket']:g}" if r["bucket"] else "n/a",
-                      r["done_after_boundary"], r["skipped"]])
+                      r["done_after_boundary"], r.get("rss"), r["skipped"]])
     print(table(["window", "role", "pods", "resized", "processing (s)", "histogram bucket",
-                 "done after boundary (s)", "skipped"], wrows))
+                 "done after boundary (s)", "operator RSS (MiB)", "skipped"], wrows))
 
     bd = results.get("bd")
     if bd:

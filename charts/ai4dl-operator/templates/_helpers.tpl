@@ -79,6 +79,8 @@ app.kubernetes.io/part-of: ai4dl
 - {{ printf "--min-window-seconds=%v" .Values.operator.minWindowSeconds | quote }}
 - {{ printf "--window-workers=%v" .Values.operator.windowWorkers | quote }}
 - {{ printf "--window-late-seconds=%v" .Values.operator.windowLateSeconds | quote }}
+- {{ printf "--kube-api-qps=%v" .Values.operator.kubeApiQps | quote }}
+- {{ printf "--kube-api-burst=%v" .Values.operator.kubeApiBurst | quote }}
 {{- range .Values.operator.watchNamespaces }}
 - {{ printf "--namespace=%s" . | quote }}
 {{- end }}

@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_metrics_source_args(p)
     _add_fair_share_args(p)
+    _add_api_load_args(p)
     _add_scope_args(p)
     _add_bounds_args(p)
     _add_workload_profile_args(p)
@@ -98,6 +99,21 @@ def _add_fair_share_args(p: argparse.ArgumentParser) -> None:
                    help="a window whose work starts more than this after its boundary + "
                         "--settle-seconds is late: condition WindowsLate True, "
                         "ai4dl_windows_late_total (default 5)")
+
+
+def _add_api_load_args(p: argparse.ArgumentParser) -> None:
+    """How fast the operator writes to the API server (ai4dl.controller.throttle)."""
+    g = p.add_argument_group("API server load (the window's pod writes: records, resizes, "
+                             "Events)")
+    g.add_argument("--kube-api-qps", type=float, default=50.0, metavar="N",
+                   help="pod writes per second at most, all windows together, as client-go's "
+                        "flag of that name (default 50: 500 resizes of 3 writes each take 30 s "
+                        "of a 10-minute window; 0: no limit). A pod's writes not started by "
+                        "its PhaseModel's next boundary wait for that window (skip reason "
+                        "window-deadline)")
+    g.add_argument("--kube-api-burst", type=int, default=100, metavar="N",
+                   help="pod writes sent at once above --kube-api-qps after a quiet spell "
+                        "(default 100)")
 
 
 def _add_scope_args(p: argparse.ArgumentParser) -> None:
@@ -290,6 +306,11 @@ def _checked_flags(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
                          f"must be 1 or more")
     if args.window_workers < 1:
         raise _FlagError(f"--window-workers {args.window_workers}: must be 1 or more")
+    if not 0 <= args.kube_api_qps < float("inf"):
+        raise _FlagError(f"--kube-api-qps {args.kube_api_qps:g}: must be writes per second, "
+                         f"0 (no limit) or more")
+    if args.kube_api_burst < 1:
+        raise _FlagError(f"--kube-api-burst {args.kube_api_burst}: must be 1 or more")
     return shard, max_value, state_key
 
 
@@ -397,6 +418,7 @@ def _handler_config(args: argparse.Namespace, max_value: dict[str, float],
                 min_window_seconds=args.min_window_seconds,
                 window_workers=args.window_workers,
                 window_late_seconds=args.window_late_seconds,
+                kube_api_qps=args.kube_api_qps, kube_api_burst=args.kube_api_burst,
                 max_workloads=args.max_workloads_per_phasemodel)
 
 

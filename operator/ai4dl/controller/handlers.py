@@ -39,6 +39,7 @@ from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
 from ai4dl.controller.runtime import DEFAULT_MAX_WORKLOADS, WindowRunner
 from ai4dl.controller.runtime_window import now_iso, window_start
 from ai4dl.controller.runtime_writes import WRITERS
+from ai4dl.controller.throttle import WriteBudget
 from ai4dl.controller.webhook import WEBHOOK_PATH, SelfSignedCertificates, patch_ca_bundle
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from ai4dl.crd_profile import PROFILE_PLURAL
@@ -151,6 +152,18 @@ def _clients():
         return _CLIENTS
 
 
+_WRITE_BUDGET: list = []
+
+
+def _write_budget() -> WriteBudget:
+    """The process's one limit on API writes (--kube-api-qps, --kube-api-burst): every window
+    writes to the same API server."""
+    if not _WRITE_BUDGET:
+        _WRITE_BUDGET.append(WriteBudget(float(CONFIG.get("kube_api_qps") or 0.0),
+                                         int(CONFIG.get("kube_api_burst") or 1)))
+    return _WRITE_BUDGET[0]
+
+
 def _source():
     if not CONFIG["prometheus_url"]:
         raise kopf.PermanentError("no Prometheus URL (--prometheus-url or AI4DL_PROMETHEUS_URL)")
@@ -210,7 +223,8 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
                           query_budget_seconds=float(CONFIG.get("query_budget_seconds",
                                                                 DEFAULT_BUDGET_SECONDS)),
                           idle_after_seconds=float(CONFIG.get("idle_after_seconds",
-                                                              idle.IDLE_AFTER_SECONDS)))
+                                                              idle.IDLE_AFTER_SECONDS)),
+                          write_budget=_write_budget())
     scheduler = _scheduler()
     idle.serve(namespace, name)
     minimum = float(CONFIG.get("min_window_seconds") or 0.0)
@@ -286,7 +300,8 @@ def _run_window(runner: WindowRunner, snapshot: dict, due: float, grid: int, set
         m.WINDOWS_LATE.labels(ns, name).inc()
         log.warning("PhaseModel %s/%s: window late: %s", ns, name, late[3])
     try:
-        report = runner.run(snapshot, now=boundary + settle)
+        # its pod writes end at the next boundary (pods not reached wait for that window)
+        report = runner.run(snapshot, now=boundary + settle, deadline=boundary + grid)
         # the lateness and the duration: what a slow window is measured by (tests read them
         # to size their deadlines and to say why a wait ran out)
         log.info("PhaseModel %s/%s window %s: %d pods, %d resized, skipped %s; started %.2f s "

@@ -108,6 +108,11 @@ WINDOW_QUEUE_DEPTH = Gauge("ai4dl_window_queue_depth",
                            "Windows waiting for a worker (all namespaces)", registry=REGISTRY)
 WINDOWS_RUNNING = Gauge("ai4dl_windows_running", "Windows being processed by a worker",
                         registry=REGISTRY)
+# The client-side write limit (ai4dl.controller.throttle): how long writers waited for it.
+WRITE_WAIT_SECONDS = Counter("ai4dl_api_write_wait_seconds",
+                             "Seconds window writers waited for the client-side write limit "
+                             "(--kube-api-qps, --kube-api-burst), all writers together",
+                             registry=REGISTRY)
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> None:

@@ -468,12 +468,7 @@ def _rate_limit(plans: list[PodPlan], limit: int) -> None:
     resizing = [p for p in plans if p.resize is not None]
     if len(resizing) <= limit:
         return
-
-    def change(p: PodPlan) -> float:
-        return max((abs(t - c.current.get(r, t)) / max(c.current.get(r, t), 1e-9)
-                    for c in p.containers for r, t in c.target.items()), default=0.0)
-
-    for p in sorted(resizing, key=change, reverse=True)[limit:]:
+    for p in sorted(resizing, key=PodPlan.largest_change, reverse=True)[limit:]:
         p.resize, p.events = None, []
         p.skipped = "rate-limited"
         phase_changed = A_PHASE in p.annotations and \

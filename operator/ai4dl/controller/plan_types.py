@@ -55,6 +55,12 @@ class PodPlan:
     def phase(self) -> int | None:
         return next((c.phase for c in self.containers if c.phase is not None), None)
 
+    def largest_change(self) -> float:
+        """The largest relative change a target asks of a request in force: which resizes
+        go first when not all of a window's can (the rate limit, the write deadline)."""
+        return max((abs(t - c.current.get(r, t)) / max(c.current.get(r, t), 1e-9)
+                    for c in self.containers for r, t in c.target.items()), default=0.0)
+
 
 @dataclass
 class WindowPlan:

@@ -42,6 +42,7 @@ from ai4dl.rules.workload_profile import held_level
 from ai4dl.controller.pods import (A_ADMITTED, A_STATE, PodInfo, pod_info, qos_class,
                                    verify_pod)
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS, OVER_BUDGET, QueryBudget
+from ai4dl.controller.throttle import WriteBudget
 from ai4dl.crd import GROUP, PLURAL, VERSION
 from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.crd_spec import PROMQL_UNCHECKED
@@ -71,8 +72,11 @@ class WindowRunner(PodWrites):
                  allow_free_promql: bool = False,
                  max_workloads: int = DEFAULT_MAX_WORKLOADS,
                  query_budget_seconds: float = DEFAULT_BUDGET_SECONDS,
-                 idle_after_seconds: float = idle.IDLE_AFTER_SECONDS):
+                 idle_after_seconds: float = idle.IDLE_AFTER_SECONDS,
+                 write_budget: WriteBudget | None = None):
         self.core, self.custom, self.source = core_api, custom_api, source
+        # the client-side limit on API writes, one for the whole process (--kube-api-qps)
+        self.write_budget = write_budget if write_budget is not None else WriteBudget()
         # what this PhaseModel's window query may cost (ai4dl.controller.query_budget)
         self.budget = QueryBudget(query_budget_seconds)
         # how often an empty PhaseModel lists its pods (ai4dl.controller.idle)
@@ -136,8 +140,10 @@ class WindowRunner(PodWrites):
             label_selector=label_selector(spec.selector), page=LIST_PAGE)]
 
     def run(self, body: dict, pods: Sequence[PodInfo] | None = None,
-            now: float | None = None) -> WindowReport:
-        """One window; ``pods`` None lists them (tests and benchmarks may pass their own)."""
+            now: float | None = None, deadline: float | None = None) -> WindowReport:
+        """One window; ``pods`` None lists them (tests and benchmarks may pass their own).
+        Its pod writes end at ``deadline`` (wall-clock seconds; default: the next boundary
+        after ``now``, on this run's clock): pods not reached wait for the next window."""
         started = time.perf_counter()
         now = time.time() if now is None else now
         spec, failed = self._validated_spec(body, now)
@@ -182,7 +188,10 @@ class WindowRunner(PodWrites):
                                held=self._held(mine, start))
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
-        originals = self._apply_window(plan, spec, report, model_key, started)
+        if deadline is None:        # the next boundary, on this run's clock (tests pass theirs)
+            deadline = time.time() + (start + max(spec.window_seconds, self.period_seconds)
+                                      - now)
+        originals = self._apply_window(plan, spec, report, model_key, started, deadline)
         novelty = (update_novelty((body.get("status") or {}).get("novelty"), model_key, start,
                                   report.novel, report.classified, spec.refit)
                    if model is not None else None)
@@ -357,7 +366,7 @@ class WindowRunner(PodWrites):
                                    self._period())
 
     def _apply_window(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
-                      model_key: str, started: float) -> list[dict]:
+                      model_key: str, started: float, deadline: float) -> list[dict]:
         """The plan applied (records, histories, the writes to the pods) and timed; the
         authors' requests per pod, read once per pod: for the metrics and the savings."""
         labels = (self.namespace, self.name)
@@ -366,7 +375,7 @@ class WindowRunner(PodWrites):
         self._keep_histories(plan, model_key)
         originals = [self._capped_originals(p, labels) if p.containers else {}
                      for p in plan.pods]
-        self._apply(plan, spec, report, originals)
+        self._apply(plan, spec, report, originals, deadline)
         report.seconds = time.perf_counter() - started
         if self.had_pods:
             m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)

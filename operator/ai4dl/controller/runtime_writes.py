@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes.client.exceptions import ApiException
@@ -22,18 +23,20 @@ log = logging.getLogger("ai4dl.operator")
 
 WRITERS = 8   # concurrent pod writes per window (the client's connection pool is sized to match)
 SKIP_REASONS = {"gone": "pod-gone", "conflict": "conflict",   # write outcome -> metric reason
-                "untaken": "resize-not-taken"}
+                "untaken": "resize-not-taken", "deadline": "window-deadline"}
 
 
 class PodWrites:
-    """WindowRunner's pod writes (a base class: uses its core, key, namespace, name, had_pods
-    and caches)."""
+    """WindowRunner's pod writes (a base class: uses its core, key, namespace, name, had_pods,
+    write_budget and caches)."""
 
     # ------------------------------------------------------------------ writes
     def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
-               originals: list[dict]) -> None:
+               originals: list[dict], deadline: float | None = None) -> None:
         """Write the plans: pods in parallel (the API calls are latency-bound), each pod's own
-        writes in order (the record in annotations, then the resize, then Events)."""
+        writes in order (the record in annotations, then the resize, then Events), the
+        largest changes first, within the process's write limit; a pod not started by
+        ``deadline`` (wall-clock seconds: the next boundary) waits for the next window."""
         labels = (self.namespace, self.name)
         novel = total = 0
         for k, p in enumerate(plan.pods):
@@ -86,8 +89,12 @@ class PodWrites:
         work = [p for p in plan.pods if p.resize is not None or p.annotations or p.events]
         if not work:
             return
+        # resizes first, the largest first: what the deadline leaves for the next window is
+        # what matters least (the same order as the rate limit's, ai4dl.controller.plan)
+        work.sort(key=lambda p: (p.resize is None, -p.largest_change()))
         with ThreadPoolExecutor(max_workers=min(WRITERS, len(work))) as pool:
-            for p, outcome in zip(work, pool.map(self._write_pod, work)):
+            outcomes = pool.map(lambda p: self._write_within(p, deadline), work)
+            for p, outcome in zip(work, outcomes):
                 if outcome == "resized":
                     report.resized += 1
                     m.RESIZES.labels(*labels).inc()
@@ -99,6 +106,22 @@ class PodWrites:
                         report.skipped.get(SKIP_REASONS[outcome], 0) + 1
                 elif outcome:
                     report.error = f"{p.pod.namespace}/{p.pod.name}: {outcome}"
+        late = report.skipped.get(SKIP_REASONS["deadline"], 0)
+        if late:
+            log.warning("%s/%s: %d pods' writes left for the next window (not reached by the "
+                        "window's end: --kube-api-qps %g)", self.namespace, self.name, late,
+                        self.write_budget.qps)
+
+    def _write_within(self, p, deadline: float | None) -> str:
+        """The pod's writes (:meth:`_write_pod`) once the write limit gives their tokens;
+        'deadline' (nothing written) when it would give them after ``deadline``."""
+        waited = time.monotonic()
+        if not self.write_budget.take(_writes_planned(p), deadline):
+            return "deadline"
+        waited = time.monotonic() - waited
+        if waited > 0.001:
+            m.WRITE_WAIT_SECONDS.inc(waited)
+        return self._write_pod(p)
 
     def _write_pod(self, p) -> str:
         """'resized', '' (written), 'gone' (the pod vanished mid-window), 'conflict' (someone
@@ -229,6 +252,12 @@ class PodWrites:
 
     def _event_for(self, involved: dict, etype: str, reason: str, message: str) -> None:
         write_event(self.core, involved, etype, reason, message)
+
+
+def _writes_planned(p) -> int:
+    """The API writes a pod's plan makes when all goes as planned: its annotations, its
+    resize, its Events."""
+    return (1 if p.annotations else 0) + (1 if p.resize is not None else 0) + len(p.events)
 
 
 def _written_containers(p, containers: list) -> list:
