@@ -107,7 +107,7 @@ def run_operator_phase(args, op: OperatorProcess, cp, prom) -> dict:
             for _, m in wins[seen_lines:]:
                 wstart = float(m.group(3))
                 rec = {"window_start": wstart, "pods": int(m.group(4)),
-                       "resized": int(m.group(5)), "skipped": m.group(6),
+                       "resized": int(m.group(5)), "skipped": m.group(6).split("; started")[0],
                        "done_after_boundary": seen - wstart,
                        "seconds": None, "bucket": None, "rss": st.get("VmRSS")}
                 records.append(rec)
