@@ -182,6 +182,10 @@ def test_scheduler_withdraws_cancelled_jobs_and_passes_errors():
     (["--window-workers", "0"], "--window-workers 0: must be 1 or more"),
     (["--min-window-seconds", "-1"], "--min-window-seconds -1: must be a number of seconds"),
     (["--window-late-seconds", "nan"], "--window-late-seconds nan: must be a number of seconds"),
+    # the write limit (ai4dl.controller.throttle)
+    (["--kube-api-qps", "-1"], "--kube-api-qps -1: must be writes per second, 0 (no limit) or more"),
+    (["--kube-api-qps", "nan"], "--kube-api-qps nan: must be writes per second"),
+    (["--kube-api-burst", "0"], "--kube-api-burst 0: must be 1 or more"),
 ])
 def test_bad_flags_are_one_line_errors(args, message, capsys):
     from ai4dl.controller.__main__ import main

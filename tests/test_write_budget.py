@@ -78,19 +78,6 @@ def test_bad_settings_are_refused():
         WriteBudget(5, 0)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--kube-api-qps", "-1"], "--kube-api-qps -1: must be writes per second, 0 (no limit) or more"),
-    (["--kube-api-qps", "nan"], "--kube-api-qps nan: must be writes per second"),
-    (["--kube-api-burst", "0"], "--kube-api-burst 0: must be 1 or more"),
-])
-def test_bad_limits_are_one_line_errors(args, message, capsys):
-    from ai4dl.controller.__main__ import main
-
-    assert main(["--prometheus-url", "http://127.0.0.1:9", *args]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"ai4dl-operator: error: {message}") and err.count("\n") == 1, err
-
-
 def test_threads_share_one_budget():
     """Reservations are taken under the lock: 4 threads x 5 tokens at 10/s past a burst of 10
     wait 1 s in all, whoever goes first."""
