@@ -186,6 +186,9 @@ def test_scheduler_withdraws_cancelled_jobs_and_passes_errors():
     (["--kube-api-qps", "-1"], "--kube-api-qps -1: must be writes per second, 0 (no limit) or more"),
     (["--kube-api-qps", "nan"], "--kube-api-qps nan: must be writes per second"),
     (["--kube-api-burst", "0"], "--kube-api-burst 0: must be 1 or more"),
+    # the window's writes besides resizes (ai4dl.controller.records)
+    (["--pod-record-share", "1.5"], "--pod-record-share 1.5: must be a share of the pods"),
+    (["--pod-record-share", "nan"], "--pod-record-share nan: must be a share of the pods"),
 ])
 def test_bad_flags_are_one_line_errors(args, message, capsys):
     from ai4dl.controller.__main__ import main

@@ -124,9 +124,12 @@ def test_helm_lint(helm, helm_env, values):
      "at '/operator/kubeApiBurst': minimum: got 0, want 1"),
     (["--set", f"prometheus.url={URL}", "--set", "operator.kubeApiQps=-5"],
      "at '/operator/kubeApiQps'"),
+    (["--set", f"prometheus.url={URL}", "--set", "operator.podRecordShare=5"],
+     "at '/operator/podRecordShare'"),
 ], ids=["no-url", "url-without-scheme", "two-replicas", "typo", "bad-mode", "trainer-without-models",
         "network-policy-without-sources", "ca-key-path", "host-network-not-a-boolean",
-        "client-auth-without-names", "write-burst-zero", "write-qps-negative"])
+        "client-auth-without-names", "write-burst-zero", "write-qps-negative",
+        "record-share-above-one"])
 def test_wrong_values_fail_at_install_time(helm, helm_env, args, message):
     r = run([helm, "template", "x", CHART, *WITH_IMAGE, *args], helm_env, check=False)
     assert r.returncode != 0
@@ -177,7 +180,8 @@ def test_default_render(helm, helm_env):
             "--health-port=8081", "--max-container-cpu=2048",
             "--max-container-memory=64Ti", "--query-budget-seconds=5",
             "--min-window-seconds=60", "--window-workers=4", "--window-late-seconds=5",
-            "--kube-api-qps=50", "--kube-api-burst=100"} <= set(c["args"])
+            "--kube-api-qps=50", "--kube-api-burst=100",
+            "--pod-record-share=0.05"} <= set(c["args"])
     assert not any(a.startswith("--peering") for a in c["args"])
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}

@@ -631,3 +631,75 @@ def test_write_limit_spreads_resizes_and_defers_to_the_next_window(
         assert "ai4dl_api_write_wait_seconds_total" in op.metrics()
     finally:
         op.stop()
+
+
+def test_pod_records_wait_in_memory_and_a_restart_leaves_the_window(
+        kube_cluster, k8s_namespace, fake_kubelet, stack, jobs, model_doc, operator_kubeconfig,
+        crd, tmp_path):
+    """--pod-record-share 0 (only the records a pod needs): a pod's first resize goes with its
+    record (the authors' requests); a later decrease of a recorded pod goes alone, after the
+    window marker in the PhaseModel's status (the real API server keeps the field), and its
+    Resized Event is one summary Event on the PhaseModel; the record waits in memory
+    (ai4dl_pod_records_pending). A window the status names (as an operator killed within it
+    leaves it) is left by the operator and counted; the next one is served."""
+    from kubernetes import client
+
+    exporter, prom = stack
+    ns = k8s_namespace
+    names = ["r1", "r2", "r3"]
+    custom = client.CustomObjectsApi(kube_cluster.api_client)
+    op = Operator(operator_kubeconfig, prom.url, tmp_path / "operator.log",
+                  extra_args=("--pod-record-share", "0")).start()
+    try:
+        start_pods(fake_kubelet, exporter, jobs, ns, names)
+        make_phasemodel(kube_cluster, ns, "pm", model_doc)
+
+        def marked():
+            return (read_pm(kube_cluster, ns, "pm").get("status") or {}).get(
+                "unrecordedWindow")
+
+        marker = op.wait_for(marked, 6 * WINDOW + 12, what="a window whose resizes went "
+                             "without their records (the status marker)", namespace=ns)
+        win = op.wait_for(lambda: next((w for w in op.windows(ns, "pm") if w.start == marker),
+                                       None), 2 * WINDOW, what="the marked window's log line",
+                          namespace=ns)
+        assert re.match(r"\d+ pods, [1-9]\d* resized", win.summary), win
+        pending = [line for line in op.metrics().splitlines()
+                   if line.startswith("ai4dl_pod_records_pending{") and f'namespace="{ns}"' in line]
+        assert pending and float(pending[0].rsplit(" ", 1)[1]) >= 1, pending
+        summary = [e for e in events(kube_cluster, ns, "Resized")
+                   if e.involved_object.kind == "PhaseModel"]
+        assert summary and "no Resized Event of their own" in summary[-1].message, summary
+        # a pod resized alone: its record (last-applied) is not what it now has
+        stale = []
+        for name in names:
+            pod = kube_cluster.core.read_namespaced_pod(name, ns)
+            ann = pod.metadata.annotations or {}
+            assert "orig" in peek(ann.get(A_STATE)), f"{name}: its first resize went unrecorded"
+            last = json.loads(ann.get("ai4dl.io/last-applied", "{}"))
+            sent = last.get("containers", {}).get("main", {}).get("requests", {})
+            if any(parse_quantity(v) != requests_of(kube_cluster, ns, name)[r]
+                   for r, v in sent.items()):
+                stale.append(name)
+        assert stale, "no pod was resized without its record"
+        # the next boundary's window named by the status, as a killed operator leaves it
+        now = time.time()
+        nxt = (int(now // WINDOW) + 1) * WINDOW
+        if nxt - now < 2.0:         # too close to the boundary to write it before
+            nxt += WINDOW
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, "pm",
+                                                     {"status": {"unrecordedWindow": nxt}})
+        op.wait_for(lambda: "without their pods' records: the window is left"
+                    in op.log.read_text(), 3 * WINDOW, what="the marked window left",
+                    namespace=ns)
+        marked_run = [w for w in op.windows(ns, "pm") if w.start == nxt]
+        assert marked_run and all(w.summary.startswith("0 pods, 0 resized")
+                                  and "restarted-mid-window" in w.summary
+                                  for w in marked_run), marked_run
+        left = [line for line in op.metrics().splitlines()
+                if line.startswith("ai4dl_skipped_windows_total{") and f'namespace="{ns}"' in line
+                and 'reason="restarted-mid-window"' in line]
+        assert left and float(left[0].rsplit(" ", 1)[1]) == 1, left
+        op.wait_windows(1, ns, after=nxt + WINDOW)
+    finally:
+        op.stop()

@@ -15,6 +15,7 @@ import pytest
 from ai4dl.controller import runtime_writes
 from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.pods import A_STATE, Container, PodInfo
+from ai4dl.controller.records import PendingRecords
 from ai4dl.controller.runtime_window import WindowReport
 from ai4dl.controller.throttle import WriteBudget
 from test_write_order import _Api, _Key
@@ -104,6 +105,7 @@ class _Writer(runtime_writes.PodWrites):
     def __init__(self, api, budget):
         self.core, self.key, self.namespace, self.name = api, _Key(), "ns", "pm"
         self.write_budget, self.had_pods = budget, True
+        self.record_share, self.pending = 0.05, PendingRecords()
         self._in_metrics, self._noticed = set(), {}
         self.events: list[tuple[str, str]] = []
 

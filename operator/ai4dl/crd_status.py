@@ -141,6 +141,10 @@ class PhaseModelStatus(CrdModel):
                                                      "status (a window that changes nothing "
                                                      "writes nothing)")
     last_error: str | None = Field(None, alias="lastError")
+    unrecorded_window: float | None = Field(
+        None, alias="unrecordedWindow",
+        description="the last window (unix s) whose resizes went without their pods' records "
+                    "(the write budget): an operator that starts within it leaves it")
     training: TrainingStatus | None = None
     novelty: NoveltyStatus | None = None
     served_policy: str | None = Field(None, alias="servedPolicy",

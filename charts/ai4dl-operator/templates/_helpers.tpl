@@ -81,6 +81,7 @@ app.kubernetes.io/part-of: ai4dl
 - {{ printf "--window-late-seconds=%v" .Values.operator.windowLateSeconds | quote }}
 - {{ printf "--kube-api-qps=%v" .Values.operator.kubeApiQps | quote }}
 - {{ printf "--kube-api-burst=%v" .Values.operator.kubeApiBurst | quote }}
+- {{ printf "--pod-record-share=%v" .Values.operator.podRecordShare | quote }}
 {{- range .Values.operator.watchNamespaces }}
 - {{ printf "--namespace=%s" . | quote }}
 {{- end }}

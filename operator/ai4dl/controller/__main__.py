@@ -16,7 +16,8 @@ from ai4dl.controller import handlers, metrics
 from ai4dl.controller.idle import IDLE_AFTER, IDLE_AFTER_SECONDS, IDLE_EVERY
 from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
-from ai4dl.controller.runtime import DEFAULT_MAX_VALUE, DEFAULT_MAX_WORKLOADS
+from ai4dl.controller.runtime import (DEFAULT_MAX_VALUE, DEFAULT_MAX_WORKLOADS,
+                                     DEFAULT_RECORD_SHARE)
 from ai4dl.controller.webhook import service_names
 from ai4dl.quantity import parse_quantity
 
@@ -107,13 +108,19 @@ def _add_api_load_args(p: argparse.ArgumentParser) -> None:
                              "Events)")
     g.add_argument("--kube-api-qps", type=float, default=50.0, metavar="N",
                    help="pod writes per second at most, all windows together, as client-go's "
-                        "flag of that name (default 50: 500 resizes of 3 writes each take 30 s "
-                        "of a 10-minute window; 0: no limit). A pod's writes not started by "
-                        "its PhaseModel's next boundary wait for that window (skip reason "
-                        "window-deadline)")
+                        "flag of that name (default 50: 500 resizes, even at 3 writes each, "
+                        "take 30 s of a 10-minute window; 0: no limit). A pod's writes not "
+                        "started by its PhaseModel's next boundary wait for that window (skip "
+                        "reason window-deadline)")
     g.add_argument("--kube-api-burst", type=int, default=100, metavar="N",
                    help="pod writes sent at once above --kube-api-qps after a quiet spell "
                         "(default 100)")
+    g.add_argument("--pod-record-share", type=float, default=DEFAULT_RECORD_SHARE,
+                   metavar="SHARE",
+                   help="a PhaseModel's window writes at most this share of its pods' "
+                        "records and Resized Events besides its resizes (at least 50), the "
+                        "records a pod needs first; the others wait in memory for a later "
+                        "window (default 0.05; 0: only the records a pod needs)")
 
 
 def _add_scope_args(p: argparse.ArgumentParser) -> None:
@@ -311,6 +318,9 @@ def _checked_flags(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
                          f"0 (no limit) or more")
     if args.kube_api_burst < 1:
         raise _FlagError(f"--kube-api-burst {args.kube_api_burst}: must be 1 or more")
+    if not 0 <= args.pod_record_share <= 1:
+        raise _FlagError(f"--pod-record-share {args.pod_record_share:g}: must be a share of "
+                         f"the pods, from 0 to 1")
     return shard, max_value, state_key
 
 
@@ -419,6 +429,7 @@ def _handler_config(args: argparse.Namespace, max_value: dict[str, float],
                 window_workers=args.window_workers,
                 window_late_seconds=args.window_late_seconds,
                 kube_api_qps=args.kube_api_qps, kube_api_burst=args.kube_api_burst,
+                pod_record_share=args.pod_record_share,
                 max_workloads=args.max_workloads_per_phasemodel)
 
 

@@ -36,7 +36,8 @@ from ai4dl.controller.orphans import OrphanSweep, forget_phasemodel
 from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.profiles import open_record
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
-from ai4dl.controller.runtime import DEFAULT_MAX_WORKLOADS, WindowRunner
+from ai4dl.controller.runtime import (DEFAULT_MAX_WORKLOADS, DEFAULT_RECORD_SHARE,
+                                     WindowRunner)
 from ai4dl.controller.runtime_window import now_iso, window_start
 from ai4dl.controller.runtime_writes import WRITERS
 from ai4dl.controller.throttle import WriteBudget
@@ -224,7 +225,9 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
                                                                 DEFAULT_BUDGET_SECONDS)),
                           idle_after_seconds=float(CONFIG.get("idle_after_seconds",
                                                               idle.IDLE_AFTER_SECONDS)),
-                          write_budget=_write_budget())
+                          write_budget=_write_budget(),
+                          record_share=float(CONFIG.get("pod_record_share",
+                                                        DEFAULT_RECORD_SHARE)))
     scheduler = _scheduler()
     idle.serve(namespace, name)
     minimum = float(CONFIG.get("min_window_seconds") or 0.0)

@@ -48,6 +48,9 @@ STATUS_WRITES = Counter("ai4dl_status_writes_total",
                         registry=REGISTRY)
 PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel",
                      ["namespace", "phasemodel"], registry=REGISTRY)
+RECORDS_PENDING = Gauge("ai4dl_pod_records_pending",
+                        "Pod records kept in memory, not yet written (the write budget: "
+                        "--pod-record-share)", ["namespace", "phasemodel"], registry=REGISTRY)
 PODS_SKIPPED = Gauge("ai4dl_pods_skipped",
                      "Pods skipped in the last window for gaps or bad samples in their metrics",
                      ["namespace", "phasemodel", "reason"], registry=REGISTRY)
@@ -136,7 +139,11 @@ def forget_pod(namespace: str, pod: str, container: str, phasemodel: str,
 
 
 def forget_phasemodel(namespace: str, phasemodel: str) -> None:
-    """Drop a stopped PhaseModel's lateness series (its daemon ended)."""
+    """Drop a stopped PhaseModel's lateness and pending-records series (its daemon ended)."""
+    try:
+        RECORDS_PENDING.remove(namespace, phasemodel)
+    except KeyError:
+        pass
     for stage in ("started", "finished"):
         try:
             WINDOW_LATENESS.remove(namespace, phasemodel, stage)

@@ -42,6 +42,8 @@ class PodPlan:
     containers: list[ContainerPlan]
     resize: dict | None = None                  # body for PATCH pods/<name>/resize
     annotations: dict[str, str] = field(default_factory=dict)
+    # annotations this window leaves unwritten (ai4dl.controller.records: kept in memory)
+    deferred: dict[str, str] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     # Warnings about the pod's own setup (reason, message): the runtime emits each once per
     # pod, not every window.

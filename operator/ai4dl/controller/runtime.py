@@ -41,6 +41,7 @@ from ai4dl.controller.runs import RunTracker, oom_floors
 from ai4dl.rules.workload_profile import held_level
 from ai4dl.controller.pods import (A_ADMITTED, A_STATE, PodInfo, pod_info, qos_class,
                                    verify_pod)
+from ai4dl.controller.records import PendingRecords, assume_raised, unrecorded_window
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS, OVER_BUDGET, QueryBudget
 from ai4dl.controller.throttle import WriteBudget
 from ai4dl.crd import GROUP, PLURAL, VERSION
@@ -61,6 +62,8 @@ LIST_PAGE = 500   # pods per LIST page: bounds the raw JSON held at once
 DEFAULT_MAX_VALUE = {"cpu": 2048.0, "memory": float(64 * 2 ** 40)}
 # WorkloadProfiles kept per PhaseModel (--max-workloads-per-phasemodel): the most recently ended.
 DEFAULT_MAX_WORKLOADS = 10000
+# A window's pod writes besides resizes, as a share of its pods (--pod-record-share)
+DEFAULT_RECORD_SHARE = 0.05
 PROFILE_REFRESH_SECONDS = 3600.0
 
 
@@ -73,10 +76,15 @@ class WindowRunner(PodWrites):
                  max_workloads: int = DEFAULT_MAX_WORKLOADS,
                  query_budget_seconds: float = DEFAULT_BUDGET_SECONDS,
                  idle_after_seconds: float = idle.IDLE_AFTER_SECONDS,
-                 write_budget: WriteBudget | None = None):
+                 write_budget: WriteBudget | None = None,
+                 record_share: float = DEFAULT_RECORD_SHARE):
         self.core, self.custom, self.source = core_api, custom_api, source
         # the client-side limit on API writes, one for the whole process (--kube-api-qps)
         self.write_budget = write_budget if write_budget is not None else WriteBudget()
+        # the window's writes besides resizes, as a share of its pods (--pod-record-share),
+        # and the pod records left out of them, kept until written (ai4dl.controller.records)
+        self.record_share = record_share
+        self.pending = PendingRecords()
         # what this PhaseModel's window query may cost (ai4dl.controller.query_budget)
         self.budget = QueryBudget(query_budget_seconds)
         # how often an empty PhaseModel lists its pods (ai4dl.controller.idle)
@@ -161,6 +169,8 @@ class WindowRunner(PodWrites):
         resting = self._resting(body, spec, report)
         if resting is not None:
             return resting
+        if unrecorded_window(body.get("status")) == start and self.pending.marked != start:
+            return self._unrecorded(report)     # (its own mark: its records are in memory)
         if pods is None:
             if not self.idle.should_list(now, idle.take_woken(self.namespace, self.name)):
                 m.POD_LISTS.labels("idle").inc()
@@ -170,7 +180,7 @@ class WindowRunner(PodWrites):
                 return failed
             m.POD_LISTS.labels("listed").inc()
             self.idle.listed(now, len(pods))
-        mine = self._mine(spec, pods, report)
+        mine = self._mine(spec, pods, report, body.get("status") or {})
         W = window_samples(spec)
         n_context = model.crbm_.n_history if model is not None else 0
         samples, rejected, failed = self._fetch(body, spec, report, mine, W, n_context)
@@ -191,7 +201,7 @@ class WindowRunner(PodWrites):
         if deadline is None:        # the next boundary, on this run's clock (tests pass theirs)
             deadline = time.time() + (start + max(spec.window_seconds, self.period_seconds)
                                       - now)
-        originals = self._apply_window(plan, spec, report, model_key, started, deadline)
+        originals = self._apply_window(body, plan, spec, report, model_key, started, deadline)
         novelty = (update_novelty((body.get("status") or {}).get("novelty"), model_key, start,
                                   report.novel, report.classified, spec.refit)
                    if model is not None else None)
@@ -266,13 +276,18 @@ class WindowRunner(PodWrites):
                                         f"listing pods: {type(err).__name__}: {err}"[:300],
                                         skip=True)
 
-    def _mine(self, spec: PhaseModelSpec, pods: Sequence[PodInfo],
-              report: WindowReport) -> list[PodInfo]:
+    def _mine(self, spec: PhaseModelSpec, pods: Sequence[PodInfo], report: WindowReport,
+              status: dict) -> list[PodInfo]:
         """The running pods of this PhaseModel, their records verified, counted."""
         mine = [p for p in pods if p.running and not p.deleting and p.phasemodel == self.name
                 and spec.selector.matches(p.labels)]
         for p in mine:
             verify_pod(p, self.key)     # only records sealed by the operator are read
+        # ... and those it has not written yet; a record older than the last window with
+        # unrecorded resizes may have missed an increase (a restart): read as raised then
+        overlaid = self.pending.overlay(mine)
+        assume_raised(mine, self.pending.earlier_marker(unrecorded_window(status),
+                                                        report.window_start), overlaid)
         report.pods = len(mine)
         self.had_pods = self.had_pods or bool(mine)
         m.PODS_TRACKED.labels(self.namespace, self.name).set(len(mine))
@@ -365,8 +380,19 @@ class WindowRunner(PodWrites):
         return self.budget.message(strike, report.window_start + self._period(),
                                    self._period())
 
-    def _apply_window(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
-                      model_key: str, started: float, deadline: float) -> list[dict]:
+    def _unrecorded(self, report: WindowReport) -> WindowReport:
+        """The window is one whose resizes an operator (an earlier process) sent without their
+        records: its pods are left until the next window (ai4dl.controller.records)."""
+        log.warning("%s/%s: this window's resizes were sent by an earlier operator process "
+                    "without their pods' records: the window is left, its pods planned again "
+                    "next window", self.namespace, self.name)
+        m.SKIPPED_WINDOWS.labels(self.namespace, self.name, "restarted-mid-window").inc()
+        report.skipped["restarted-mid-window"] = 1
+        return report
+
+    def _apply_window(self, body: dict, plan: WindowPlan, spec: PhaseModelSpec,
+                      report: WindowReport, model_key: str, started: float,
+                      deadline: float) -> list[dict]:
         """The plan applied (records, histories, the writes to the pods) and timed; the
         authors' requests per pod, read once per pod: for the metrics and the savings."""
         labels = (self.namespace, self.name)
@@ -376,6 +402,14 @@ class WindowRunner(PodWrites):
         originals = [self._capped_originals(p, labels) if p.containers else {}
                      for p in plan.pods]
         self._apply(plan, spec, report, originals, deadline)
+        if report.unevented:
+            self._event_on_phasemodel(body, "Normal", "Resized", (
+                f"{report.resized} pods resized this window; {report.unevented} of them have "
+                f"no Resized Event of their own (a window writes at most "
+                f"{self.record_share:.0%} of its pods' records and Events besides the resizes: "
+                f"--pod-record-share)"))
+        if self.had_pods:
+            m.RECORDS_PENDING.labels(*labels).set(len(self.pending))
         report.seconds = time.perf_counter() - started
         if self.had_pods:
             m.WINDOW_SECONDS.labels(*labels).observe(report.seconds)

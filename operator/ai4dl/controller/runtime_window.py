@@ -44,6 +44,8 @@ class WindowReport:
     novel: int = 0              # containers whose window was novel
     classified: int = 0         # containers given a phase
     noticed: int = 0            # Warning Events about pods' own setup sent this window
+    unevented: int = 0          # Resized Events left out (the write budget: one summary Event)
+    unrecorded: int = 0         # resizes sent without their records (ai4dl.controller.records)
 
 
 class ModelCache:

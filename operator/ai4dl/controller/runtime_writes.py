@@ -14,7 +14,9 @@ from ai4dl.controller import metrics as m
 from ai4dl.controller.plan_types import WindowPlan
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
 from ai4dl.controller.podstate import state_scope
+from ai4dl.controller.records import MARKER, choose_writes, extra_writes
 from ai4dl.controller.runtime_window import WindowReport
+from ai4dl.crd import GROUP, PLURAL, VERSION
 from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.kube.raw import api_message, drain, read_json, write_event
 from ai4dl.quantity import parse_quantity
@@ -27,16 +29,18 @@ SKIP_REASONS = {"gone": "pod-gone", "conflict": "conflict",   # write outcome ->
 
 
 class PodWrites:
-    """WindowRunner's pod writes (a base class: uses its core, key, namespace, name, had_pods,
-    write_budget and caches)."""
+    """WindowRunner's pod writes (a base class: uses its core, custom, key, namespace, name,
+    had_pods, write_budget, record_share, pending and caches)."""
 
     # ------------------------------------------------------------------ writes
     def _apply(self, plan: WindowPlan, spec: PhaseModelSpec, report: WindowReport,
                originals: list[dict], deadline: float | None = None) -> None:
         """Write the plans: pods in parallel (the API calls are latency-bound), each pod's own
         writes in order (the record in annotations, then the resize, then Events), the
-        largest changes first, within the process's write limit; a pod not started by
-        ``deadline`` (wall-clock seconds: the next boundary) waits for the next window."""
+        largest changes first, within the process's write limit and the window's budget of
+        writes besides resizes (ai4dl.controller.records: the records left out are kept in
+        memory); a pod not started by ``deadline`` (wall-clock seconds: the next boundary)
+        waits for the next window."""
         labels = (self.namespace, self.name)
         novel = total = 0
         for k, p in enumerate(plan.pods):
@@ -86,31 +90,81 @@ class PodWrites:
                     report.noticed += 1
                     m.NOTICES.labels(self.namespace, reason).inc()
         self._in_metrics |= {(*p.pod.key, c.name) for p in plan.pods for c in p.containers}
-        work = [p for p in plan.pods if p.resize is not None or p.annotations or p.events]
+        self.pending.carry(plan.pods)
+        self._send([p for p in plan.pods if p.resize is not None or p.annotations or p.events],
+                   len(plan.pods), report, deadline)
+
+    def _send(self, work: list, pods: int, report: WindowReport,
+              deadline: float | None) -> None:
+        """The window's writes, within its budget besides resizes (what is left out of it
+        waits in memory) and the process's write limit, resizes first."""
         if not work:
             return
         # resizes first, the largest first: what the deadline leaves for the next window is
         # what matters least (the same order as the rate limit's, ai4dl.controller.plan)
         work.sort(key=lambda p: (p.resize is None, -p.largest_change()))
+        choice = choose_writes(work, extra_writes(pods, self.record_share),
+                               self.pending.since())
+        if choice.unrecorded and not self._mark_unrecorded(report.window_start):
+            for p in choice.deferred:       # no marker, no resize without its record
+                if p.resize is not None:
+                    p.annotations, p.deferred = p.deferred, {}
+            choice.unrecorded = 0
+        report.unevented, report.unrecorded = choice.unevented, choice.unrecorded
+        for p in work:
+            if not (p.resize is not None or p.annotations or p.events):
+                self.pending.defer(p.pod, p.deferred, report.window_start)   # nothing to send
+        work = [p for p in work if p.resize is not None or p.annotations or p.events]
+        if not work:
+            return
         with ThreadPoolExecutor(max_workers=min(WRITERS, len(work))) as pool:
             outcomes = pool.map(lambda p: self._write_within(p, deadline), work)
             for p, outcome in zip(work, outcomes):
-                if outcome == "resized":
-                    report.resized += 1
-                    m.RESIZES.labels(*labels).inc()
-                    if p.refused:           # the take-back of a resize the kubelet refused
-                        m.RESIZES_REFUSED.labels(*labels).inc()
-                elif outcome in SKIP_REASONS:
-                    m.SKIPPED_WINDOWS.labels(*labels, SKIP_REASONS[outcome]).inc()
-                    report.skipped[SKIP_REASONS[outcome]] = \
-                        report.skipped.get(SKIP_REASONS[outcome], 0) + 1
-                elif outcome:
-                    report.error = f"{p.pod.namespace}/{p.pod.name}: {outcome}"
+                self._count_outcome(p, outcome, report)
         late = report.skipped.get(SKIP_REASONS["deadline"], 0)
         if late:
             log.warning("%s/%s: %d pods' writes left for the next window (not reached by the "
                         "window's end: --kube-api-qps %g)", self.namespace, self.name, late,
                         self.write_budget.qps)
+
+    def _count_outcome(self, p, outcome: str, report: WindowReport) -> None:
+        """A pod's write outcome counted (report, metrics), and its record kept: written, or
+        left in memory until a later window writes it."""
+        labels = (self.namespace, self.name)
+        if outcome in ("resized", "", "untaken"):
+            if p.annotations:
+                self.pending.written(p.pod.uid)
+            if p.deferred:
+                self.pending.defer(p.pod, p.deferred, report.window_start)
+        if outcome == "resized":
+            report.resized += 1
+            m.RESIZES.labels(*labels).inc()
+            if p.refused:           # the take-back of a resize the kubelet refused
+                m.RESIZES_REFUSED.labels(*labels).inc()
+        elif outcome in SKIP_REASONS:
+            m.SKIPPED_WINDOWS.labels(*labels, SKIP_REASONS[outcome]).inc()
+            report.skipped[SKIP_REASONS[outcome]] = \
+                report.skipped.get(SKIP_REASONS[outcome], 0) + 1
+        elif outcome:
+            report.error = f"{p.pod.namespace}/{p.pod.name}: {outcome}"
+
+    def _mark_unrecorded(self, window: float) -> bool:
+        """The PhaseModel's status names ``window`` as one whose resizes go without their
+        records (ai4dl.controller.records: an operator restarted within it leaves it); False
+        when the write failed."""
+        self.write_budget.take(1)
+        try:
+            drain(self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, self.name,
+                {"status": {MARKER: window}}, _preload_content=False))
+            self.pending.marked = window
+            return True
+        except (ApiException, HTTPError) as err:
+            m.ERRORS.labels(self.namespace, self.name, "api-status").inc()
+            log.warning("%s/%s: window marker not written (%s): every resize goes with its "
+                        "record this window", self.namespace, self.name,
+                        api_message(err) if isinstance(err, ApiException) else err)
+            return False
 
     def _write_within(self, p, deadline: float | None) -> str:
         """The pod's writes (:meth:`_write_pod`) once the write limit gives their tokens;
@@ -139,7 +193,8 @@ class PodWrites:
                 self._annotate(p)
                 taken = True
             else:
-                version = self._record(p)
+                # the record first when it is written with the resize (ai4dl.controller.records)
+                version = self._record(p) if p.annotations else p.pod.resource_version or None
                 taken = self._resize(p, version) if version is not False else False
             if taken is False:
                 log.info("%s/%s: resized by someone else since this window's read; planned "
@@ -148,11 +203,13 @@ class PodWrites:
             if isinstance(taken, dict):
                 # The API server stored other values than we sent (it capped or changed them):
                 # remember this resize, so it is not sent again until the target moves.
+                # (The record goes now, whole, when it was left out of this window's writes.)
                 sent = {c["name"]: c["resources"] for c in p.resize["spec"]["containers"]}
-                state = json.loads(p.annotations.get(A_STATE) or "{}")
+                state = json.loads({**p.deferred, **p.annotations}.get(A_STATE) or "{}")
                 state["untaken"] = {"containers": sent}
-                p.annotations = {A_STATE: json.dumps(state, separators=(",", ":"),
-                                                     sort_keys=True)}
+                p.annotations = {**p.deferred, A_STATE: json.dumps(state, separators=(",", ":"),
+                                                                   sort_keys=True)}
+                p.deferred = {}
                 self._annotate(p)
                 p.events = [("Warning", "ResizeNotApplied",
                              f"the API server stored {json.dumps(taken, sort_keys=True)} for "

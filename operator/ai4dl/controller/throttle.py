@@ -1,8 +1,8 @@
 """The operator's client-side limit on its API writes: one token bucket for every window.
 
 A window's pod writes go out in parallel (``WRITERS`` per window, ``--window-workers`` windows at
-once). Unlimited, one large PhaseModel's burst of resizes (up to three writes each) goes as fast
-as this process can send it, and the API server's other clients (the scheduler, the kubelets,
+once). Unlimited, one large PhaseModel's burst of resizes (with their records and Events) goes
+as fast as this process can send it, and the API server's other clients (the scheduler, the kubelets,
 other controllers) wait behind it. client-go limits each of its clients the same way
 (``--kube-api-qps``, ``--kube-api-burst``): tokens refill at ``qps`` a second up to ``burst``.
 
