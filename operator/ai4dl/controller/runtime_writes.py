@@ -91,8 +91,8 @@ class PodWrites:
                     m.NOTICES.labels(self.namespace, reason).inc()
         self._in_metrics |= {(*p.pod.key, c.name) for p in plan.pods for c in p.containers}
         self.pending.carry(plan.pods)
-        self._send([p for p in plan.pods if p.resize is not None or p.annotations or p.events],
-                   len(plan.pods), report, deadline)
+        self._send([p for p in plan.pods if _writes_planned(p)], len(plan.pods), report,
+                   deadline)
 
     def _send(self, work: list, pods: int, report: WindowReport,
               deadline: float | None) -> None:
@@ -112,9 +112,9 @@ class PodWrites:
             choice.unrecorded = 0
         report.unevented, report.unrecorded = choice.unevented, choice.unrecorded
         for p in work:
-            if not (p.resize is not None or p.annotations or p.events):
-                self.pending.defer(p.pod, p.deferred, report.window_start)   # nothing to send
-        work = [p for p in work if p.resize is not None or p.annotations or p.events]
+            if not _writes_planned(p):      # all it had left out: nothing to send
+                self.pending.defer(p.pod, p.deferred, report.window_start)
+        work = [p for p in work if _writes_planned(p)]
         if not work:
             return
         with ThreadPoolExecutor(max_workers=min(WRITERS, len(work))) as pool:
