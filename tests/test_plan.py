@@ -485,6 +485,66 @@ def test_a_new_container_gets_the_learned_cold_start(chosen_model, window):
     assert t["memory"] >= GiB
 
 
+
+def test_a_known_workloads_new_container_keeps_its_profiles_start(chosen_model, window):
+    """Issue 42: a container of a known workload with no full window yet keeps the first
+    request its profile gives (what admission set) instead of the pooled cold-start level: the
+    evaluator serves a run's first window at its start (the pooled level is other workloads')."""
+    import datetime as dt
+
+    m, _ = chosen_model
+    spec = spec_for(m, kind="phase-headroom")
+    recent = dt.datetime.fromtimestamp(WINDOW_START - 60, dt.timezone.utc).isoformat()
+    partial = window.copy()
+    partial[:-5] = np.nan
+    p = pod("new", {"cpu": "3", "memory": "6Gi"}, started=recent)
+    own = np.array([3.0, 6 * GiB])
+    out = plan_window(spec, m, [p], {("ns", "new", "main"): partial}, 3, WINDOW_START,
+                      "2027-01-01T00:00:00Z", starts={("new-uid", "main"): own}).pods[0]
+    c = out.containers[0]
+    assert c.cold_start and c.proposal == {"cpu": 3.0, "memory": 6 * GiB}
+    # its cpu start stands; memory only rises (to the working set seen, with its margin)
+    assert c.target["cpu"] == 3.0 and c.target["memory"] >= 6 * GiB
+    # another pod's start is not this one's: the pooled level, as before
+    pooled = plan_window(spec, m, [p], {("ns", "new", "main"): partial}, 3, WINDOW_START,
+                         "2027-01-01T00:00:00Z", starts={("x-uid", "main"): own}).pods[0]
+    from ai4dl.policy.headroom import from_table
+
+    table = from_table(m.policy_tables_[0])
+    assert pooled.containers[0].proposal["cpu"] == pytest.approx(table.cold_start_[0])
+    # a container with a full window is planned by the policy, whatever its profile says
+    full = plan_window(spec, m, [pod("old", {"cpu": "3", "memory": "6Gi"})],
+                       {("ns", "old", "main"): window}, 3, WINDOW_START, "2027-01-01T00:00:00Z",
+                       starts={("old-uid", "main"): own}).pods[0]
+    assert not full.containers[0].cold_start
+
+
+def test_the_runtime_gives_a_started_container_its_workloads_first_request():
+    """What the window loop hands the plan as ``starts``: only containers started within the
+    window (and grace) of a workload with a profile of the served resources; the profile's
+    own first request (admission's, same growth limit)."""
+    from ai4dl.controller.profiles import first_requests
+    from ai4dl.rules.workload_profile import RunSummary, profile_from_runs
+
+    run_ = RunSummary(end=WINDOW_START - 3600, duration=600.0, first=(2.0, 3 * GiB),
+                      peak=(2.0, 5 * GiB), peak_at=(10.0, 300.0),
+                      early=((2.0, 3 * GiB), (2.0, 8 * GiB)))
+    profile = profile_from_runs(("cpu", "memory"), [run_])
+    firsts = {("Job/train", "main"): profile.compact()}
+    p = pod("r", {"cpu": "1", "memory": "2Gi"})
+    p.workload, p.started = "Job/train", {"main": WINDOW_START - 20.0}
+    got = first_requests([p], firsts, WINDOW_START, 90.0, ("cpu", "memory"), 1.0)
+    assert list(got) == [("r-uid", "main")]
+    np.testing.assert_allclose(got[("r-uid", "main")],
+                               profile.first_request(WINDOW_START, 1.0))
+    assert got[("r-uid", "main")][1] == pytest.approx(4 * GiB * 1.15)   # the climb: 8 GiB / 2
+    p.started = {"main": WINDOW_START - 91.0}                              # a full window since
+    assert first_requests([p], firsts, WINDOW_START, 90.0, ("cpu", "memory"), 1.0) == {}
+    p.started = {"main": WINDOW_START - 20.0}
+    assert first_requests([p], firsts, WINDOW_START, 90.0, ("memory", "cpu"), 1.0) == {}
+    p.workload = "Job/other"
+    assert first_requests([p], firsts, WINDOW_START, 90.0, ("cpu", "memory"), 1.0) == {}
+
 # ----------------------------------------------------------------------------- kubelet answers
 def node_pod(name, spec_res, actual_res=None, conditions=None, state=None, resize_policy=None,
              ours=True):

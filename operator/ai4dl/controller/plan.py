@@ -156,6 +156,14 @@ class _Window:
     window_start: float
     histories: Mapping | None
     model_key: str
+    #: per (pod uid, container): its workload profile's first request (resources order)
+    starts: Mapping[tuple[str, str], np.ndarray] | None = None
+
+    def cold_level(self, pod: PodInfo, container: str) -> np.ndarray | None:
+        """The level a container with no full window yet is served: its workload profile's
+        first request (what admission gave it), else the served policy's pooled level."""
+        own = (self.starts or {}).get((pod.uid, container))
+        return own if own is not None else self.cold
 
 
 # A container planned from its window: (its pod's plan index, its plan, its rows, context rows).
@@ -172,7 +180,8 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
                 served: Served | None = None,
                 rejected: Mapping[tuple[str, str, str], tuple[str, str]] | None = None,
                 floors: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
-                held: Mapping[tuple[str, str], float] | None = None
+                held: Mapping[tuple[str, str], float] | None = None,
+                starts: Mapping[tuple[str, str], np.ndarray] | None = None
                 ) -> WindowPlan:
     """Decide, for every pod of one PhaseModel, phases, recommendations and resizes.
 
@@ -189,9 +198,14 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     growth limit (a container restarted after an OOM kill: its bumped peak), within its
     ceiling and the physical maximum. ``held`` maps (pod uid, container) to the memory its
     workload's profile holds this window (the safety layer's hold, as in the evaluator).
+    ``starts`` maps (pod uid, container) to its workload profile's first request (in the
+    served resources' order): a container of a known workload that has no full window yet
+    keeps it, as the evaluator serves a run's first window at its start, instead of the
+    pooled cold-start level.
     """
     served = served if served is not None else served_policy(spec, model)
-    win = _window(spec, model, served, n_context, window_start, max_value, histories, model_key)
+    win = _window(spec, model, served, n_context, window_start, max_value, histories, model_key,
+                  starts)
     resources = win.resources
     plans, rows, colds = _collect(win, pods, samples, rejected)
     if rows or colds:
@@ -209,7 +223,7 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
 
 def _window(spec: PhaseModelSpec, model, served: Served, n_context: int, window_start: float,
             max_value: Mapping[str, float] | None, histories: Mapping | None,
-            model_key: str) -> _Window:
+            model_key: str, starts: Mapping | None = None) -> _Window:
     """The window's settings; a ValueError when spec.features are not the model's features."""
     resources = served.resources
     W = window_samples(spec)
@@ -221,7 +235,7 @@ def _window(spec: PhaseModelSpec, model, served: Served, n_context: int, window_
     res_idx = [names.index(r) for r in resources]
     k = model.n_phases_ if model is not None else 1
     return _Window(spec, served, resources, W, n_context, feature_idx, res_idx, safety, k,
-                   served.cold_start, window_start, histories, model_key)
+                   served.cold_start, window_start, histories, model_key, starts)
 
 
 def _collect(win: _Window, pods: Sequence[PodInfo],
@@ -287,11 +301,12 @@ def _collect_container(win: _Window, pi: int, pod: PodInfo, cp: ContainerPlan,
         if started is not None and started > win.window_start - W * win.spec.step_seconds \
                 - START_GRACE_SECONDS:
             reason, detail = "warming-up", "started during the window"
-    if reason == "warming-up" and win.cold is not None:
+    if reason == "warming-up" and win.cold_level(pod, cp.name) is not None:
         own = own_history(pod, cp.name, win.histories, win.model_key, win.k, len(win.resources))
         if own.n == 0:
-            # a new container: the level learned from training executions' first
-            # windows, not the author's request (memory only down to a sample seen)
+            # a new container: its workload's first request, else the level learned from
+            # training executions' first windows, not the author's request (memory only
+            # down to a sample seen)
             seen = None if x is None else x[-W:][:, res_idx]
             cp.usage = seen
             colds.append((pi, cp, seen))
@@ -331,7 +346,7 @@ def _decide(win: _Window, model, plans: list[PodPlan], rows: list[_Row], colds: 
     # the served policy for every container at once (tests/test_online.py: the same
     # numbers as its replay over each whole history)
     proposals[:len(rows)] = next_allocations(win.served.policy, lasts, last_phases, owns)
-    _cold_proposals(win, colds, len(rows), current, proposals, working_set, rising)
+    _cold_proposals(win, plans, colds, len(rows), current, proposals, working_set, rising)
     everyone = [*((pi, cp) for pi, cp, *_ in rows), *((pi, cp) for pi, cp, _ in colds)]
     targets, known = _safe_targets(win, plans, everyone, current, proposals, working_set,
                                    rising, held)
@@ -368,14 +383,17 @@ def _observe_rows(win: _Window, model, plans: list[PodPlan], rows: list[_Row]
     return lasts, last_phases, owns
 
 
-def _cold_proposals(win: _Window, colds: list[_Cold], first: int, current: np.ndarray,
-                    proposals: np.ndarray, working_set: np.ndarray, rising: np.ndarray) -> None:
-    """The cold-start level proposed for each cold container (rows from ``first`` on), with
-    its working set and whether it rose (in place)."""
+def _cold_proposals(win: _Window, plans: list[PodPlan], colds: list[_Cold], first: int,
+                    current: np.ndarray, proposals: np.ndarray, working_set: np.ndarray,
+                    rising: np.ndarray) -> None:
+    """The cold-start level proposed for each cold container (rows from ``first`` on: its
+    workload's first request, else the pooled level), with its working set and whether it
+    rose (in place)."""
     safety = win.safety
     for i, (pi, cp, seen) in enumerate(colds, start=first):
         cp.cold_start = True
-        proposals[i] = np.where(np.isfinite(win.cold), win.cold, np.nan)
+        level = win.cold_level(plans[pi].pod, cp.name)
+        proposals[i] = np.where(np.isfinite(level), level, np.nan)
         if safety.memory_index is not None:
             m = safety.memory_index
             ok = None if seen is None else seen[:, m][np.isfinite(seen[:, m])]

@@ -25,13 +25,16 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from kubernetes.client.exceptions import ApiException
 
 from ai4dl.controller.podstate import StateKey
 from ai4dl.crd import GROUP, KIND, VERSION
 from ai4dl.crd_profile import PROFILE_KIND, PROFILE_PLURAL
 from ai4dl.kube.raw import paged_items
-from ai4dl.rules.workload_profile import ProfileError, RunSummary, WorkloadProfile
+from ai4dl.rules.workload_profile import (CompactProfile, ProfileError, RunSummary,
+                                          WorkloadProfile)
 from ai4dl.quantity import format_resource
 
 log = logging.getLogger("ai4dl.operator")
@@ -218,3 +221,29 @@ class ProfileStore:
                     log.warning("WorkloadProfile %s/%s not deleted: HTTP %s", self.namespace,
                                 name, err.status)
         return {w: stored for _, w, _, stored in found[:max_workloads]}, deleted
+
+
+def first_requests(pods: Sequence, firsts: Mapping[tuple[str, str], CompactProfile],
+                   now: float, recent_s: float, resources: Sequence[str],
+                   max_increase: float | None) -> dict[tuple[str, str], np.ndarray]:
+    """Per (pod uid, container) started within ``recent_s`` before ``now`` (only such a
+    container can lack a full window) whose workload has a profile of ``resources``: the first
+    request that profile gives, with the safety layer's growth limit — the one admission set
+    (:func:`ai4dl.controller.admission.profile_levels`). The window loop keeps it until the run
+    has a full window, as the evaluator serves a run's first window at its start: a grid
+    boundary part-way through that window would otherwise replace the workload's own start by
+    the pooled cold-start level, which was learned from other workloads."""
+    out: dict[tuple[str, str], np.ndarray] = {}
+    cache: dict[tuple[str, str], np.ndarray | None] = {}
+    for p in pods:
+        for c in p.containers:
+            key, began = (p.workload, c.name), p.started.get(c.name)
+            if began is None or began < now - recent_s or key not in firsts:
+                continue
+            if key not in cache:
+                profile = firsts[key]
+                cache[key] = (profile.first_request(now, max_increase)
+                              if tuple(profile.resources) == tuple(resources) else None)
+            if cache[key] is not None:
+                out[(p.uid, c.name)] = cache[key]
+    return out

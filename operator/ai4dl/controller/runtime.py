@@ -26,7 +26,7 @@ from ai4dl.controller import metrics as m
 from ai4dl.controller.fairness import VOLATILE_MESSAGES
 from ai4dl.controller.novelty import CONDITION as NOVELTY_CONDITION
 from ai4dl.controller.novelty import NoveltyVerdict, update_novelty
-from ai4dl.controller.plan import plan_window
+from ai4dl.controller.plan import START_GRACE_SECONDS, plan_window
 from ai4dl.controller.plan_types import DATA_SKIPS, WindowPlan
 from ai4dl.controller.runtime_window import (ModelCache, WindowReport, label_selector,
                                              now_iso, window_start)
@@ -36,9 +36,9 @@ from ai4dl.controller.savings import (add_window, clamp_originals, original_requ
 from ai4dl.serving import Served, safety_config, served_policy, window_samples
 from ai4dl.kube.raw import api_message, drain, paged_items
 from ai4dl.controller.podstate import FOREIGN_PROBLEMS, StateKey
-from ai4dl.controller.profiles import ProfileStore
+from ai4dl.controller.profiles import ProfileStore, first_requests
 from ai4dl.controller.runs import RunTracker, oom_floors
-from ai4dl.rules.workload_profile import held_level
+from ai4dl.rules.workload_profile import CompactProfile, held_level
 from ai4dl.controller.pods import (A_ADMITTED, A_STATE, PodInfo, pod_info, qos_class,
                                    verify_pod)
 from ai4dl.controller.records import PendingRecords, assume_raised, unrecorded_window
@@ -126,6 +126,9 @@ class WindowRunner(PodWrites):
         self.profiled: set[str] | None = None
         # per (workload, container): the memory hold of its profile (level, until in a run)
         self.holds: dict[tuple[str, str], tuple[float, float]] = {}
+        # per (workload, container): what its first request is computed from (admission's
+        # start, kept by the window loop until the run has a full window)
+        self.firsts: dict[tuple[str, str], CompactProfile] = {}
         self._profiles_listed = -math.inf
         # The status last written (its JSON without lastWindowTime): a window that changes
         # nothing writes nothing (issue 43: 1,000 idle PhaseModels made 6,088 status PATCHes
@@ -195,7 +198,11 @@ class WindowRunner(PodWrites):
                                max_value=self.max_value, histories=self._own,
                                model_key=model_key, served=served, rejected=rejected,
                                floors=oom_floors(ended, served.resources),
-                               held=self._held(mine, start))
+                               held=self._held(mine, start),
+                               starts=first_requests(
+                                   mine, self.firsts, start,
+                                   spec.window_seconds + START_GRACE_SECONDS, served.resources,
+                                   safety_config(spec, served.resources).max_increase))
         except ValueError as err:
             return self._degraded(body, report, "InvalidModel", str(err))
         if deadline is None:        # the next boundary, on this run's clock (tests pass theirs)
@@ -463,13 +470,15 @@ class WindowRunner(PodWrites):
         if deleted:
             m.PROFILES_DELETED.labels(self.namespace, self.name).inc(deleted)
         self.profiled = set(stored)
-        self.holds = {}
+        self.holds, self.firsts = {}, {}
         for workload, got in stored.items():
             self._keep_holds(workload, got.containers, now)
 
     def _keep_holds(self, workload: str, profiles, now: float) -> None:
-        """Each container's memory hold (:meth:`WorkloadProfile.hold`), as of ``now``."""
+        """Each container's memory hold (:meth:`WorkloadProfile.hold`), as of ``now``, and
+        what its first request is computed from."""
         for container, profile in profiles.items():
+            self.firsts[(workload, container)] = profile.compact()
             hold = profile.hold(now)
             if hold is not None:
                 self.holds[(workload, container)] = hold
