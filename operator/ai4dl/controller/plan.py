@@ -47,7 +47,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ai4dl.controller.plan_pod import finish_pod
+from ai4dl.controller.plan_pod import finish_pod, render_state
 from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.pods import A_PHASE, A_PHASE_SINCE, PodInfo
 from ai4dl.crd_spec import PhaseModelSpec
@@ -212,9 +212,10 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
         _decide(win, model, plans, rows, colds, floors, held)
     for plan in plans:
         if plan.skipped is None:
-            finish_pod(plan, spec, resources, window_start, now_iso, model_key)
+            finish_pod(plan, spec, resources, window_start, now_iso)
     _rate_limit(plans, spec.policy.max_resizes_per_window)
     for plan in plans:
+        render_state(plan, model_key)
         if plan.skipped is None and plan.resize is None and not plan.annotations:
             plan.skipped = "unchanged"
     return WindowPlan(plans, resources, served, bound_conflicts(spec, resources),

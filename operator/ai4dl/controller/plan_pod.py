@@ -32,8 +32,9 @@ def _representable(resource: str, value: float) -> bool:
 
 
 def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
-            window_start: float, now_iso: str, model_key: str = "") -> None:
-    """QoS rules, the resize body, annotations and events for one pod."""
+            window_start: float, now_iso: str) -> None:
+    """QoS rules, the resize body, annotations and events for one pod (its state record
+    kept on the plan: :func:`render_state` writes it into the annotations)."""
     pod = plan.pod
     mode = spec.policy.mode
     if mode == "Off":
@@ -49,7 +50,7 @@ def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
     refused_hold = {} if pod.state_untrusted else (pod.state().get("refused") or {})
     new_containers, changes = _new_requests(plan, planned, mode, refused_hold, window_start)
     _annotate_recommendation(plan, planned, now_iso)
-    state = _next_state(plan, refused_hold, resources, window_start, model_key)
+    state = _next_state(plan, refused_hold, resources, window_start)
 
     # Writes only when something a user can see changed: with thousands of pods, an
     # annotation patch per pod per window would be the operator's main load on the API server.
@@ -136,9 +137,9 @@ def _annotate_recommendation(plan: PodPlan, planned: list, now_iso: str) -> None
 
 
 def _next_state(plan: PodPlan, refused_hold: dict, resources: tuple[str, ...],
-                window_start: float, model_key: str) -> dict:
-    """The pod's state record after this window (also its state annotation in the plan):
-    the window, the refusals still held, the authors' requests, the running statistics."""
+                window_start: float) -> dict:
+    """The pod's state record after this window (kept on the plan; :func:`render_state` adds
+    the running statistics): the window, the refusals still held, the authors' requests."""
     pod = plan.pod
     by_name = {c.name: c for c in pod.containers}
     state = pod.state()
@@ -162,14 +163,32 @@ def _next_state(plan: PodPlan, refused_hold: dict, resources: tuple[str, ...],
         orig = original_requests(pod)
         state["orig"] = {c.name: {r: v for r, v in orig.get(c.name, {}).items()
                                   if r in resources} for c in pod.containers}
-    # the running statistics, kept with the pod whenever it is written anyway (an operator
-    # restart then resumes from them; between writes the runtime keeps them in memory)
+    _keep_state(plan, state)
+    return state
+
+
+def _keep_state(plan: PodPlan, state: dict) -> None:
+    """The pod's state record, kept on the plan; its annotation is rendered by
+    :func:`render_state` once the window's rate limit has dropped the plans that will not keep
+    it (at 10,000 pods, rendering every pod's running statistics was a third of the planning
+    time, most of it thrown away)."""
+    plan.state = state
+    plan.annotations[A_STATE] = ""
+
+
+def render_state(plan: PodPlan, model_key: str) -> None:
+    """The state annotation of a plan that kept it: its record with the running statistics
+    (kept with the pod whenever it is written anyway: an operator restart then resumes from
+    them; between writes the runtime keeps them in memory)."""
+    state, plan.state = plan.state, None
+    if state is None or A_STATE not in plan.annotations:
+        plan.annotations.pop(A_STATE, None)
+        return
     own = {c.name: c.own.to_json() for c in plan.containers if c.own is not None}
     if own:
         state["own"] = {**(state.get("own") or {}), **own}
         state["model"] = model_key
     plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
-    return state
 
 
 def _no_resize(plan: PodPlan, mode: str, changes: dict[str, dict],
@@ -222,7 +241,7 @@ def _resize(plan: PodPlan, state: dict, changes: dict[str, dict], planned: list,
     state.pop("untaken", None)
     if increases:
         state["lastIncrease"] = increases
-    plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
+    _keep_state(plan, state)
     plan.annotations[A_LAST_APPLIED] = json.dumps(
         {"window": window_start, "containers": {b["name"]: b["resources"] for b in body}},
         separators=(",", ":"), sort_keys=True)
@@ -321,7 +340,7 @@ def _take_back_refused(plan: PodPlan, state: dict, spec: PhaseModelSpec, window_
     state.pop("untaken", None)
     state["refused"] = hold
     plan.resize = {"spec": {"containers": body}}
-    plan.annotations[A_STATE] = json.dumps(state, separators=(",", ":"), sort_keys=True)
+    _keep_state(plan, state)
     plan.annotations[A_LAST_APPLIED] = json.dumps(
         {"window": window_start, "containers": {b["name"]: b["resources"] for b in body}},
         separators=(",", ":"), sort_keys=True)

@@ -52,6 +52,9 @@ class PodPlan:
     # The kubelet refused the pod's last resize (PodResizeInProgress Error) and this plan takes
     # it back: the kubelet's message (counted in ai4dl_resizes_refused_total).
     refused: str | None = None
+    # The pod's state record while the window is planned; rendered into
+    # ``annotations[A_STATE]`` only for the plans that keep it (ai4dl.controller.plan_pod)
+    state: dict | None = None
 
     @property
     def phase(self) -> int | None:
