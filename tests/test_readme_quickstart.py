@@ -11,7 +11,9 @@ What runs where:
 * on the real API server: the example applies (``tests/test_helm.py::test_server_side_dry_run``);
 * on the real node: ``tests/test_real_node_chart.py`` installs the chart with the quick start's
   own `--set` values (:func:`helm_install_sets`; the image and Prometheus mapped to the ones
-  built and started there) and watches the operator resize a pod in place.
+  built and started there), then runs steps 3-6 from this README's text (:func:`command`) and
+  the example's file: `kubectl apply`, `ai4dl train`, the `kubectl get`s, the `kubectl patch`,
+  down to the operator's Resized Event and a pod resized in place.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ def test_the_quick_start_builds_and_installs_the_image_it_names(helm, helm_env):
 def test_the_quick_start_example_opts_a_job_in():
     from ai4dl.crd import MODEL_ANNOTATION, OPT_IN_LABEL
     from ai4dl.crd_spec import PhaseModelSpec
+    from ai4dl.trainer import MIN_TRAIN_EXECUTIONS
 
     apply = command("kubectl", "apply")
     namespace = command("kubectl", "create", "namespace")[3]
@@ -118,6 +121,9 @@ def test_the_quick_start_example_opts_a_job_in():
     assert meta["labels"][OPT_IN_LABEL] == "true"
     assert meta["annotations"][MODEL_ANNOTATION] == pm["metadata"]["name"]
     assert pm["spec"]["selector"]["matchLabels"].items() <= meta["labels"].items()
+    # step 4 can fit: the trainer needs MIN_TRAIN_EXECUTIONS pods to fit on and one to score on
+    assert job["spec"].get("parallelism", 1) >= MIN_TRAIN_EXECUTIONS + 1, job["spec"]
+    assert job["spec"].get("completions", 1) >= job["spec"].get("parallelism", 1)
     # step 6: the patch the README gives makes a valid PhaseModel that resizes in place
     patch = command("kubectl", "patch")
     assert patch[2:5] == ["pm", pm["metadata"]["name"], "-n"] and patch[5] == namespace

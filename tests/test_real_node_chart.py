@@ -2,7 +2,9 @@
 Docker engine or a registry (``e2e/node/operator_image.sh``: the Dockerfile's ``operator``
 target, buildah, a local Debian root), installed by ``helm install charts/ai4dl-operator`` with
 the README quick start's values (tests/test_readme_quickstart.py), and resizes a pod beside it
-in place.
+in place; then the rest of the quick start (steps 3-6) runs from the README's own text, from
+`kubectl apply -f deploy/examples/job.yaml` and `ai4dl train` to a Resized Event
+(test_the_readme_quick_start_from_helm_install_to_a_resized_pod).
 
 Runs with ``AI4DL_REAL_NODE=1`` like tests/test_real_node.py (root; ``make e2e-deps`` builds
 the image once: about 2.5 min cold, then a 0.1 s check). An image that cannot be built skips
@@ -19,6 +21,9 @@ chart's Deployment, ServiceAccount, RBAC, admission policy and Secret are all re
 * no ServiceAccount admission plugin (off: nothing makes the ``default`` ServiceAccounts it
   requires): the test adds the ``kube-api-access`` projected volume it would add; the kubelet
   then requests the chart's ServiceAccount's token (TokenRequest) as on any cluster;
+* no Job controller either: the quick start's Job is applied as written and its pods are
+  created from its stored template, as the Job controller would (``pods_of_the_job``); the
+  namespace, image, sizes and windows the harness forces are in ``example_on_this_node``;
 * no kube-proxy and no Service endpoints: the pod runs with the chart's ``operator.hostNetwork``
   and ``operator.env`` pointing ``KUBERNETES_SERVICE_HOST`` at the API server on 127.0.0.1;
   for the same reason the chart's webhook is off (the API server would call its Service's
@@ -31,23 +36,31 @@ Usage comes from the trace exporter through the real Prometheus, as in tests/tes
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
+from kubernetes import client
 
 from ai4dl.crd import GROUP, PLURAL, VERSION
+from ai4dl.crd_spec import default_features
+from ai4dl.quantity import parse_quantity
 from e2e_fixtures_k8s import create_namespace
-from e2e_fixtures_node import NodePods, _unavailable
+from e2e_fixtures_node import BUSYBOX_IMAGE, SLEEP_FOREVER, NodePods, _unavailable
 from e2e_fixtures_operator import crd, free_port, wait_for, write_report  # noqa: F401 (fixtures)
-from test_helm import CHART, helm, helm_env, run  # noqa: F401 (fixtures)
-from test_operator_integration import make_phasemodel, model_doc, stack  # noqa: F401
-from test_readme_quickstart import helm_install_sets
+from test_helm import CHART, helm, helm_env, kubectl, run  # noqa: F401 (fixtures)
+from test_operator_integration import STEP, make_phasemodel, model_doc, read_pm  # noqa: F401
+from test_operator_integration import stack  # noqa: F401 (fixture)
+from test_readme_quickstart import command, helm_install_sets
 from test_real_node import cgroup_matches_spec, jobs, opted_in_pod  # noqa: F401
 
 from e2e.controlplane import cluster as _cp
@@ -55,6 +68,10 @@ from e2e.controlplane import cluster as _cp
 REPO = Path(__file__).resolve().parent.parent
 IMAGE_SCRIPT = REPO / "e2e" / "node" / "operator_image.sh"
 WINDOW = 10
+#: The quick start's job runs here at this fraction of its size (example_on_this_node)
+EXAMPLE_SCALE = 16
+#: Samples of each of the job's pods in Prometheus before step 4's `ai4dl train`
+QUICKSTART_HISTORY = 3 * WINDOW
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 NONROOT = 65532
 
@@ -108,7 +125,8 @@ def kube_api_access(name: str) -> tuple[dict, dict]:
     requested by the kubelet, the cluster's CA, the namespace)."""
     volume = {"name": name, "projected": {"defaultMode": 0o644, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"configMap": {"name": "kube-root-ca.crt",
+                       "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
             "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}
     return volume, {"name": name, "mountPath": SA_MOUNT, "readOnly": True}
@@ -204,8 +222,6 @@ def release(real_node, operator_image, kube_cluster, crd, stack, helm, helm_env)
          "--set", "probes.readiness.periodSeconds=1",
          # the test's 10 s windows are below the default minimum (60 s)
          "--set", "operator.minWindowSeconds=0"], helm_env)
-    from kubernetes import client
-
     apps = client.AppsV1Api(kube_cluster.api_client)
     rel = Release(kube_cluster, real_node, ns, work, full, metrics_port)
     try:
@@ -339,15 +355,253 @@ def test_operator_pod_resizes_a_pod_beside_it_in_place(release, kube_cluster, st
         assert "Forbidden" not in log and " 403" not in log, log[-3000:]
         assert rel.pod()["status"]["containerStatuses"][0]["restartCount"] == 0
     finally:
-        from kubernetes import client
-
         with _suppress_api():
             client.CustomObjectsApi(kube_cluster.api_client).delete_namespaced_custom_object(
                 GROUP, VERSION, rel.workloads, PLURAL, "pm")
         exporter.remove_pod((rel.workloads, "beside", "main"))
+        with _suppress_api():         # its cpu is the quick start's room on this 2-core node
+            pods.core.delete_namespaced_pod("beside", rel.workloads, grace_period_seconds=0)
     FIGURES.extend([
         ("operator pod InPlace", "requests/limits before -> after",
          f"{before['limits']} -> {res['limits']}"),
         ("operator pod InPlace", "seconds from PhaseModel created to resize / to cgroup files",
          f"{t_resize:.1f} s / {t_cgroup:.1f} s"),
+    ])
+
+
+# ----------------------------------------------------------------------------- the quick start
+def scaled(resource: str, value: str) -> str:
+    """``value`` of ``resource`` divided by EXAMPLE_SCALE, as a quantity."""
+    q = parse_quantity(value) / EXAMPLE_SCALE
+    return f"{round(q * 1000)}m" if resource == "cpu" else f"{round(q / 2**20)}Mi"
+
+
+def example_on_this_node(docs: list[dict], namespace: str) -> list[dict]:
+    """The quick start's ``kubectl apply -f`` file as this harness can run it: the same
+    documents, with only what the harness forces changed, each named below."""
+    docs = json.loads(json.dumps(docs))
+    for d in docs:
+        # `kubectl create namespace ml` -> the namespace the release watches (its fixture's)
+        d["metadata"]["namespace"] = namespace
+    (pm,) = [d for d in docs if d["kind"] == "PhaseModel"]
+    # windows of WINDOW one-second steps, not 600 s of 15 s steps: the exporter plays its 15 s
+    # traces 15 times faster (a trace step a second), and a test cannot wait for 10-min windows
+    pm["spec"].update(stepSeconds=STEP, windowSeconds=WINDOW)
+    # and the default features' cpu rate() over 4 steps, as their [1m] is at 15 s: a [1m] of
+    # these one-second steps would smooth 60 of them, and the trainer drops a run's first rate
+    # window (a minute more of history to wait for)
+    assert "features" not in pm["spec"], "the example names its features: scale their windows"
+    pm["spec"]["features"] = [
+        {**f.model_dump(by_alias=True, exclude_none=True),
+         "query": f.query.replace("[1m]", f"[{4 * STEP}s]")} for f in default_features()]
+    (job,) = [d for d in docs if d["kind"] == "Job"]
+    spec = job["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True                  # no CNI on this node (as NodePods' pods)
+    for c in spec["containers"]:
+        # pytorch's image cannot be pulled offline: the node's busybox, asleep; the training's
+        # usage is played by the trace exporter (usage_of_the_job)
+        c.update(image=BUSYBOX_IMAGE, imagePullPolicy="Never", command=SLEEP_FOREVER)
+        # 4 pods of 4 cores and 16 Gi do not fit this 2-core node: the job at 1/EXAMPLE_SCALE,
+        # its requests and limits here and its usage in usage_of_the_job
+        c["resources"] = {kind: {r: scaled(r, v) for r, v in values.items()}
+                          for kind, values in c["resources"].items()}
+    return docs
+
+
+def pods_of_the_job(pods: NodePods, job: dict) -> list[dict]:
+    """The pods the Job controller would create from ``job`` as the API server stored it (its
+    template with the labels the API server adds, ``generateName`` and its controller
+    reference; not its tracking finalizer, which nothing here would remove), one per
+    ``parallelism``, bound to the node as the scheduler would; once Running."""
+    tmpl, meta = job["spec"]["template"], job["metadata"]
+    made = []
+    for _ in range(job["spec"].get("parallelism", 1)):
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": f"{meta['name']}-",
+                             "labels": tmpl["metadata"].get("labels", {}),
+                             "annotations": tmpl["metadata"].get("annotations", {}),
+                             "ownerReferences": [{
+                                 "apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                                 "uid": meta["uid"], "controller": True,
+                                 "blockOwnerDeletion": True}]},
+                "spec": {**json.loads(json.dumps(tmpl["spec"])), "nodeName": pods.node.name}}
+        made.append(pods.core.create_namespaced_pod(meta["namespace"], body).metadata.name)
+    return [pods.wait_running(name) for name in made]
+
+
+def usage_of_the_job(exporter, jobs, pods: list[dict]) -> None:
+    """Each pod's training container plays one of ``jobs`` from its first training epoch (as
+    opted_in_pod), at 1/EXAMPLE_SCALE like its requests (example_on_this_node)."""
+    traces, truth = jobs
+    for i, pod in enumerate(pods):
+        ex = traces[i % len(traces)]
+        offset = float(np.flatnonzero(truth[i % len(traces)] == 2)[0]) * ex.step
+        container = pod["spec"]["containers"][0]["name"]          # `train`
+        exporter.add_pod((pod["metadata"]["namespace"], pod["metadata"]["name"], container),
+                         dataclasses.replace(ex, values=ex.values / EXAMPLE_SCALE),
+                         offset=offset)
+
+
+def quickstart(*head: str, namespace: str, **values: str) -> list[str]:
+    """The README quick start's command that starts with ``head``, its namespace ``ml``
+    replaced by ``namespace`` (-n, --phasemodel, the selector) and the flags in ``values``
+    (``--prometheus``) by the harness's."""
+    cmd = command(*head)
+    ns = command("kubectl", "create", "namespace")[3]
+    out = []
+    for i, arg in enumerate(cmd):
+        flag = cmd[i - 1] if i else ""
+        if flag in ("-n", "--namespace") and arg == ns:
+            arg = namespace
+        elif flag == "--phasemodel":
+            arg = arg.replace(f"{ns}/", f"{namespace}/", 1)
+        elif flag == "--selector":
+            arg = arg.replace(f'namespace="{ns}"', f'namespace="{namespace}"')
+        elif flag.startswith("--") and flag[2:] in values:
+            arg = values[flag[2:]]
+        out.append(arg)
+    return out
+
+
+def resnet_recommendations(kubectl, namespace: str) -> list[dict]:
+    """Step 5's jsonpath read: each pod's recommendation annotation, parsed."""
+    out = kubectl(*quickstart("kubectl", "get", "pod", namespace=namespace)[1:]).stdout
+    docs, pos, dec = [], 0, json.JSONDecoder()
+    while pos < len(out.strip()):
+        doc, end = dec.raw_decode(out, pos)
+        docs.append(doc)
+        pos = end + len(out[end:]) - len(out[end:].lstrip())
+    return docs
+
+
+def apply_the_example(kubectl, namespace: str, folder: Path) -> list[dict]:
+    """Step 3's `kubectl apply -f deploy/examples/job.yaml`, of the file as this harness runs
+    it (example_on_this_node); the documents applied."""
+    apply = command("kubectl", "apply")
+    i = apply.index("-f") + 1
+    src = REPO / apply[i]
+    docs = example_on_this_node(list(yaml.safe_load_all(src.read_text())), namespace)
+    path = folder / src.name
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    kubectl(*apply[1:i], path, *apply[i + 1:])
+    return docs
+
+
+def train_as_the_readme_says(kube_cluster, namespace: str, prometheus: str) -> tuple:
+    """Step 4's `ai4dl train`, against the tier's Prometheus and API server; (its command,
+    its seconds)."""
+    train = quickstart("ai4dl", "train", namespace=namespace, prometheus=prometheus)
+    env = {**os.environ, "KUBECONFIG": str(kube_cluster.kubeconfig),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "operator"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "ai4dl", *train[1:]], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, f"{' '.join(train)}: exit {r.returncode}\n{r.stderr[-4000:]}"
+    return train, time.monotonic() - t0
+
+
+def resized_pods(kubectl, namespace: str, names: list[str]) -> list[str]:
+    """Step 6's `kubectl get events ... --field-selector reason=Resized`: which of ``names``
+    it shows."""
+    out = kubectl(*quickstart("kubectl", "get", "events", namespace=namespace)[1:]).stdout
+    return [n for n in names if f"pod/{n}" in out]
+
+
+def test_the_readme_quick_start_from_helm_install_to_a_resized_pod(
+        release, kube_cluster, stack, jobs, kubectl, tmp_path):
+    """The README's quick start as written, on this node, after the release (step 2, the
+    ``release`` fixture): step 3 applies deploy/examples/job.yaml (the Job's pods made from
+    its stored template: no Job controller here); step 4 runs `ai4dl train` once the pods'
+    usage is in Prometheus, which writes the PhaseModel's model; step 5 lists the PhaseModel
+    and reads the pods' recommendations, from the model's phases, while mode Recommend
+    resizes nothing; step 6's patch to InPlace makes the operator resize a pod in place: a
+    Resized Event, new requests the kubelet applies, the same container. What the harness
+    changes is named where it does (example_on_this_node, quickstart)."""
+    rel, _ = release
+    exporter, prom = stack
+    ns = rel.workloads
+    wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
+                         for c in rel.pod()["status"].get("conditions") or []),
+             90, interval=0.25, what="the operator pod Ready", reason=rel.why_not_ready)
+    t0 = time.monotonic()
+    docs = apply_the_example(kubectl, ns, tmp_path)
+    pm_name = next(d for d in docs if d["kind"] == "PhaseModel")["metadata"]["name"]
+    job_name = next(d for d in docs if d["kind"] == "Job")["metadata"]["name"]
+    pods = NodePods(kube_cluster, rel.node, ns)
+    running: list[dict] = []
+    try:
+        job = kube_cluster.api_client.sanitize_for_serialization(
+            client.BatchV1Api(kube_cluster.api_client).read_namespaced_job(job_name, ns))
+        running = pods_of_the_job(pods, job)
+        usage_of_the_job(exporter, jobs, running)
+        t_pods = time.monotonic() - t0
+        _steps_4_to_6(kubectl, kube_cluster, prom, pods, pm_name, running, t0, t_pods)
+    finally:
+        for pod in running:
+            name = pod["metadata"]["name"]
+            exporter.remove_pod((ns, name, pod["spec"]["containers"][0]["name"]))
+            with _suppress_api():
+                pods.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        with _suppress_api():
+            client.BatchV1Api(kube_cluster.api_client).delete_namespaced_job(job_name, ns)
+        with _suppress_api():
+            client.CustomObjectsApi(kube_cluster.api_client).delete_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, pm_name)
+
+
+def _steps_4_to_6(kubectl, kube_cluster, prom, pods: NodePods, pm_name: str,
+                  running: list[dict], t0: float, t_pods: float) -> None:
+    ns, names = pods.namespace, [p["metadata"]["name"] for p in running]
+    # step 4, once every pod has QUICKSTART_HISTORY samples (a few windows, as the README says)
+    sel = f'namespace="{ns}",pod=~"{"|".join(names)}"'
+    wait_for(lambda: (lambda r: len(r) == len(names) and min(
+        float(x["value"][1]) for x in r) >= QUICKSTART_HISTORY)(prom.query(
+            f"count_over_time(container_memory_working_set_bytes{{{sel}}}[10m])")),
+        QUICKSTART_HISTORY + 30, interval=1, what=f"{QUICKSTART_HISTORY} samples of each pod")
+    t_history = time.monotonic() - t0
+    train, t_train = train_as_the_readme_says(kube_cluster, ns, prom.url)
+    pm = read_pm(kube_cluster, ns, pm_name)
+    assert pm["spec"].get("model"), pm.get("status")
+    assert pm["status"]["training"]["decision"] == "applied", pm["status"]["training"]
+    # step 5: `kubectl get pm -n ml -w` lists it (once: a watch does not end)
+    listing = kubectl(*[a for a in quickstart("kubectl", "get", "pm", namespace=ns)[1:]
+                        if a != "-w"]).stdout
+    assert any(line.split()[:1] == [pm_name] and "Recommend" in line.split()
+               for line in listing.splitlines()), listing
+    recs = wait_for(lambda: (lambda r: r if len(r) == len(names) and all(
+        c.get("phase") is not None for doc in r for c in doc.values()) else None)(
+            resnet_recommendations(kubectl, ns)),
+        3 * WINDOW + 15, interval=0.5, what="each pod's recommendation from the model's phases",
+        reason=lambda: read_pm(kube_cluster, ns, pm_name).get("status"))
+    t_recommend = time.monotonic() - t0
+    now = {n: pods.get(n) for n in names}
+    assert all(now[p["metadata"]["name"]]["spec"]["containers"] == p["spec"]["containers"]
+               for p in running), "mode Recommend changed a pod"
+    assert resized_pods(kubectl, ns, names) == []
+    # step 6
+    kubectl(*quickstart("kubectl", "patch", namespace=ns)[1:])
+    resized = wait_for(lambda: resized_pods(kubectl, ns, names), 3 * WINDOW + 15, interval=0.5,
+                       what="a Resized Event of a pod of the job (`kubectl get events`)",
+                       reason=lambda: read_pm(kube_cluster, ns, pm_name).get("status"))
+    t_resized = time.monotonic() - t0
+    before = next(p for p in running if p["metadata"]["name"] == resized[0])
+    after = wait_for(lambda: (lambda p: p if (p["status"]["containerStatuses"][0].get(
+        "resources") or {}).get("requests") == p["spec"]["containers"][0]["resources"][
+            "requests"] else None)(pods.get(resized[0])), 30, interval=0.2,
+        what="the kubelet to report the resize done")
+    res0, res1 = (p["spec"]["containers"][0]["resources"] for p in (before, after))
+    assert res1 != res0
+    st0, st1 = (p["status"]["containerStatuses"][0] for p in (before, after))
+    assert st1["restartCount"] == 0 and st1["containerID"] == st0["containerID"]
+    assert after["status"]["qosClass"] == before["status"]["qosClass"]
+    FIGURES.extend([
+        ("quick start", "`ai4dl train` (as the README writes it, the harness's namespace and "
+         "Prometheus)", f"{t_train:.1f} s: {' '.join(train[1:])}"),
+        ("quick start", "seconds from `kubectl apply` to: pods Running / history / model / "
+         "recommendations / first Resized", f"{t_pods:.1f} / {t_history:.1f} / "
+         f"{t_history + t_train:.1f} / {t_recommend:.1f} / {t_resized:.1f} s"),
+        ("quick start", f"pod {resized[0]}: requests before -> after",
+         f"{res0['requests']} -> {res1['requests']}"),
+        ("quick start", "recommendations (Recommend mode)", json.dumps(recs)[:300]),
     ])
