@@ -170,6 +170,34 @@ def test_a_cumulative_cpu_counter_is_refused_whatever_its_unit(tmp_path, capsys)
     check_levels(jobs(3), flags=True)       # a rate that climbs in an epoch is no counter
 
 
+def test_a_counter_in_runs_too_short_for_the_counter_rule_is_hinted_at(tmp_path, capsys):
+    """Runs of fewer than COUNTER_MIN_SAMPLES samples escape the counter rule; the many-cores
+    refusal they meet instead names the counter too, not only millicores or percent (a hint
+    followed blindly would fit the counter's ramp)."""
+    from ai4dl.method.plausibility import COUNTER_MIN_SAMPLES
+
+    import dataclasses
+
+    def cut(cpu):
+        out = []
+        for e in jobs(3):
+            v = e.values[:COUNTER_MIN_SAMPLES - 2].astype(np.float64)
+            v[:, 0] = cpu(v[:, 0])
+            out.append(dataclasses.replace(e, times=e.times[:len(v)], values=v))
+        return out
+
+    # core-seconds so far: a counter of 8 samples
+    path = write_long(tmp_path / "short.csv", cut(lambda c: 40.0 + np.cumsum(np.abs(c) + 1)))
+    refused(["train", path, "-o", str(tmp_path / "m.json")], capsys, "short.csv: column 'cpu'",
+            "more than 16 per container", "a cumulative counter: give its rate")
+    # a level that falls: no counter, and no counter in the hint
+    path = write_long(tmp_path / "rates.csv",
+                      cut(lambda c: 40.0 + 5.0 * np.sin(np.arange(len(c)))))
+    line = refused(["train", path, "-o", str(tmp_path / "r.json")], capsys,
+                   "more than 16 per container")
+    assert "cumulative counter" not in line
+
+
 def test_the_operator_refuses_a_model_of_kib_read_as_bytes(fitted_model):
     """A model fitted on KiB read as bytes (a 5.8 MiB "DL job") is valid JSON: the operator's
     spec check refuses it (Degraded/InvalidModel, no plan), so admission would not ask for a

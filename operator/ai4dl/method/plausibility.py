@@ -124,17 +124,21 @@ def check_levels(traces, *, label: str | None = None, units_given: Sequence[str]
                              column=feature)
         if unit == "cores" and feature == "cpu":
             check_counter(traces, j, label=label)
+            # runs too short for the counter rule: a column that never falls may still be one
+            counter = (" (or, as it never falls in any execution, a cumulative counter: give "
+                       "its rate)" if never_falls(traces, j) else "")
             if p99 > MAX_MACHINE_CORES:
                 raise TraceError(f"'cpu' in cores has a 99th percentile of {p99:.4g}, more than "
                                  f"any machine has ({MAX_MACHINE_CORES}): not cores"
-                                 f"{flag('m')} (millicores)", path=label, column=feature)
+                                 f"{flag('m')} (millicores){counter}", path=label,
+                                 column=feature)
             if p99 > MANY_CORES and flags and feature not in units_given:
                 likely = "m" if p99 > 100 * MANY_CORES else "percent-of-core"
                 raise TraceError(f"'cpu' has a 99th percentile of {p99:.4g} cores, more than "
                                  f"{MANY_CORES} per container: pass --unit cpu={likely} if it "
                                  f"is {'millicores' if likely == 'm' else 'percent of a core'}"
-                                 f", or --unit cpu=cores if it really is cores", path=label,
-                                 column=feature)
+                                 f", or --unit cpu=cores if it really is cores{counter}",
+                                 path=label, column=feature)
 
 
 def check_counter(traces, j: int, *, label: str | None = None) -> None:
@@ -158,6 +162,14 @@ def check_counter(traces, j: int, *, label: str | None = None) -> None:
                          f"counter does (container_cpu_usage_seconds_total): give its rate "
                          f"(in PromQL rate(...[1m])), not the counter", path=label,
                          column=feature)
+
+
+def never_falls(traces, j: int) -> bool:
+    """Whether feature ``j`` rises somewhere and falls nowhere in every execution of at least
+    two finite samples (a counter's shape, whatever the runs' lengths)."""
+    runs = [d for d in (np.diff(v[np.isfinite(v)]) for v in
+                        (e.values[:, j].astype(np.float64) for e in traces)) if len(d)]
+    return bool(runs) and all((d >= 0).all() for d in runs) and any((d > 0).any() for d in runs)
 
 
 def check_runs(traces, *, label: str | None = None, max_gap_steps: float | None = None) -> None:
