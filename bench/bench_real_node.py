@@ -246,7 +246,12 @@ def main(argv=None) -> int:
                     spans = {j["pod"]: (j["record"]["created"], j["record"]["created"]
                                         + j["wall_seconds"]) for j in res["jobs"]}
                     workload = {j["pod"]: j["job"] for j in res["jobs"]}
-                    for pod, ex in J.record_executions(prom.url, ns, spans).items():
+                    started = {j["pod"]: min(t[2] for t in j["record"]["terminations"].values())
+                               for j in res["jobs"] if all(
+                                   t[2] for t in j["record"]["terminations"].values())
+                               and j["record"]["terminations"]}
+                    for pod, ex in J.record_executions(prom.url, ns, spans,
+                                                       started=started).items():
                         history.setdefault(workload[pod], []).append(ex)
             if policy == "static":
                 meta["model"] = {"samples": {k: sum(map(len, v)) for k, v in history.items()}}

@@ -111,6 +111,33 @@ def test_history_pull_gives_the_same_executions(both):
         np.testing.assert_allclose(ea.values, eb.values, rtol=1e-5, atol=1e-9)
 
 
+def test_a_young_containers_rate_undiluted_on_prometheus_is_what_victoriametrics_reads(both):
+    """In a container's first minute Prometheus's rate() divides what it used by the whole
+    minute, VictoriaMetrics by the span it has (issue 42: the real node's cpu start read low).
+    The probe tells the two apart without reading a series, and the operator's correction
+    makes Prometheus's young readings VictoriaMetrics's."""
+    from ai4dl.sources.prometheus import PrometheusSource, young_rates_diluted
+    from ai4dl.sources.prometheus_types import PodRef, default_feature_queries
+    from ai4dl.sources.young_rates import feature_rate_ranges, undilute
+
+    prom, vm, runs = both
+    features = default_feature_queries(("cpu", "memory"))
+    ranges = feature_rate_ranges([f.promql for f in features], "1m")
+    with PrometheusSource(prom) as p, PrometheusSource(vm) as v:
+        assert young_rates_diluted(p) is True and young_rates_diluted(v) is False
+        for (ns, pod, ctr), (run,) in runs.items():
+            began = float(run.times[0])
+            ref = PodRef(ns, pod, ctr)
+            a = p.fetch(features, [ref], began + STEP, began + 150, STEP)[ref]
+            b = v.fetch(features, [ref], began + STEP, began + 150, STEP)[ref]
+            young = a.times - began < 60
+            assert young.sum() == 3 and np.isfinite(a.values[:, 0]).all()
+            assert (a.values[young, 0] < 0.8 * b.values[young, 0]).all()      # read low
+            fixed = undilute(a.values, a.times, began, ranges, STEP)
+            np.testing.assert_allclose(fixed[:, 0], b.values[:, 0], rtol=1e-6)
+            np.testing.assert_array_equal(fixed[~young], a.values[~young])
+
+
 def test_replay_figures_match_within_rounding(both, tmp_path):
     prom, vm, _ = both
     docs = []

@@ -494,18 +494,26 @@ def phasemodel_body(name: str, kind: str, model_doc: dict | None, *, step: int =
 
 
 def record_executions(prom_url: str, namespace: str, spans: dict[str, tuple[float, float]],
-                      step: float = STEP) -> dict:
+                      step: float = STEP, started: dict[str, float] | None = None) -> dict:
     """Each job's cpu (cores) and memory (bytes) from cAdvisor through Prometheus at ``step``
-    over its [start, end] (name -> Execution; the operator's default queries)."""
-    from ai4dl.sources.prometheus import PrometheusSource
-    from ai4dl.sources.prometheus_types import PodRef
+    over its [start, end] (name -> Execution; the operator's default queries). A container's
+    start in ``started``: its first minute's cpu read over its age, as the operator reads it
+    (ai4dl.sources.young_rates), not diluted over the rate's minute."""
+    from ai4dl.sources.prometheus import PrometheusSource, young_rates_diluted
+    from ai4dl.sources.prometheus_types import PodRef, default_feature_queries
+    from ai4dl.sources.young_rates import feature_rate_ranges, undilute
 
     src = PrometheusSource(prom_url, timeout=10, retries=2)
+    features = default_feature_queries(("cpu", "memory"))
+    ranges = feature_rate_ranges([f.promql for f in features], src.rate_window)
+    diluted = young_rates_diluted(src) is True
     out = {}
     for name, (start, end) in spans.items():
         ref = PodRef(namespace, name, "main")
-        got = src.fetch(["cpu", "memory"], [ref], start, end, step)
-        out[name] = got[ref].to_execution(name)
+        got = src.fetch(features, [ref], start, end, step)[ref]
+        if diluted and (started or {}).get(name) is not None:
+            got.values[:] = undilute(got.values, got.times, started[name], ranges, step)
+        out[name] = got.to_execution(name)
     return out
 
 

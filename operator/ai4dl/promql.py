@@ -248,6 +248,36 @@ def duplicate_check(query: str) -> str | None:
     return f"max by (namespace, pod, container) ({counts}) > 1"
 
 
+def rate_range_seconds(query: str) -> float:
+    """The range in seconds of ``query``'s ``rate()`` when the query reads one range, and that
+    is a ``rate``'s (``max by (...) (rate(x[1m]))``, scaled or aggregated as it likes): a
+    young container's reading is then its rate diluted over the range
+    (:mod:`ai4dl.sources.young_rates`). 0 for anything else: no range, a subquery,
+    ``increase``, ``max_over_time``, two ranges (a ratio of two rates is not diluted), not
+    PromQL."""
+    try:
+        expr = promql_parser.parse(query)
+    except Exception:   # the parser's own error type: nothing to say about its range
+        return 0.0
+    ranges: list[float] = []
+    in_rate: list[float] = []
+
+    def visit(node) -> None:
+        kind = type(node).__name__
+        if kind == "SubqueryExpr":
+            ranges.append(-1.0)
+        elif kind == "MatrixSelector":
+            ranges.append(node.range.total_seconds())
+        elif kind == "Call" and node.func.name == "rate":
+            in_rate.extend(a.range.total_seconds() for a in node.args
+                           if type(a).__name__ == "MatrixSelector")
+
+    promql_parser.walk(expr, lambda node: visit(node))
+    if len(ranges) != 1 or in_rate != ranges:
+        return 0.0
+    return max(ranges[0], 0.0)
+
+
 def _selector_text(node) -> str | None:
     """A vector selector as PromQL text (``str()`` of the parser's node does not escape its
     strings again), without offset or @; None for one with ``or`` between its matchers."""

@@ -17,6 +17,7 @@ import time
 from collections import defaultdict
 from typing import Sequence
 
+import numpy as np
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from urllib3.exceptions import HTTPError
@@ -49,8 +50,10 @@ from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.crd_spec import PROMQL_UNCHECKED
 from ai4dl.errors import Ai4dlError
 from ai4dl.promql import template_problem
-from ai4dl.sources.prometheus_types import (FeatureQuery, PrometheusQueryError,
-                                            PrometheusQueryTimeout,
+from ai4dl.sources.prometheus import young_rates_diluted
+from ai4dl.sources.young_rates import feature_rate_ranges, undilute
+from ai4dl.sources.prometheus_types import (DEFAULT_RATE_WINDOW, FeatureQuery,
+                                            PrometheusQueryError, PrometheusQueryTimeout,
                                             SeriesLimitExceeded)
 
 log = logging.getLogger("ai4dl.operator")
@@ -218,6 +221,26 @@ class WindowRunner(PodWrites):
                                workloads)
         return report
 
+    def _undiluted(self, spec: PhaseModelSpec, mine: Sequence[PodInfo], samples: dict,
+                   begin: float, step: float) -> dict:
+        """``samples`` with each young container's rate features read over its age, where
+        the store reads them over the rate's whole range (ai4dl.sources.young_rates): its
+        first window is then what it used, as the trainer and the evaluator read runs."""
+        ranges = feature_rate_ranges([f.query for f in spec.features],
+                                     getattr(self.source, "rate_window", DEFAULT_RATE_WINDOW))
+        if not (ranges > 0).any() or not samples:
+            return samples
+        young = [((p.namespace, p.name, c.name), began) for p in mine for c in p.containers
+                 if (began := p.started.get(c.name)) is not None and began > begin - ranges.max()]
+        if not young or young_rates_diluted(self.source) is not True:
+            return samples
+        for key, began in young:
+            values = samples.get(key)
+            if values is not None:
+                times = begin + step * np.arange(len(values), dtype=np.float64)
+                samples[key] = undilute(values, times, began, ranges, step)
+        return samples
+
     def _validated_spec(self, body: dict, now: float
                         ) -> tuple[PhaseModelSpec | None, WindowReport | None]:
         """(the PhaseModel's spec, None), or (None, the degraded report) when it is invalid."""
@@ -340,7 +363,8 @@ class WindowRunner(PodWrites):
                                               skip=True)
         # an answer over the budget is used (its cost is paid); the next windows rest
         self._charge(report, sent, len(refs), timed_out=False)
-        samples = {tuple(ref): got[ref].values for ref in got}
+        samples = self._undiluted(spec, mine, {tuple(ref): got[ref].values for ref in got},
+                                  begin, step)
         for ref, features in got.duplicated.items():
             key = tuple(ref)
             detail = (f"more than one series for {', '.join(features)} (scraped twice, or "

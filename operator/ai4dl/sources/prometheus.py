@@ -63,6 +63,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import requests
 
+from ai4dl.errors import Ai4dlError
 from ai4dl.sources.prometheus_answers import (LeanMatrix, connection_reason, one_line,
                                               parse_matrix, read_capped)
 from ai4dl.sources.prometheus_types import (DEFAULT_RATE_WINDOW, FeatureQuery, PodRef, PodSamples,
@@ -95,6 +96,13 @@ SERVER_TIMEOUT_SHARE = 0.8
 # other figure unless a template keeps every label of a raw series.
 _BYTES_PER_POINT = 64
 _BYTES_PER_SERIES = 16384
+#: How long the answer of the young-rate probe (:func:`young_rates_diluted`) is kept per store
+#: URL: the store behind a URL does not change between windows, but may in a migration.
+YOUNG_RATE_PROBE_TTL = 3600.0
+#: A reading of the probe below this share of its true rate (1) is a diluted one: Prometheus
+#: reads 0.46 at the probe's 30-s age, VictoriaMetrics 1.0.
+_DILUTED_BELOW = 0.75
+_young_rate_answers: dict[str, tuple[float, bool | None]] = {}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -580,3 +588,37 @@ class PrometheusSource:
         except ValueError:
             pass
         return one_line(r.text or r.reason or "", 300), ""
+
+
+def young_rate_probe(at: float) -> str:
+    """A query of ``time()`` alone (no series read) whose answer at ``at`` tells how the store
+    reads the rate of a series younger than the rate's range: the counter ``time()``, slope 1,
+    kept for its last 30 s only, read by ``rate(...[60s])``. 1 where the store divides by the
+    span of the samples it has (VictoriaMetrics); about 0.46 where it divides by the whole
+    range (Prometheus: :mod:`ai4dl.sources.young_rates`)."""
+    return f"rate((vector(time()) > {at - 30:.0f})[60s:5s])"
+
+
+def young_rates_diluted(source, now: float | None = None) -> bool | None:
+    """Whether ``source``'s store reads a young series' rate over the rate's whole range (see
+    :func:`young_rate_probe`): True, False, or None when it could not say (no ``instant``, an
+    error, an odd answer; nothing is then corrected). Asked once per store URL and kept
+    ``YOUNG_RATE_PROBE_TTL`` seconds, an unknown answer too: one instant query an hour, not
+    one a window."""
+    now = time.time() if now is None else float(now)
+    url = str(getattr(source, "url", ""))
+    kept = _young_rate_answers.get(url)
+    if kept is not None and now - kept[0] < YOUNG_RATE_PROBE_TTL:
+        return kept[1]
+    answer: bool | None = None
+    ask = getattr(source, "instant", None)
+    if ask is not None:
+        at = math.floor(now)
+        try:
+            got = [v for _, v in ask(young_rate_probe(at), at)]
+        except Ai4dlError:
+            got = []
+        if len(got) == 1 and 0 < got[0] < 2:
+            answer = bool(got[0] < _DILUTED_BELOW)
+    _young_rate_answers[url] = (now, answer)
+    return answer
