@@ -535,9 +535,15 @@ def test_the_runtime_gives_a_started_container_its_workloads_first_request():
     p.workload, p.started = "Job/train", {"main": WINDOW_START - 20.0}
     got = first_requests([p], firsts, WINDOW_START, 90.0, ("cpu", "memory"), 1.0)
     assert list(got) == [("r-uid", "main")]
+    # its cpu no higher than the container's own request (CAPPED_AT_REQUEST); memory above
+    assert profile.first_request(WINDOW_START, 1.0)[0] == pytest.approx(2.3)
     np.testing.assert_allclose(got[("r-uid", "main")],
-                               profile.first_request(WINDOW_START, 1.0))
+                               [1.0, profile.first_request(WINDOW_START, 1.0)[1]])
     assert got[("r-uid", "main")][1] == pytest.approx(4 * GiB * 1.15)   # the climb: 8 GiB / 2
+    p.containers[0].requests["cpu"] = 4.0                                # room: the profile's
+    np.testing.assert_allclose(
+        first_requests([p], firsts, WINDOW_START, 90.0, ("cpu", "memory"), 1.0)[
+            ("r-uid", "main")], profile.first_request(WINDOW_START, 1.0))
     p.started = {"main": WINDOW_START - 91.0}                              # a full window since
     assert first_requests([p], firsts, WINDOW_START, 90.0, ("cpu", "memory"), 1.0) == {}
     p.started = {"main": WINDOW_START - 20.0}

@@ -30,9 +30,9 @@ KEY = StateKey(b"k" * 32)
 RES = ("cpu", "memory")
 
 
-def run(end, first_mem, peak_mem, run_id=""):
-    return RunSummary(end, 600.0, (1.0, first_mem), (2.0, peak_mem), (60.0, 300.0),
-                      early=((1.0, first_mem),), run_id=run_id)
+def run(end, first_mem, peak_mem, run_id="", cpu=1.0):
+    return RunSummary(end, 600.0, (cpu, first_mem), (2.0, peak_mem), (60.0, 300.0),
+                      early=((cpu, first_mem),), run_id=run_id)
 
 
 def stored_object(profiles, workload="Job/train", pm="pm", ns="ml", key=KEY):
@@ -263,6 +263,29 @@ class TestAdmissionFromProfile:
         opened = KEY.open(admitted_scope("ml", "pm", admitted_identity(p["metadata"])),
                           p["metadata"]["annotations"][A_ADMITTED])
         assert opened.data == {"main": {"cpu": "4", "memory": "32Gi"}}
+
+    def test_a_profiles_cpu_start_is_never_above_the_authors_request(self):
+        # runs that used 0.96 core at their 1-core limit: the profile says 1.10 (VPA's margin);
+        # the pod asks for 1 core of a node's 2 beside another such job (the real node:
+        # OutOfcpu). Memory may start above the author's request (an OOM kill ends the run).
+        prof = profile_from_runs(RES, [run(900.0, 40 * GiB, 40 * GiB, cpu=0.96)])
+        p = new_pod()
+        for c in p["spec"]["containers"]:
+            c["resources"]["requests"]["cpu"] = "1"
+            c["resources"]["limits"] = dict(c["resources"]["requests"])
+        assert prof.first_request(1000.0)[0] == pytest.approx(0.96 * 1.15)
+        a = admission.admit(p, admission_target(None), namespace="ml", workload="Job/train",
+                            profiles={"main": prof}, now=1000.0)
+        a.apply(p)
+        main = p["spec"]["containers"][0]["resources"]
+        assert main["requests"] == main["limits"]
+        assert parse_quantity(main["limits"]["cpu"]) == 1.0
+        assert parse_quantity(main["limits"]["memory"]) == pytest.approx(40 * GiB * 1.15,
+                                                                        rel=1e-3)
+        # a container asking for more keeps the profile's level
+        levels = admission.profile_levels(admission_target(None)["ml", "pm"],
+                                          {"main": prof}, 1000.0, {"main": {"cpu": 4.0}})
+        assert levels["main"][0][0] == pytest.approx(0.96 * 1.15)
 
     def test_a_guaranteed_pod_keeps_a_resource_its_limit_range_or_pod_bounds(self):
         prof = profile_from_runs(RES, [run(900.0, 2 * GiB, 6 * GiB)])

@@ -63,6 +63,7 @@ from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.crd_spec import PROMQL_UNCHECKED, LabelSelector
 from ai4dl.method.model import PhaseModel
 from ai4dl.quantity import format_resource, parse_quantity
+from ai4dl.rules.workload_profile import start_within_request
 from ai4dl.serving import safety_config, served_policy
 ADMITTING_MODES = ("Initial", "InPlace")
 
@@ -145,19 +146,24 @@ def admission_target(body: Mapping) -> AdmissionTarget:
                            max_increase=safety.max_increase)
 
 
-def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float
+def profile_levels(target: AdmissionTarget, profiles: Mapping | None, now: float,
+                   requests: Mapping[str, Mapping[str, float]] | None = None
                    ) -> dict[str, tuple[tuple[float | None, ...], int]]:
     """Per container with a profile of the target's resources: the first request its profile
     gives (in ``target.resources`` order) and how many runs it remembers — the same
     :meth:`~ai4dl.rules.workload_profile.WorkloadProfile.first_request` the evaluator's served
     start calls, with the same growth limit (a Guaranteed pod's too: its first window, counted
-    from its start, lasts until its first resize)."""
+    from its start, lasts until its first resize); its cpu no higher than the container's own
+    request (``requests``: container -> resource -> value;
+    :data:`~ai4dl.rules.workload_profile.CAPPED_AT_REQUEST` says why)."""
     out = {}
     for container, profile in (profiles or {}).items():
         if tuple(profile.resources) != tuple(target.resources):
             continue
         first = profile.first_request(now, target.max_increase)
         if first is not None:
+            first = start_within_request(first, target.resources,
+                                         (requests or {}).get(container))
             out[container] = (tuple(float(v) if math.isfinite(v) else None for v in first),
                               profile.n_runs)
     return out
@@ -335,7 +341,8 @@ def admit(pod: Mapping, targets: Mapping[tuple[str, str], AdmissionTarget],
     qos = qos_class(containers)
     managed = [i for i, c in enumerate(containers)
                if not target.containers or c.name in target.containers]
-    known = profile_levels(target, profiles, time.time() if now is None else now)
+    known = profile_levels(target, profiles, time.time() if now is None else now,
+                           {c.name: c.requests for c in containers})
     if qos == "Guaranteed" and any(containers[i].name in known for i in managed):
         return _admit_guaranteed(pod, target, containers, managed, known, max_value, key,
                                  namespace=namespace, limit_ranges=limit_ranges, shown=shown,

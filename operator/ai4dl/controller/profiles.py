@@ -34,7 +34,7 @@ from ai4dl.crd import GROUP, KIND, VERSION
 from ai4dl.crd_profile import PROFILE_KIND, PROFILE_PLURAL
 from ai4dl.kube.raw import paged_items
 from ai4dl.rules.workload_profile import (CompactProfile, ProfileError, RunSummary,
-                                          WorkloadProfile)
+                                          WorkloadProfile, start_within_request)
 from ai4dl.quantity import format_resource
 
 log = logging.getLogger("ai4dl.operator")
@@ -232,7 +232,9 @@ def first_requests(pods: Sequence, firsts: Mapping[tuple[str, str], CompactProfi
     (:func:`ai4dl.controller.admission.profile_levels`). The window loop keeps it until the run
     has a full window, as the evaluator serves a run's first window at its start: a grid
     boundary part-way through that window would otherwise replace the workload's own start by
-    the pooled cold-start level, which was learned from other workloads."""
+    the pooled cold-start level, which was learned from other workloads. Its cpu no higher than
+    the container's request, as admission capped it (:data:`~ai4dl.rules.workload_profile.
+    CAPPED_AT_REQUEST`)."""
     out: dict[tuple[str, str], np.ndarray] = {}
     cache: dict[tuple[str, str], np.ndarray | None] = {}
     for p in pods:
@@ -245,5 +247,5 @@ def first_requests(pods: Sequence, firsts: Mapping[tuple[str, str], CompactProfi
                 cache[key] = (profile.first_request(now, max_increase)
                               if tuple(profile.resources) == tuple(resources) else None)
             if cache[key] is not None:
-                out[(p.uid, c.name)] = cache[key]
+                out[(p.uid, c.name)] = start_within_request(cache[key], resources, c.requests)
     return out
