@@ -213,6 +213,19 @@ class TestServedStarts:
         by_group, _, _ = served_starts([y], [x, y], ("cpu", "memory"), 4, self.level)
         assert by_group[0][1] == 3 * GiB                              # groups differ
 
+    def test_a_profiles_cpu_start_stays_within_the_recorded_request(self):
+        # the operator's admission rule (CAPPED_AT_REQUEST), in the replay too: runs that used
+        # 2 cores of a pod that asked for 1.5 start at 1.5, memory above the request
+        meta = {"cpu_limit_cores": 1.5, "memory_limit_bytes": 1 * GiB}
+        runs = [execution(f"a/{k}", "a", 1000.0 * k, [2 * GiB] * 8, meta=meta,
+                          cpu=[2.0] * 8) for k in range(2)]
+        starts, _, _ = served_starts(runs, runs, ("cpu", "memory"), 4, self.level)
+        assert list(starts[1]) == pytest.approx([1.5, 2.3 * GiB])
+        free = [execution(f"b/{k}", "b", 1000.0 * k, [2 * GiB] * 8, cpu=[2.0] * 8)
+                for k in range(2)]
+        starts, _, _ = served_starts(free, free, ("cpu", "memory"), 4, self.level)
+        assert list(starts[1]) == pytest.approx([2.3, 2.3 * GiB])     # no request recorded
+
     def test_without_a_level_the_recorded_request_then_the_peak(self):
         rec = execution("r", "r", 0.0, [1 * GiB] * 4,
                         meta={"cpu_limit_cores": 4.0, "memory_limit_bytes": 8 * GiB})

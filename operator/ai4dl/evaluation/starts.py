@@ -23,7 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.method.traces import Execution
-from ai4dl.rules.workload_profile import RunSummary, profile_from_runs, summarise
+from ai4dl.rules.workload_profile import (RunSummary, profile_from_runs, start_within_request,
+                                           summarise)
 
 #: How a start was chosen, in the order ``served`` tries them.
 SOURCES = ("profile", "pooled", "request", "peak")
@@ -100,6 +101,8 @@ def served_starts(executions: Sequence[Execution], history: Sequence[Execution],
         past = [s for s in by_workload.get(workload_of(e, by), []) if s.end <= begin]
         profile = profile_from_runs(resources, past) if past else None
         request = profile.first_request(begin, max_increase) if profile is not None else None
+        if request is not None:     # its cpu within the author's request, as admission sets it
+            request = start_within_request(request, resources, _recorded(e, resources))
         holds.append(profile.hold(begin) if profile is not None else None)
         source = "profile"
         if request is None and level is not None:
@@ -109,6 +112,12 @@ def served_starts(executions: Sequence[Execution], history: Sequence[Execution],
         starts.append(np.asarray(request, np.float64))
         sources[source] += 1
     return starts, StartCounts(tuple((s, sources[s]) for s in SOURCES)), holds
+
+
+def _recorded(ex: Execution, resources: Sequence[str]) -> dict[str, float]:
+    """The requests the trace records for the pod, by resource (none where it records none)."""
+    return {r: float(v) for r, v in zip(resources, trace_request(ex, resources))
+            if np.isfinite(v)}
 
 
 def trace_request(ex: Execution, resources: Sequence[str]) -> np.ndarray:
