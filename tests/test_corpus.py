@@ -161,12 +161,17 @@ def test_evaluate_train_describe_read_the_corpus(tmp_path):
 @pytest.mark.integration
 def test_recorder_records_and_builds_real_runs(tmp_path):
     """corpus.py record + build on short runs of the four families built on _job.py: a
-    preempted job resumed from its checkpoint, and a two-rank DDP job."""
+    preempted job resumed from its checkpoint, and a two-rank DDP job.
+
+    Short and small (--max-duration, --max-scale): the phases and their order do not depend
+    on how long a run trains or how much data it makes, and every run's start-up (torch) is
+    most of its CPU; all four jobs at once (5 slots: ddp takes two), as the CPU allows."""
     runs, out = tmp_path / "runs", tmp_path / "corpus"
     r = subprocess.run([sys.executable, str(REPO / "e2e/workloads/corpus.py"), "record",
                         "--out", str(runs), "--per-family", "1", "--only",
-                        "lstm,tabular,finetune,ddp", "--slots", "2", "--max-duration", "15",
-                        "--port-offset", "211"], capture_output=True, text=True, timeout=600)
+                        "lstm,tabular,finetune,ddp", "--slots", "5", "--max-duration", "8",
+                        "--max-scale", "0.25", "--port-offset", "211"],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([sys.executable, str(REPO / "e2e/workloads/corpus.py"), "build",
                         str(runs), "--out", str(out), "--per-family", "1"],

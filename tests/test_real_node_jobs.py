@@ -31,7 +31,10 @@ STEP, WINDOW = 5, 20
 #: A cpu-bound job under a 300m limit (its training loop alone wants ~0.7 core: throttled for
 #: sure), opted in to the operator; and one under a 160Mi limit, which torch's import and the
 #: data set cannot fit: OOM-killed by the kernel, restarted by the kubelet (OnFailure).
-BUSY = J.JobSpec("busy", "cnn", 40, "300m", "2Gi", epochs=2, workers=1)
+#: The busy job's 30 s (throttled at 300m: some 9 cpu-seconds) are what its assertions need:
+#: two epochs of real training, more than 5 cpu-seconds, throttling; the run lasts until it
+#: ends (the OOM job's 40 s never come: it is killed at its start, every time).
+BUSY = J.JobSpec("busy", "cnn", 30, "300m", "2Gi", epochs=2, workers=1)
 OOM = J.JobSpec("oom", "cnn", 40, "500m", "160Mi", epochs=2, workers=1)
 
 

@@ -141,21 +141,32 @@ def _machine() -> dict:
             "torch": torch_version, "kernel": platform.release()}
 
 
-def _clamped(args: list[str], max_duration: float | None, port_offset: int = 0) -> list[str]:
-    """The run's arguments with ``--duration`` at most ``max_duration`` and the ddp port moved
-    by ``port_offset`` (a quick check beside a recording)."""
+@dataclass(frozen=True)
+class QuickCheck:
+    """What a quick check beside a recording changes in every run (nothing by default)."""
+
+    max_duration: float | None = None   # cap on --duration (s)
+    max_scale: float | None = None      # cap on --scale (the data set's size)
+    port_offset: int = 0                # moves the ddp jobs' ports
+
+
+def _clamped(args: list[str], quick: QuickCheck) -> list[str]:
+    """The run's arguments with ``--duration`` and ``--scale`` at most ``quick``'s caps and
+    the ddp port moved by its ``port_offset`` (a quick check beside a recording)."""
     out = []
     for a in args:
-        if a.startswith("--duration=") and max_duration:
-            a = f"--duration={min(float(a.split('=', 1)[1]), max_duration):g}"
-        elif a.startswith("--master-port=") and port_offset:
-            a = f"--master-port={int(a.split('=', 1)[1]) + port_offset}"
+        if a.startswith("--duration=") and quick.max_duration:
+            a = f"--duration={min(float(a.split('=', 1)[1]), quick.max_duration):g}"
+        elif a.startswith("--scale=") and quick.max_scale:
+            a = f"--scale={min(float(a.split('=', 1)[1]), quick.max_scale):g}"
+        elif a.startswith("--master-port=") and quick.port_offset:
+            a = f"--master-port={int(a.split('=', 1)[1]) + quick.port_offset}"
         out.append(a)
     return out
 
 
 def _record_run(run: Run, out: Path, interval: float, shared_dirs: dict,
-                max_duration: float | None = None, port_offset: int = 0) -> dict:
+                quick: QuickCheck = QuickCheck()) -> dict:
     trace, phases = _file(out, run.execution, ".csv"), _file(out, run.execution, ".phases.csv")
     log = _file(out, run.execution, ".log")
     extra = []
@@ -163,7 +174,7 @@ def _record_run(run: Run, out: Path, interval: float, shared_dirs: dict,
         extra = [f"--checkpoint-dir={shared_dirs[run.job]}"]
     cmd = [sys.executable, "-m", "ai4dl", "record", "-i", f"{interval:g}", "-o", str(trace),
            "--name", run.execution, "--", "nice", "-n", "19", sys.executable,
-           str(HERE / f"{run.family}.py"), *_clamped(run.args, max_duration, port_offset), *extra,
+           str(HERE / f"{run.family}.py"), *_clamped(run.args, quick), *extra,
            f"--phase-log={phases}"]
     load0, t0 = os.getloadavg()[0], time.time()
     with open(log, "wb") as fh:
@@ -173,8 +184,8 @@ def _record_run(run: Run, out: Path, interval: float, shared_dirs: dict,
             "load_after": round(os.getloadavg()[0], 2)}
 
 
-def _record_job(job: Job, out: Path, interval: float, max_duration: float | None = None,
-                port_offset: int = 0) -> None:
+def _record_job(job: Job, out: Path, interval: float,
+                quick: QuickCheck = QuickCheck()) -> None:
     meta = _file(out, job.name, ".json")
     shared = {}
     if len(job.runs) > 1 and job.family != "ddp":
@@ -182,13 +193,13 @@ def _record_job(job: Job, out: Path, interval: float, max_duration: float | None
     if job.family == "ddp":  # the ranks run at once, each followed by its own recorder
         results: list[dict] = [{}, {}]
         threads = [threading.Thread(target=lambda r=r: results.__setitem__(
-            r.rank, _record_run(r, out, interval, shared, max_duration, port_offset))) for r in job.runs]
+            r.rank, _record_run(r, out, interval, shared, quick))) for r in job.runs]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
     else:
-        results = [_record_run(r, out, interval, shared, max_duration, port_offset) for r in job.runs]
+        results = [_record_run(r, out, interval, shared, quick) for r in job.runs]
     doc = {"job": job.name, "family": job.family, "params": job.params, "runs": results}
     meta.write_text(json.dumps(doc, indent=1) + "\n")
     for d in shared.values():
@@ -211,7 +222,8 @@ def cmd_record(args) -> int:
 
     def work(job: Job) -> None:
         try:
-            _record_job(job, out, args.interval, args.max_duration, args.port_offset)
+            _record_job(job, out, args.interval,
+                        QuickCheck(args.max_duration, args.max_scale, args.port_offset))
         finally:
             for _ in range(job.slots):
                 free.release()
@@ -299,6 +311,8 @@ def main(argv=None) -> int:
             s.add_argument("--jobs", help="comma-separated jobs to record (e.g. lstm-00)")
             s.add_argument("--max-duration", type=float, help="cap every run's --duration "
                            "(seconds; for a quick check, not for the corpus)")
+            s.add_argument("--max-scale", type=float, help="cap every run's --scale (the size "
+                           "of its data set; for a quick check, not for the corpus)")
             s.add_argument("--port-offset", type=int, default=0, help="move the ddp jobs' "
                            "ports (29600 + job) by this much")
         if name == "build":
