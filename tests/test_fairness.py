@@ -254,15 +254,16 @@ def test_a_window_started_on_time_is_on_time(monkeypatch):
 
 
 def test_every_phasemodel_queries_through_one_connection_pool(monkeypatch):
-    """One HTTP session for all PhaseModels' sources (a session each kept a connection to
-    Prometheus open per PhaseModel that had queried), its pool as large as the window workers
-    that query at once."""
+    """One source and one HTTP session for all PhaseModels (a session each kept a connection
+    to Prometheus open per PhaseModel that had queried), its pool as large as the window
+    workers that query at once."""
     from ai4dl.controller import handlers
 
     monkeypatch.setattr(handlers, "_SESSION", [])
+    monkeypatch.setattr(handlers, "_SOURCE", [])
     monkeypatch.setitem(handlers.CONFIG, "prometheus_url", "http://prometheus.example:9090")
     monkeypatch.setitem(handlers.CONFIG, "window_workers", 3)
     one, two = handlers._source(), handlers._source()
-    assert one is not two and one._session is two._session
+    assert one is two and one._session is handlers._prometheus_session()
     adapter = one._session.get_adapter("http://prometheus.example:9090")
     assert adapter._pool_maxsize == 3

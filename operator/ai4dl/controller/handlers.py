@@ -30,8 +30,7 @@ from requests.adapters import HTTPAdapter
 from ai4dl.controller import idle, memory
 from ai4dl.controller import metrics as m
 from ai4dl.controller.admission import admission_target, admit, limit_range_rules, quota_room
-from ai4dl.controller.fairness import (WindowScheduler, late_condition, period_seconds,
-                                       throttled_condition)
+from ai4dl.controller.fairness import WindowScheduler, late_condition, throttled_condition
 from ai4dl.controller.orphans import OrphanSweep, forget_phasemodel
 from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.profiles import open_record
@@ -42,6 +41,7 @@ from ai4dl.controller.runtime_window import now_iso, window_start
 from ai4dl.controller.runtime_writes import WRITERS
 from ai4dl.controller.throttle import WriteBudget
 from ai4dl.controller.webhook import WEBHOOK_PATH, SelfSignedCertificates, patch_ca_bundle
+from ai4dl.controller.window_loop import Due, Served, WindowLoop, window_seconds
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
 from ai4dl.crd_profile import PROFILE_PLURAL
 from ai4dl.kube.raw import write_event
@@ -165,9 +165,20 @@ def _write_budget() -> WriteBudget:
     return _WRITE_BUDGET[0]
 
 
+_SOURCE: list = []
+
+
 def _source():
+    """The one Prometheus client of every PhaseModel's windows (it keeps no state of a
+    PhaseModel: one each was 1.3 KB per PhaseModel)."""
     if not CONFIG["prometheus_url"]:
         raise kopf.PermanentError("no Prometheus URL (--prometheus-url or AI4DL_PROMETHEUS_URL)")
+    if not _SOURCE:
+        _SOURCE.append(_new_source())
+    return _SOURCE[0]
+
+
+def _new_source():
     # A window's answer is bounded: --max-series-per-query, else SERIES_FACTOR per container
     # and feature asked for (more is refused unparsed: TooManySeries).
     return PrometheusSource(CONFIG["prometheus_url"], timeout=CONFIG["prometheus_timeout"],
@@ -212,10 +223,31 @@ def phasemodel_labels(text: str) -> dict[str, str] | None:
     return {k.strip(): v.strip() for k, _, v in pairs} or None
 
 
-async def phasemodel_windows(namespace, name, body, stopped, **_):
-    """One loop per PhaseModel: at each window boundary (each period's, when its window is
-    below the operator's minimum), queue the processing of all its pods at once for the
-    window workers, which take namespaces in turn (ai4dl.controller.fairness)."""
+#: The kopf index of the PhaseModels this instance serves, read by the window loop.
+ENTRIES_INDEX = "phasemodel_entries"
+#: What a window reads of its PhaseModel's metadata.
+ENTRY_METADATA = ("name", "namespace", "uid", "generation", "resourceVersion",
+                  "deletionTimestamp")
+
+
+def phasemodel_entries(namespace, name, body, **_):
+    """kopf index: a served PhaseModel as its windows read it (spec, status, a few metadata
+    fields), not kopf's whole object: managedFields and kopf's own annotations stay out of
+    memory (ai4dl.controller.window_loop)."""
+    meta = body.get("metadata") or {}
+    return {(namespace, name): {"spec": dict(body.get("spec") or {}),
+                                "status": dict(body.get("status") or {}),
+                                "metadata": {k: meta[k] for k in ENTRY_METADATA if k in meta}}}
+
+
+def _not_deleted(meta, **_) -> bool:
+    """A PhaseModel whose deletion began leaves the index: its loop stops (kopf's deletion
+    handler cleans its pods meanwhile)."""
+    return not meta.get("deletionTimestamp")
+
+
+def _runner(namespace: str, name: str) -> WindowRunner:
+    """A served PhaseModel's runner (the state its windows keep), when the loop first sees it."""
     core, custom = _clients()
     runner = WindowRunner(core, custom, _source(), namespace, name,
                           max_value=CONFIG.get("max_value"), key=state_key(),
@@ -228,52 +260,37 @@ async def phasemodel_windows(namespace, name, body, stopped, **_):
                           write_budget=_write_budget(),
                           record_share=float(CONFIG.get("pod_record_share",
                                                         DEFAULT_RECORD_SHARE)))
-    scheduler = _scheduler()
     idle.serve(namespace, name)
+    return runner
+
+
+def _forget(namespace: str, name: str) -> None:
+    idle.forget(namespace, name)
+    m.forget_phasemodel(namespace, name)
+
+
+async def _queue_window(served: Served, entry: dict, due: Due) -> float:
+    """A PhaseModel's window, queued for the window workers, which take namespaces in turn
+    (ai4dl.controller.fairness); the boundary handled."""
+    runner, scheduler = served.runner, _scheduler()
     minimum = float(CONFIG.get("min_window_seconds") or 0.0)
-    done = None     # the boundary handled last
-    try:
-        while not stopped:
-            window = int((body.get("spec") or {}).get("windowSeconds") or 600)
-            period = period_seconds(window, minimum)
-            settle = min(float(CONFIG.get("settle_seconds", 1.0)), window / 2)
-            now = time.time()
-            last = window_start(now - settle, window)
-            if done is None and now - last - settle < window / 2:
-                # (Re)started shortly after a boundary: handle the window that just ended (on
-                # the window's own grid) now, rather than wait up to a period. Pods another run
-                # already handled carry its id in their state record and are skipped. Later in
-                # a window, the next boundary is nearer: handling the old window now would
-                # resize pods twice within seconds (now, and again at the boundary).
-                due, grid = now, window
-            else:
-                boundary = window_start(now - settle, period)
-                if not (done is not None and boundary > done
-                        and now - boundary - settle < period / 2):
-                    boundary += period      # wait for the next one, so its samples are in
-                # else the last run overran shortly past a boundary: handle that window now
-                due, grid = boundary + settle, period
-            # A plain sleep: kopf cancels the daemon when it stops it. kopf's
-            # ``stopped.wait(delay)`` runs the wait as a task of its own, which outlives a
-            # cancelled daemon and, when its delay runs out during the operator's shutdown,
-            # ends in a TimeoutError that kopf re-raises as the operator's exit status (seen
-            # in CI: exit 1 after a clean SIGTERM).
-            await asyncio.sleep(max(0.0, due - time.time()))
-            if stopped:
-                break
-            snapshot = {"spec": dict(body.get("spec") or {}),
-                        "status": dict(body.get("status") or {}),
-                        "metadata": dict(body.get("metadata") or {})}
-            runner.period_seconds = period
-            throttled = throttled_condition(window, period, minimum)
-            ahead = (len(scheduler.queue), scheduler.queue.tenants_waiting(),
-                     scheduler.queue.depth(namespace))
-            done = await scheduler.run(namespace, partial(
-                _run_window, runner, snapshot, due, grid, settle, throttled, ahead,
-                scheduler.workers, time.time()))
-    finally:
-        idle.forget(namespace, name)
-        m.forget_phasemodel(namespace, name)
+    runner.period_seconds = due.period
+    throttled = throttled_condition(window_seconds(entry), due.period, minimum)
+    ahead = (len(scheduler.queue), scheduler.queue.tenants_waiting(),
+             scheduler.queue.depth(runner.namespace))
+    # the window reads a copy: the index's entry is kopf's, replaced by the next event
+    snapshot = {part: dict(entry.get(part) or {}) for part in ("spec", "status", "metadata")}
+    return await scheduler.run(runner.namespace, partial(
+        _run_window, runner, snapshot, due.at, due.grid, due.settle, throttled, ahead,
+        scheduler.workers, time.time()))
+
+
+async def start_window_loop(phasemodel_entries: kopf.Index, **_) -> None:
+    """The one window loop of every PhaseModel in the index (ai4dl.controller.window_loop)."""
+    loop = WindowLoop(phasemodel_entries, _runner, _queue_window, _forget,
+                      minimum=float(CONFIG.get("min_window_seconds") or 0.0),
+                      settle_seconds=float(CONFIG.get("settle_seconds", 1.0)))
+    _TASKS.append(asyncio.create_task(loop.run()))
 
 
 def _run_window(runner: WindowRunner, snapshot: dict, due: float, grid: int, settle: float,
@@ -334,7 +351,7 @@ def _scheduler() -> WindowScheduler:
 
 async def phasemodel_deleted(namespace, name, **_):
     """Its pods keep nothing that describes a model that is gone (kopf holds the PhaseModel's
-    finalizer until this returns; the daemon skips windows once deletion began)."""
+    finalizer until this returns; it left the window loop's index when deletion began)."""
     core, _ = _clients()
     n = await asyncio.to_thread(forget_phasemodel, core, namespace, name)
     log.info("PhaseModel %s/%s deleted: the operator's annotations removed from %d pods",
@@ -342,12 +359,13 @@ async def phasemodel_deleted(namespace, name, **_):
 
 
 def register_phasemodels() -> None:
-    """Register the PhaseModel daemon and deletion handler (above) for the PhaseModels this
-    instance serves: ``--phasemodel-selector``, which ai4dl.controller.__main__ puts in
+    """Register the PhaseModels' index, their window loop and deletion handler (above) for the
+    PhaseModels this instance serves: ``--phasemodel-selector``, which ai4dl.controller.__main__ puts in
     AI4DL_PHASEMODEL_SELECTOR before it calls this."""
     labels = phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", ""))
-    kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0,
-                labels=labels)(phasemodel_windows)
+    kopf.index(GROUP, VERSION, PLURAL, labels=labels, when=_not_deleted,
+               id=ENTRIES_INDEX)(phasemodel_entries)
+    kopf.on.startup()(start_window_loop)
     kopf.on.delete(GROUP, VERSION, PLURAL, labels=labels)(phasemodel_deleted)
 
 

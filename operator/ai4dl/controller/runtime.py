@@ -10,6 +10,7 @@ the writes to the pods (:class:`~ai4dl.controller.runtime_writes.PodWrites`, a b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -136,7 +137,7 @@ class WindowRunner(PodWrites):
         # The status last written (its JSON without lastWindowTime): a window that changes
         # nothing writes nothing (issue 43: 1,000 idle PhaseModels made 6,088 status PATCHes
         # in 6 minutes). After a restart the first window writes.
-        self._status_written: str | None = None
+        self._status_written: bytes | None = None
         # Whether a window has found a pod of this PhaseModel: until then it has no window
         # duration, skip or novelty series (a labelled histogram is ~13 values with a lock
         # each: per PhaseModel created ahead of its jobs, memory for series that say nothing).
@@ -726,14 +727,16 @@ class WindowRunner(PodWrites):
                             api_message(err))
 
 
-def _change_key(status: dict) -> str:
+def _change_key(status: dict) -> bytes:
     """What a status is compared by to decide whether to write it: all of it but
     lastWindowTime and the messages of VOLATILE_MESSAGES conditions (one window's figures)."""
     kept = {k: v for k, v in status.items() if k != "lastWindowTime"}
     kept["conditions"] = [{k: v for k, v in c.items() if k != "message"}
                           if c.get("type") in VOLATILE_MESSAGES else c
                           for c in status.get("conditions") or []]
-    return json.dumps(kept, sort_keys=True, default=str)
+    # a digest, not the text: kept per PhaseModel between windows (a status is 1-2 KB of JSON)
+    return hashlib.blake2b(json.dumps(kept, sort_keys=True, default=str).encode(),
+                           digest_size=16).digest()
 
 
 def _condition(body: dict, ctype: str) -> dict:
