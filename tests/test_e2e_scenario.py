@@ -57,7 +57,7 @@ HISTORY = [("h-cnn-1", "cnn"), ("h-tf-1", "transformer"), ("h-cnn-2", "cnn"),
 MANAGED = [("m-cnn", "cnn"), ("m-tf", "transformer")]
 # The default features with the rate() window scaled to the clock: 4 s at 1 s steps, as 1 min
 # is four 15 s steps in production (a 1 min rate would smooth over a whole phase of these
-# one-minute workloads, and the trainer leaves out each run's first rate window).
+# one-minute workloads).
 FEATURES = [{"name": f.name, "unit": f.unit, "query": f.query.replace("[1m]", "[4s]")}
             for f in default_features()]
 

@@ -417,6 +417,29 @@ def test_max_samples_flag_and_source_note():
     assert _source("traces a.csv", None) == "traces a.csv"
 
 
+def test_a_runs_first_rate_window_is_kept_where_the_stores_reading_is_known():
+    """Issue 42: where the store's reading of a young rate is known and the run's start is
+    pulled, its first minute is kept (the first window the operator saw): read over the
+    container's age on a store that divides by the whole range, as it is on one that does
+    not; the memory gauge is never scaled."""
+    n = 40
+    t = 15.0 * np.arange(n)
+    v = np.column_stack([np.full(n, 1.0), np.full(n, 5.0)])
+    v[:2] = np.nan                               # the first rate at point 2 (30 s)
+    pod = PodRef("ml", "p", "main")
+    started = np.full(n, 20.0)
+    ranges = np.array([60.0, 0.0])
+    args = (pod, t, v, ("cpu", "memory"), ("cores", "bytes"), 15.0, started)
+    (diluted,) = container_executions(*args, warmup=60.0, young=(True, ranges))
+    (raw,) = container_executions(*args, warmup=60.0, young=(False, ranges))
+    (unknown,) = container_executions(*args, warmup=60.0)
+    assert diluted.times[0] == raw.times[0] == 30.0 and unknown.times[0] == 105.0
+    # ages 10, 25, 40, 55 s: read × 60 / max(age, 15); from 60 s on as read
+    np.testing.assert_allclose(diluted.values[:5, 0], [4.0, 60 / 25, 1.5, 60 / 55, 1.0])
+    np.testing.assert_array_equal(raw.values[:, 0], 1.0)
+    np.testing.assert_array_equal(diluted.values[:, 1], 5.0)
+
+
 def test_run_edges_that_are_not_measurements_are_dropped():
     """The first rate window of a run (a rate() over samples the container never had) and the
     trailing lookback repeats after it stopped (flagged by __stale) are left out."""

@@ -125,7 +125,7 @@ def write_openmetrics(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
         block = (t // BLOCK_SECONDS).astype(np.int64)
         for b in np.unique(block):
             sel = block == b
-            text = "\n".join(f"{family}{{{labels}}} {y:.9g} {ts:.3f}"
+            text = "\n".join(f"{family}{{{labels}}} {_value(family, y)} {ts:.3f}"
                              for ts, y in zip(t[sel].tolist(), v[sel].tolist()))
             chunks.setdefault(int(b), {f: [] for f in FAMILIES})[family].append(text)
     paths = []
@@ -183,6 +183,13 @@ def history_server(retention: str = "30d", **kw):
     return _HistoryServer(**kw)
 
 
+def _value(family: str, y: float) -> str:
+    """A sample's value as text: 9 significant digits (the files stay small), but a start
+    time whole: at 9 digits a unix time is rounded to 10 s, and a run's age was off by up to
+    5 s (a young rate read over that age was wrong)."""
+    return repr(float(y)) if family == START else f"{y:.9g}"
+
+
 def text_lines(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
                pod_labels: Mapping[tuple[str, str], Mapping[str, str]] | None = None,
                **kube_state):
@@ -192,4 +199,4 @@ def text_lines(runs: Mapping[tuple[str, str, str], Sequence[Execution]],
     import_series`)."""
     for family, labels, t, v in _series(runs, pod_labels, **kube_state):
         for ts, y in zip(np.round(t * 1000).astype(np.int64).tolist(), v.tolist()):
-            yield f"{family}{{{labels}}} {y:.9g} {ts}"
+            yield f"{family}{{{labels}}} {_value(family, y)} {ts}"

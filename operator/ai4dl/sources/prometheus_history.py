@@ -33,7 +33,11 @@ measurements and are dropped too, so that every Prometheus-API store reads the s
 
 * the first rate window of a run (``warmup``: the longest ``[range]`` of the templates): a
   ``rate()`` whose window starts before the container's first sample is extrapolated by
-  Prometheus and computed from a partial window by VictoriaMetrics, and the two disagree;
+  Prometheus and computed from a partial window by VictoriaMetrics, and the two disagree —
+  unless the store's reading is known (:func:`~ai4dl.sources.prometheus.young_rates_diluted`,
+  asked once) and every ranged template is one ``rate``: then a run whose start is known keeps
+  its first minute, read over the container's age (:mod:`ai4dl.sources.young_rates`: what the
+  window loop does live), so its first window is the one the operator saw (issue 42);
 * trailing points where the memory gauge has no sample in the last step (the ``__stale``
   marker): a lookback repeat after the container stopped, where no staleness marker ended the
   series (backfilled history, a store without staleness markers).
@@ -55,9 +59,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ai4dl.crd_spec import parse_duration
-from ai4dl.sources.prometheus import PrometheusSource
+from ai4dl.sources.prometheus import PrometheusSource, young_rates_diluted
 from ai4dl.sources.prometheus_types import DEFAULT_RATE_WINDOW, FeatureQuery, PodRef
 from ai4dl.method.traces import CANONICAL_UNITS, DEFAULT_MAX_GAP_STEPS, Execution, regularise
+from ai4dl.sources.young_rates import feature_rate_ranges, undilute
 
 MAX_ANSWER_POINTS = 500_000
 MAX_QUERY_SAMPLES = 20_000_000     # well under Prometheus's default query.max-samples (50M)
@@ -98,6 +103,17 @@ def stale_marker(step: float) -> FeatureQuery:
                    "max by (namespace, pod, container) "
                    "(count_over_time(container_memory_working_set_bytes{{{selector}}}"
                    f"[{w}]))")
+
+
+def young_rate_ranges(features: Sequence[FeatureQuery], rate_window: str) -> np.ndarray | None:
+    """Per feature, the range of the one ``rate`` it reads (0: a feature that reads no range),
+    when every template that reads a range is such a rate; else None (a young run's first
+    window cannot be read right: it is dropped)."""
+    ranges = feature_rate_ranges([f.promql for f in features], rate_window)
+    for f, r in zip(features, ranges):
+        if r <= 0 and _RANGE.findall(f.promql.replace("{rate_window}", rate_window)):
+            return None
+    return ranges
 
 
 def warmup_seconds(features: Sequence[FeatureQuery], rate_window: str) -> float:
@@ -209,12 +225,15 @@ def container_executions(pod: PodRef, times: np.ndarray, values: np.ndarray,
                          resets: np.ndarray | None = None,
                          max_gap_steps: float = DEFAULT_MAX_GAP_STEPS,
                          min_samples: int = MIN_SAMPLES, warmup: float = 0.0,
-                         stale: np.ndarray | None = None) -> list[Execution]:
+                         stale: np.ndarray | None = None,
+                         young: tuple[bool, np.ndarray] | None = None) -> list[Execution]:
     """One container's grid (NaN = no sample) as executions: cut at restarts, then at long
     gaps; short pieces dropped. ``warmup``: the first seconds of each run whose rate() window
     reaches back before the container started (from the start marker, else from the run's
-    first point when the run begins inside the pull) are dropped; ``stale``: grid points
-    flagged as lookback repeats, dropped where they end a run."""
+    first point when the run begins inside the pull) are dropped, unless ``young`` (whether the
+    store dilutes a young rate, each feature's rate range) says how to read them and the run's
+    start is known: then they are kept, read over the container's age where the store dilutes
+    them; ``stale``: grid points flagged as lookback repeats, dropped where they end a run."""
     name = f"{pod.namespace}/{pod.pod}/{pod.container}"
     group = f"{pod.namespace}/{pod.pod}"
     out: list[Execution] = []
@@ -228,7 +247,11 @@ def container_executions(pod: PodRef, times: np.ndarray, values: np.ndarray,
             if warmup > 0:
                 mark = (start_marker[run][have[0]] if start_marker is not None
                         else float("nan"))
-                if np.isfinite(mark):
+                if np.isfinite(mark) and young is not None:
+                    # the store's reading of a young rate is known: kept from the start
+                    if young[0]:
+                        v = undilute(v, t, mark, young[1], step)
+                elif np.isfinite(mark):
                     # the container's start: a rate window is its own from start + warmup
                     # (+ a step: its first sample may come up to a scrape later)
                     keep &= t >= mark + warmup + step
@@ -346,8 +369,9 @@ class PrometheusHistory:
         self.max_query_samples = max_query_samples
         self.markers = ([START_MARKER, RESET_MARKER, stale_marker(self.step)]
                         if restart_markers else [])
-        self.warmup = warmup_seconds(self.features,
-                                     getattr(source, "rate_window", DEFAULT_RATE_WINDOW))
+        rate_window = getattr(source, "rate_window", DEFAULT_RATE_WINDOW)
+        self.warmup = warmup_seconds(self.features, rate_window)
+        self.rate_ranges = young_rate_ranges(self.features, rate_window)
         self.compress = compress
         if int(concurrency) < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -434,7 +458,7 @@ class PrometheusHistory:
         result.pulled_from = float(chunk_times[-1][0])
         times = np.concatenate(chunk_times[::-1])
         del chunk_times
-        self._cut_into_executions(plan, grids, times, result)
+        self._cut_into_executions(plan, grids, times, result, self._young())
         if max_samples is not None:
             (result.executions, result.dropped_executions, result.dropped_samples,
              result.trimmed) = keep_newest(result.executions, max_samples, self.min_samples)
@@ -492,8 +516,17 @@ class PrometheusHistory:
                 pool.shutdown(wait=True, cancel_futures=True)
         return chunk_times, grids
 
+    def _young(self) -> tuple[bool, np.ndarray] | None:
+        """How a run's first rate window is read (container_executions' ``young``), where
+        the store's reading is known and the runs' starts are pulled; else None."""
+        if self.rate_ranges is None or not self.markers or self.warmup <= 0:
+            return None
+        diluted = young_rates_diluted(self.source)
+        return None if diluted is None else (diluted, self.rate_ranges)
+
     def _cut_into_executions(self, plan: PullPlan, grids: list[list[np.ndarray]],
-                             times: np.ndarray, result: HistoryResult) -> None:
+                             times: np.ndarray, result: HistoryResult,
+                             young: tuple[bool, np.ndarray] | None = None) -> None:
         """Each container's pulled grid as executions, into ``result.executions``; every
         batch's grids are let go once cut."""
         n_feat = len(self.features)
@@ -510,5 +543,5 @@ class PrometheusHistory:
                 result.executions.extend(container_executions(
                     pod, times, v[:, :n_feat], names, self.units, self.step,
                     marks.get("__start"), marks.get("__resets"), self.max_gap_steps,
-                    self.min_samples, self.warmup, marks.get("__stale")))
+                    self.min_samples, self.warmup, marks.get("__stale"), young))
             del values
