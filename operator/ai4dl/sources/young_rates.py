@@ -19,6 +19,7 @@ more than the container used at a steady rate. Which features are such rates:
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -31,13 +32,19 @@ _ANY_SELECTOR = 'namespace="ai4dl"'
 
 def feature_rate_ranges(templates: Sequence[str], rate_window: str) -> np.ndarray:
     """Per template, the range in seconds of the one ``rate`` it reads, else 0 (F,)."""
-    out = np.zeros(len(templates))
-    for k, template in enumerate(templates):
+    return np.array(_rate_ranges(tuple(templates), rate_window), dtype=np.float64)
+
+
+@lru_cache(maxsize=1024)
+def _rate_ranges(templates: tuple[str, ...], rate_window: str) -> tuple[float, ...]:
+    # parsed once per set of templates, not at every window of every PhaseModel
+    out = []
+    for template in templates:
         try:
-            out[k] = rate_range_seconds(render_template(template, _ANY_SELECTOR, rate_window))
+            out.append(rate_range_seconds(render_template(template, _ANY_SELECTOR, rate_window)))
         except TemplateError:
-            out[k] = 0.0
-    return out
+            out.append(0.0)
+    return tuple(float(r) for r in out)
 
 
 def undilute(values: np.ndarray, times: np.ndarray, started: float, ranges: np.ndarray,
