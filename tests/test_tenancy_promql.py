@@ -390,8 +390,11 @@ def test_an_expensive_query_rests_its_own_phasemodel_and_no_other(
     assert f"PhaseModel {fair}/pm degraded" not in log
     # the costly one: its answers used (its pod resized from them), then rests, named
     rested = re.findall(rf"PhaseModel {costly}/pm degraded \(QueryOverBudget\): (.*)", log)
-    assert rested and "it took 1.3 s, over its budget of 1 s (--query-budget-seconds 1 + 2 " \
-        "ms per container)" in rested[0], rested
+    # the fake answers after 1.3 s; the operator's clock adds its own share (1.4 s on a
+    # loaded machine)
+    assert rested and re.search(r"it took 1\.[3-9] s, over its budget of 1 s "
+                                r"\(--query-budget-seconds 1 \+ 2 ms per container\)",
+                                rested[0]), rested
     assert asked[costly] < windows[costly], (asked, windows)
     # the timed-out one: QueryTimeout, sent once a queried window (no retry), never resized
     timeouts = re.findall(rf"PhaseModel {timed_out}/pm degraded \(QueryTimeout\): (.*)", log)
