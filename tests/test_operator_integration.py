@@ -15,6 +15,7 @@ tests/test_real_node.py's (test_operator_inplace_resize_reaches_cgroups).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -43,12 +44,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def model_doc():
-    """A small model of synthetic DL jobs (cpu cores, memory bytes), 15 s trace step."""
-    cfg = synthetic.SyntheticConfig(n_features=2)
-    traces, _ = synthetic.generate(30, seed=21, config=cfg)
-    model = PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
-    doc = json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+def model_doc(synthetic_jobs_doc):
+    """A small model of synthetic DL jobs (cpu cores, memory bytes), 15 s trace step: this
+    module's copy of the session's fit (tests/conftest.py)."""
+    doc = copy.deepcopy(synthetic_jobs_doc)
     # The exporter plays these 15 s traces 15 times faster (SPEED): one trace step is one
     # second of the cluster's time, the PhaseModels' stepSeconds, which the operator requires
     # the model's step to equal.
