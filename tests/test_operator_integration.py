@@ -229,7 +229,7 @@ def test_recommend_mode_never_resizes(kube_cluster, k8s_namespace, fake_kubelet,
     operator.wait_for(lambda: A_RECOMMENDATION in (kube_cluster.core.read_namespaced_pod("r1", ns)
                                                    .metadata.annotations or {}),
                       2 * WINDOW + 12, what="a recommendation annotation", namespace=ns)
-    time.sleep(WINDOW)
+    operator.wait_windows(1, ns, after=time.time())     # one more window, logged
     assert requests_of(kube_cluster, ns, "r1") == before
     assert requests_of(kube_cluster, ns, "r2") == before
     assert not events(kube_cluster, ns, "Resized")
@@ -366,7 +366,9 @@ def test_deleted_pod_mid_window_is_no_error(kube_cluster, k8s_namespace, fake_ku
                       what="a resize", namespace=ns)
     fake_kubelet.delete_pod("d1", namespace=ns)
     exporter.remove_pod((ns, "d1", "main"))
-    time.sleep(2 * WINDOW)
+    # the window the pod was deleted in, and the next, which no longer lists it (its status
+    # is written before its log line)
+    operator.wait_windows(1, ns, after=time.time())
     m = operator.metrics()
     errors = [line for line in m.splitlines()
               if line.startswith("ai4dl_errors_total") and f'namespace="{ns}"' in line]
@@ -423,7 +425,7 @@ def test_phasemodel_selector_shards_phasemodels(kube_cluster, k8s_namespace, fak
         op.wait_for(lambda: A_PHASE in (kube_cluster.core.read_namespaced_pod("s1", ns).metadata
                                         .annotations or {}), 2 * WINDOW + 12, what="s1's phase",
                     namespace=ns, name="pm-a")
-        time.sleep(WINDOW)
+        op.wait_windows(1, ns, "pm-a", after=time.time())    # one more window of shard a
         assert not (read_pm(kube_cluster, ns, "pm-b").get("status") or {}).get("conditions")
         ann = kube_cluster.core.read_namespaced_pod("s2", ns).metadata.annotations or {}
         assert A_PHASE not in ann
