@@ -66,6 +66,23 @@ def fitted_model(synthetic_train):
     return PhaseModel(random_state=3, epochs=40).fit(traces)
 
 
+@pytest.fixture(scope="session")
+def synthetic_jobs_doc():
+    """A small model of synthetic DL jobs (cpu cores, memory bytes; 15 s trace step) as its
+    PhaseModel document, fitted once per session: the operator tests' model (and the trainer's
+    poor current one). Modules take a deep copy (the fit takes seconds; each module's own copy
+    is as if it had fitted it)."""
+    import json
+
+    from ai4dl.method import synthetic
+    from ai4dl.method.model import PhaseModel
+
+    cfg = synthetic.SyntheticConfig(n_features=2)
+    traces, _ = synthetic.generate(30, seed=21, config=cfg)
+    model = PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
+    return json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+
+
 # Kubernetes e2e fixtures (kube_cluster, k8s_namespace, fake_kubelet): tests/e2e_fixtures_k8s.py;
 # the opt-in real node (real_node, node_pods; AI4DL_REAL_NODE=1): tests/e2e_fixtures_node.py
 pytest_plugins = ["e2e_fixtures_k8s", "e2e_fixtures_prom", "e2e_fixtures_node"]

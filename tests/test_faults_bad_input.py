@@ -224,10 +224,33 @@ def test_a_ceiling_below_the_working_set_is_approached_step_by_step(
                  "Warning CeilingBelowUsage once per pod; BoundsConflict CeilingBelowUsage"))
 
 
+def bounds_rule_in_force(kube_cluster, ns: str) -> bool:
+    """Whether the API server refuses a PhaseModel whose cpu floor is above its ceiling (a
+    dry-run create: the schema it holds now)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
+            "metadata": {"name": "bounds-probe"},
+            "spec": {"selector": {"matchLabels": {"app": "train"}}, "stepSeconds": 1,
+                     "windowSeconds": WINDOW,
+                     "policy": {"resources": {"cpu": {"floor": "8", "ceiling": "1"}}}}}
+    try:
+        client.CustomObjectsApi(kube_cluster.api_client).create_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, body, dry_run="All")
+    except ApiException as err:
+        if err.status == 422 and "floor must not be above ceiling" in (err.body or ""):
+            return True
+        raise
+    return False
+
+
 @contextlib.contextmanager
-def crd_without_bounds_rule(kube_cluster):
+def crd_without_bounds_rule(kube_cluster, ns: str):
     """The PhaseModel CRD as it was before the floor <= ceiling rule, put back afterwards (the
-    API server keeps objects stored under the older schema, and lets their status change)."""
+    API server keeps objects stored under the older schema, and lets their status change).
+    Each change is waited for until the API server applies it (within a second or so), as
+    a dry-run create in ``ns`` shows."""
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(kube_cluster.api_client)
@@ -242,12 +265,14 @@ def crd_without_bounds_rule(kube_cluster):
               ["properties"]["policy"]["properties"]["resources"]["additionalProperties"])
     del bounds["x-kubernetes-validations"]
     replace(older)
-    time.sleep(2)            # the API server picks up a new schema within a second or so
+    wait_for(lambda: not bounds_rule_in_force(kube_cluster, ns), 30, interval=0.1,
+             what="the CRD without its floor <= ceiling rule in force")
     try:
         yield
     finally:
         replace(crd_manifest())
-        time.sleep(2)
+        wait_for(lambda: bounds_rule_in_force(kube_cluster, ns), 30, interval=0.1,
+                 what="the CRD's floor <= ceiling rule in force again")
 
 
 def test_floor_above_ceiling_holds_the_resource(kube_cluster, stack, jobs, model_doc,
@@ -257,7 +282,7 @@ def test_floor_above_ceiling_holds_the_resource(kube_cluster, stack, jobs, model
     start_pods(kubelet, exporter, jobs, ns, ["f1"], requests=REQUESTS)
     # The CRD refuses floor > ceiling at apply time (a CEL rule): this is an object stored
     # before the rule existed, which the operator must still handle on its own.
-    with crd_without_bounds_rule(kube_cluster):
+    with crd_without_bounds_rule(kube_cluster, ns):
         make_phasemodel(kube_cluster, ns, "pm", model_doc, minChange=0.05,
                         resources={"cpu": {"floor": "8", "ceiling": "1"}})
     wait_windows(module_operator, ns, 3, 5 * WINDOW + 15)

@@ -15,6 +15,7 @@ tests/test_real_node.py's (test_operator_inplace_resize_reaches_cgroups).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -43,12 +44,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def model_doc():
-    """A small model of synthetic DL jobs (cpu cores, memory bytes), 15 s trace step."""
-    cfg = synthetic.SyntheticConfig(n_features=2)
-    traces, _ = synthetic.generate(30, seed=21, config=cfg)
-    model = PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
-    doc = json.loads(model.to_document().model_dump_json(by_alias=True, exclude_none=True))
+def model_doc(synthetic_jobs_doc):
+    """A small model of synthetic DL jobs (cpu cores, memory bytes), 15 s trace step: this
+    module's copy of the session's fit (tests/conftest.py)."""
+    doc = copy.deepcopy(synthetic_jobs_doc)
     # The exporter plays these 15 s traces 15 times faster (SPEED): one trace step is one
     # second of the cluster's time, the PhaseModels' stepSeconds, which the operator requires
     # the model's step to equal.
@@ -230,7 +229,7 @@ def test_recommend_mode_never_resizes(kube_cluster, k8s_namespace, fake_kubelet,
     operator.wait_for(lambda: A_RECOMMENDATION in (kube_cluster.core.read_namespaced_pod("r1", ns)
                                                    .metadata.annotations or {}),
                       2 * WINDOW + 12, what="a recommendation annotation", namespace=ns)
-    time.sleep(WINDOW)
+    operator.wait_windows(1, ns, after=time.time())     # one more window, logged
     assert requests_of(kube_cluster, ns, "r1") == before
     assert requests_of(kube_cluster, ns, "r2") == before
     assert not events(kube_cluster, ns, "Resized")
@@ -273,9 +272,10 @@ def test_restart_mid_run_loses_and_duplicates_no_resize(kube_cluster, k8s_namesp
     time.sleep(WINDOW / 2)
     operator.start()
     # its first window catches up on the last one that ended, however long its start-up took
-    # (long under load); then two more
+    # (long under load), and may meet the killed one's writes; then the next one (the writes
+    # of two windows that no operator was killed between)
     first = operator.wait_windows(1, ns, logged_after=operator.started_at)[0]
-    operator.wait_windows(2, ns, after=first.start + WINDOW, logged_after=operator.started_at)
+    operator.wait_windows(1, ns, after=first.start + WINDOW, logged_after=operator.started_at)
     # Each pod: at most one resize per window, and every handled window recorded once.
     for pod in ("s1", "s2"):
         evs = [e for e in events(kube_cluster, ns, "Resized") if e.involved_object.name == pod]
@@ -367,7 +367,9 @@ def test_deleted_pod_mid_window_is_no_error(kube_cluster, k8s_namespace, fake_ku
                       what="a resize", namespace=ns)
     fake_kubelet.delete_pod("d1", namespace=ns)
     exporter.remove_pod((ns, "d1", "main"))
-    time.sleep(2 * WINDOW)
+    # the window the pod was deleted in, and the next, which no longer lists it (its status
+    # is written before its log line)
+    operator.wait_windows(1, ns, after=time.time())
     m = operator.metrics()
     errors = [line for line in m.splitlines()
               if line.startswith("ai4dl_errors_total") and f'namespace="{ns}"' in line]
@@ -424,7 +426,7 @@ def test_phasemodel_selector_shards_phasemodels(kube_cluster, k8s_namespace, fak
         op.wait_for(lambda: A_PHASE in (kube_cluster.core.read_namespaced_pod("s1", ns).metadata
                                         .annotations or {}), 2 * WINDOW + 12, what="s1's phase",
                     namespace=ns, name="pm-a")
-        time.sleep(WINDOW)
+        op.wait_windows(1, ns, "pm-a", after=time.time())    # one more window of shard a
         assert not (read_pm(kube_cluster, ns, "pm-b").get("status") or {}).get("conditions")
         ann = kube_cluster.core.read_namespaced_pod("s2", ns).metadata.annotations or {}
         assert A_PHASE not in ann

@@ -55,8 +55,11 @@ def executions(request):
 
 
 @pytest.fixture(scope="module")
-def env(executions, trace_exporter, prometheus_server):
-    """(exporter, prometheus, source) with MAIN_PODS already scraped for a while."""
+def env(executions, trace_exporter, prometheus_server, scraped_twice_servers,
+        timeout_server):
+    """(exporter, prometheus, source) with MAIN_PODS already scraped for a while. (The
+    scraped-twice and timeout tests' servers are started first, so that their scrapes pile up
+    meanwhile.)"""
     pods = {p: executions[i % len(executions)] for i, p in enumerate(MAIN_PODS)}
     pods[DECOY] = executions[0]
     fill = executions[-1]
@@ -459,14 +462,22 @@ def test_to_execution_and_gpu_queries():
 
 
 @pytest.fixture(scope="module")
-def scraped_twice(executions, trace_exporter, prometheus_server):
+def scraped_twice_servers(executions, trace_exporter, prometheus_server):
     """(Prometheus, twice, once): container ``twice`` served by one exporter that Prometheus
-    scrapes as two targets (127.0.0.1 and localhost), ``once`` by another scraped once."""
+    scrapes as two targets (127.0.0.1 and localhost), ``once`` by another scraped once;
+    started, not yet waited for."""
     twice, once = PodRef("dup", "twice-0", "main"), PodRef("dup", "once-0", "main")
     exp = trace_exporter({twice: executions[0]}, speed=SPEED)
     single = trace_exporter({once: executions[0]}, speed=SPEED)
     srv = prometheus_server([exp.url, exp.url.replace("127.0.0.1", "localhost"), single.url],
                             scrape_interval="1s")
+    return srv, twice, once
+
+
+@pytest.fixture(scope="module")
+def scraped_twice(scraped_twice_servers):
+    """:func:`scraped_twice_servers` once both containers have 8 samples."""
+    srv, twice, once = scraped_twice_servers
     for pod in (twice, once):
         srv.wait_for_samples("container_memory_working_set_bytes", 8, timeout=60,
                              selector=f'namespace="dup",pod="{pod.pod}"')
@@ -515,16 +526,21 @@ def test_a_container_scraped_twice_is_found_whatever_the_template_does(scraped_t
         assert any("scraped twice" in w for w in got.warnings), got.warnings
 
 
-def test_the_real_prometheus_gives_up_on_a_query_as_a_timeout(executions, trace_exporter,
-                                                              prometheus_server, monkeypatch):
+@pytest.fixture(scope="module")
+def timeout_server(executions, trace_exporter, prometheus_server):
+    """(Prometheus, pod): the timeout test's own, one pod scraped; started, not waited for."""
+    pod = PodRef("cost", "slow-0", "main")
+    exp = trace_exporter({pod: executions[0]}, speed=SPEED)
+    return prometheus_server([exp.url], scrape_interval="1s"), pod
+
+
+def test_the_real_prometheus_gives_up_on_a_query_as_a_timeout(timeout_server, monkeypatch):
     """Issue 43 item 2: what a query the real Prometheus gives up on at its own timeout looks
     like from here: PrometheusQueryTimeout (errorType timeout) after one attempt, not
     "unavailable" after four. Prometheus's timeout is made 1 µs (a share of the client's)."""
     from ai4dl.sources import prometheus
 
-    pod = PodRef("cost", "slow-0", "main")
-    exp = trace_exporter({pod: executions[0]}, speed=SPEED)
-    srv = prometheus_server([exp.url], scrape_interval="1s")
+    srv, pod = timeout_server
     srv.wait_for_samples("container_memory_working_set_bytes", 3, timeout=60,
                          selector='namespace="cost"')
     costly = ("max by (namespace, pod, container) (max_over_time("

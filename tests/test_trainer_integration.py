@@ -13,6 +13,7 @@ the refit and its use are tested, not the node.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -109,11 +110,10 @@ def doc_of(model: PhaseModel) -> dict:
 
 
 @pytest.fixture(scope="module")
-def synthetic_doc():
+def synthetic_doc(synthetic_jobs_doc):
     """A model of synthetic jobs (other scales, other phases): a poor current model for the
-    real history, which a refit should beat."""
-    traces, _ = synthetic.generate(30, seed=21, config=synthetic.SyntheticConfig(n_features=2))
-    return doc_of(PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces))
+    real history, which a refit should beat (this module's copy of the session's fit)."""
+    return copy.deepcopy(synthetic_jobs_doc)
 
 
 def train(kube_cluster, url, *args) -> int:

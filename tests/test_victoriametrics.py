@@ -13,6 +13,7 @@ trace-driven usage.
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -177,7 +178,8 @@ def test_replay_figures_match_within_rounding(both, tmp_path):
 
 def test_operator_resizes_from_victoria_metrics(kube_cluster, k8s_namespace, fake_kubelet,
                                                 trace_exporter, victoria_metrics_binary,
-                                                operator_kubeconfig, crd, tmp_path):  # noqa: F811
+                                                operator_kubeconfig, crd, tmp_path,  # noqa: F811
+                                                synthetic_jobs_doc):
     """The operator's live windows from VictoriaMetrics scraping the pods' cAdvisor metrics
     (the exporter, as in tests/test_operator_integration.py): pods resized within two windows,
     the PhaseModel Ready."""
@@ -187,12 +189,8 @@ def test_operator_resizes_from_victoria_metrics(kube_cluster, k8s_namespace, fak
                                            read_pm, requests_of, start_pods)
 
     from ai4dl.method import synthetic
-    from ai4dl.method.model import PhaseModel
 
-    cfg = synthetic.SyntheticConfig(n_features=2)
-    traces, _ = synthetic.generate(30, seed=21, config=cfg)
-    doc = json.loads(PhaseModel(n_phases=4, epochs=15, random_state=0).fit(traces)
-                     .to_document().model_dump_json(by_alias=True, exclude_none=True))
+    doc = copy.deepcopy(synthetic_jobs_doc)        # the session's fit (tests/conftest.py)
     # played SPEED times faster: one trace step is one cluster second, the spec's step (the
     # operator requires the model's step to equal it)
     doc["stepSeconds"] = float(STEP)
