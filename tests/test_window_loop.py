@@ -159,7 +159,7 @@ def test_a_phasemodel_that_cannot_be_served_is_said_once_and_stops_no_other(capl
         loop.step()
         await settle()
         assert rec.made == [("ns", "good")] and len(rec.windows) == 1
-    with caplog.at_level("ERROR", logger="ai4dl.controller"):
+    with caplog.at_level("ERROR", logger="ai4dl.operator"):
         asyncio.run(go())
     assert sum("ns/bad: cannot be served" in r.getMessage() for r in caplog.records) == 1
 

@@ -360,8 +360,8 @@ async def phasemodel_deleted(namespace, name, **_):
 
 def register_phasemodels() -> None:
     """Register the PhaseModels' index, their window loop and deletion handler (above) for the
-    PhaseModels this instance serves: ``--phasemodel-selector``, which ai4dl.controller.__main__ puts in
-    AI4DL_PHASEMODEL_SELECTOR before it calls this."""
+    PhaseModels this instance serves: ``--phasemodel-selector``, which
+    ai4dl.controller.__main__ puts in AI4DL_PHASEMODEL_SELECTOR before it calls this."""
     labels = phasemodel_labels(os.environ.get("AI4DL_PHASEMODEL_SELECTOR", ""))
     kopf.index(GROUP, VERSION, PLURAL, labels=labels, when=_not_deleted,
                id=ENTRIES_INDEX)(phasemodel_entries)

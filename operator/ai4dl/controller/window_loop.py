@@ -24,13 +24,15 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from ai4dl.controller.fairness import period_seconds
 from ai4dl.controller.runtime_window import window_start
+from ai4dl.crd_spec import PhaseModelSpec
 
-log = logging.getLogger("ai4dl.controller")
+log = logging.getLogger("ai4dl.operator")
 
 #: Longest sleep of the loop: how soon a new PhaseModel, a deleted one or a changed window
 #: length is seen (a window is due at most this late).
 TICK_SECONDS = 1.0
-DEFAULT_WINDOW_SECONDS = 600
+#: A spec without windowSeconds: the CRD's default.
+DEFAULT_WINDOW_SECONDS = PhaseModelSpec.model_fields["window_seconds"].default
 
 
 @dataclass(frozen=True)
