@@ -387,6 +387,30 @@ def test_orphans_are_told_apart():
                    "other": "SelectorMismatch"}
 
 
+def test_the_sweeps_view_of_a_pod_finds_what_the_whole_pod_finds():
+    from ai4dl.controller.orphans import find_orphans, sweep_view
+    from ai4dl.crd_spec import LabelSelector
+
+    def item(name, model, labels, deleting=False):
+        meta = {"name": name, "namespace": "ns", "uid": name + "-uid", "labels": labels,
+                "annotations": {**({MODEL_ANNOTATION: model} if model else {}),
+                                A_STATE: "x" * 100},
+                **({"deletionTimestamp": "2026-12-06T00:00:00Z"} if deleting else {})}
+        return {"metadata": meta, "spec": {"containers": [{"name": "main"}]},
+                "status": {"phase": "Running"}}
+
+    items = [item("ok", "pm", {"app": "train"}), item("none", "", {"app": "train"}),
+             item("ghost", "gone", {"app": "train"}), item("other", "pm", {"app": "infer"}),
+             item("going", "", {}, deleting=True)]
+    selectors = {("ns", "pm"): LabelSelector.model_validate({"matchLabels": {"app": "train"}})}
+    whole = find_orphans([pod_info(i) for i in items], selectors)
+    slim = find_orphans([sweep_view(i) for i in items], selectors)
+    assert [(o.pod.namespace, o.pod.name, o.pod.uid, o.reason, o.message) for o in slim] == \
+        [(o.pod.namespace, o.pod.name, o.pod.uid, o.reason, o.message) for o in whole]
+    assert {o.pod.name for o in slim} == {"none", "ghost", "other"}
+    assert sweep_view(items[0]).annotations == {}     # the records are not held
+
+
 # ----------------------------------------------------------------------------- served policy
 def auto_spec(model_or_none, **policy):
     feats = (model_or_none.features_ if model_or_none is not None else ("cpu", "memory"))

@@ -193,7 +193,7 @@ class _Writer(runtime_writes.PodWrites):
         self.key, self.namespace, self.name = _Key(), "ns", "pm"
         self.write_budget, self.had_pods = WriteBudget(), True
         self.record_share, self.pending = share, PendingRecords()
-        self._in_metrics, self._noticed = set(), {}
+        self._noticed = {}
         self.events: list[tuple[str, str]] = []
 
     def _event(self, pod, etype, reason, message):

@@ -106,7 +106,7 @@ class _Writer(runtime_writes.PodWrites):
         self.core, self.key, self.namespace, self.name = api, _Key(), "ns", "pm"
         self.write_budget, self.had_pods = budget, True
         self.record_share, self.pending = 0.05, PendingRecords()
-        self._in_metrics, self._noticed = set(), {}
+        self._noticed = {}
         self.events: list[tuple[str, str]] = []
 
     def _event(self, pod, etype, reason, message):

@@ -2,15 +2,88 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 REGISTRY = CollectorRegistry()
 
-POD_PHASE = Gauge("ai4dl_pod_phase", "Current phase of a managed container",
-                  ["namespace", "pod", "container", "phasemodel"], registry=REGISTRY)
-RECOMMENDATION = Gauge("ai4dl_recommendation", "Recommended request (cores, bytes)",
-                       ["namespace", "pod", "container", "resource", "phasemodel"],
-                       registry=REGISTRY)
+
+@dataclass(frozen=True)
+class ContainerSeries:
+    """One container's per-container gauges: its phase (None: none yet) and, per resource of
+    its PhaseModel's table (in that order), the recommendation, the request and the author's
+    request (NaN where there is none)."""
+    phase: float | None
+    recommended: tuple[float, ...]
+    requested: tuple[float, ...]
+    original: tuple[float, ...]
+
+
+#: (name, help, whether the series has a resource label) of the per-container gauges
+_POD_FAMILIES = (
+    ("ai4dl_pod_phase", "Current phase of a managed container", False),
+    ("ai4dl_recommendation", "Recommended request (cores, bytes)", True),
+    ("ai4dl_pod_request", "Request of a managed container at the window's end (cores, bytes)",
+     True),
+    ("ai4dl_pod_original_request", "The request its author wrote for a managed container "
+     "(cores, bytes): what admission recorded, else the request first seen", True),
+)
+
+
+class PodSeries:
+    """The per-container gauges of every PhaseModel (``ai4dl_pod_phase``,
+    ``ai4dl_recommendation``, ``ai4dl_pod_request``, ``ai4dl_pod_original_request``), exposed
+    at scrape time from one table per PhaseModel that its window replaces whole (issue 44: as
+    labelled gauges, 7 series per container were 48 MB at 10,000 pods, a lock and a value
+    object each, and 70,000 ``labels().set()`` calls a window; a table is a tuple of floats per
+    container). A table is never changed once handed over, so a scrape reads it while the
+    next window builds its successor."""
+
+    def __init__(self):
+        #: (namespace, phasemodel) -> (resources, {(pod, container): ContainerSeries})
+        self._tables: dict[tuple[str, str], tuple[tuple[str, ...], dict]] = {}
+
+    def table(self, namespace: str, phasemodel: str) -> dict:
+        """The PhaseModel's current table ({} when it has none)."""
+        return self._tables.get((namespace, phasemodel), ((), {}))[1]
+
+    def replace(self, namespace: str, phasemodel: str, resources: tuple[str, ...],
+                table: dict) -> None:
+        self._tables[(namespace, phasemodel)] = (tuple(resources), table)
+
+    def forget(self, namespace: str, phasemodel: str) -> None:
+        self._tables.pop((namespace, phasemodel), None)
+
+    def describe(self):
+        return [GaugeMetricFamily(name, text, labels=_labels(has_resource))
+                for name, text, has_resource in _POD_FAMILIES]
+
+    def collect(self):
+        families = self.describe()
+        phase, recommended, requested, original = families
+        for (namespace, phasemodel), (resources, table) in list(self._tables.items()):
+            for (pod, container), s in table.items():
+                if s.phase is not None:
+                    phase.add_metric((namespace, pod, container, phasemodel), s.phase)
+                for family, values in ((recommended, s.recommended), (requested, s.requested),
+                                       (original, s.original)):
+                    for r, v in zip(resources, values):
+                        if not math.isnan(v):
+                            family.add_metric((namespace, pod, container, r, phasemodel), v)
+        return families
+
+
+def _labels(has_resource: bool) -> list[str]:
+    return (["namespace", "pod", "container", "resource", "phasemodel"] if has_resource
+            else ["namespace", "pod", "container", "phasemodel"])
+
+
+POD_SERIES = PodSeries()
+REGISTRY.register(POD_SERIES)
+
 RESIZES = Counter("ai4dl_resizes_total", "In-place resizes patched",
                   ["namespace", "phasemodel"], registry=REGISTRY)
 RESIZES_REFUSED = Counter("ai4dl_resizes_refused_total",
@@ -71,15 +144,6 @@ ORPHAN_PODS = Gauge("ai4dl_orphan_pods",
                     ["namespace", "reason"], registry=REGISTRY)
 NOVEL_SHARE = Gauge("ai4dl_novel_share", "Share of containers whose last window was novel",
                     ["namespace", "phasemodel"], registry=REGISTRY)
-POD_REQUEST = Gauge("ai4dl_pod_request",
-                    "Request of a managed container at the window's end (cores, bytes)",
-                    ["namespace", "pod", "container", "resource", "phasemodel"],
-                    registry=REGISTRY)
-POD_ORIGINAL_REQUEST = Gauge("ai4dl_pod_original_request",
-                             "The request its author wrote for a managed container (cores, "
-                             "bytes): what admission recorded, else the request first seen",
-                             ["namespace", "pod", "container", "resource", "phasemodel"],
-                             registry=REGISTRY)
 REQUEST_SECONDS = Counter("ai4dl_request_seconds_total",
                           "Requests × time over the windows processed (core-seconds, "
                           "byte-seconds): kind=original (the authors' requests), kind=allocated "
@@ -122,24 +186,9 @@ def serve(port: int, addr: str = "127.0.0.1") -> None:
     start_http_server(port, addr=addr, registry=REGISTRY)
 
 
-def forget_pod(namespace: str, pod: str, container: str, phasemodel: str,
-               resources=("cpu", "memory")) -> None:
-    """Drop a vanished pod's series, so /metrics does not grow with every pod ever seen."""
-    for fn, labels in ((POD_PHASE, (namespace, pod, container, phasemodel)),):
-        try:
-            fn.remove(*labels)
-        except KeyError:
-            pass
-    for r in resources:
-        for gauge in (RECOMMENDATION, POD_REQUEST, POD_ORIGINAL_REQUEST):
-            try:
-                gauge.remove(namespace, pod, container, r, phasemodel)
-            except KeyError:
-                pass
-
-
 def forget_phasemodel(namespace: str, phasemodel: str) -> None:
-    """Drop a stopped PhaseModel's lateness and pending-records series (its daemon ended)."""
+    """Drop a stopped PhaseModel's lateness, pending-records and per-container series."""
+    POD_SERIES.forget(namespace, phasemodel)
     try:
         RECORDS_PENDING.remove(namespace, phasemodel)
     except KeyError:

@@ -62,6 +62,19 @@ def find_orphans(pods: Sequence[PodInfo],
     return out
 
 
+def sweep_view(item: dict) -> PodInfo:
+    """What a sweep needs of a listed pod: its metadata (names, labels, the PhaseModel it
+    names, whether it is being deleted). A sweep holds every opted-in pod of the cluster at
+    once; the whole :func:`pod_info` (annotations with the operator's records, containers)
+    was 27 MB at 10,000 pods, next to the window's own."""
+    meta = item.get("metadata") or {}
+    return PodInfo(namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+                   uid=meta.get("uid", ""),
+                   phasemodel=(meta.get("annotations") or {}).get(MODEL_ANNOTATION, ""),
+                   containers=[], labels=dict(meta.get("labels") or {}),
+                   deleting=bool(meta.get("deletionTimestamp")))
+
+
 class OrphanSweep:
     """The I/O around :func:`find_orphans`: lists, and one Warning Event per pod and reason."""
 
@@ -76,8 +89,8 @@ class OrphanSweep:
         for ns in self.namespaces or [None]:
             call, args = ((self.core.list_namespaced_pod, (ns,)) if ns else
                           (self.core.list_pod_for_all_namespaces, ()))
-            out += [pod_info(i) for i in paged_items(call, *args, page=LIST_PAGE,
-                                                     label_selector=f"{OPT_IN_LABEL}=true")]
+            out += [sweep_view(i) for i in paged_items(call, *args, page=LIST_PAGE,
+                                                       label_selector=f"{OPT_IN_LABEL}=true")]
         return out
 
     def _selectors(self) -> dict[tuple[str, str], LabelSelector | None]:

@@ -52,7 +52,7 @@ from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.pods import A_PHASE, A_PHASE_SINCE, PodInfo
 from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.policy.online import next_allocations
-from ai4dl.policy.running import OwnHistory
+from ai4dl.policy.running import OwnHistory, added_windows
 from ai4dl.rules.safety import SafetyConfig, SafetyState, apply_safety, working_set_rising
 from ai4dl.serving import Served, safety_config, served_policy, window_samples
 from ai4dl.quantity import format_resource, parse_quantity
@@ -119,11 +119,12 @@ def usable_context(context: np.ndarray, resource_cols: Sequence[int],
 
 
 def own_history(pod: PodInfo, container: str, histories: Mapping | None, model_key: str,
-                n_phases: int, n_resources: int) -> OwnHistory:
+                n_phases: int, n_resources: int, copy: bool = True) -> OwnHistory:
     """The container's running statistics so far (a copy: planning changes nothing it was
-    given): the runtime's (kept between windows), else the pod's state annotation (after an
-    operator restart), else none yet. Per-phase sums recorded under another model (its phases
-    are not these) are dropped, the rest kept."""
+    given; ``copy`` False for a reader that changes nothing, such as
+    :func:`~ai4dl.policy.running.added_windows`): the runtime's (kept between windows), else
+    the pod's state annotation (after an operator restart), else none yet. Per-phase sums
+    recorded under another model (its phases are not these) are dropped, the rest kept."""
     key, got = (histories or {}).get((pod.uid, container), (None, None))
     if got is None:
         state = pod.state()
@@ -136,7 +137,7 @@ def own_history(pod: PodInfo, container: str, histories: Mapping | None, model_k
         return OwnHistory(n_phases, n_resources)
     if key != model_key or got.n_phases != n_phases:
         return got.rebased(n_phases)
-    return got.copy()
+    return got.copy() if copy else got
 
 
 @dataclass(frozen=True)
@@ -366,21 +367,19 @@ def _observe_rows(win: _Window, model, plans: list[PodPlan], rows: list[_Row]
                   if model is not None and rows else [None] * len(rows))
     lasts = np.empty((len(rows), W, len(resources)))
     last_phases = np.zeros((len(rows), W), np.int64) if model is not None else None
-    owns = []
+    before = []
     for i, ((pi, cp, x, ctx), det) in enumerate(zip(rows, detections)):
-        usage = x[ctx:][:, win.res_idx]
-        phases = None
+        lasts[i] = cp.usage = x[ctx:][:, win.res_idx]
         if det is not None:
-            phases = det.phase
-            last_phases[i] = phases
+            last_phases[i] = det.phase
             cp.phase, cp.novel = int(det.phase[-1]), bool(det.novel[-1])
-        own = own_history(plans[pi].pod, cp.name, win.histories, win.model_key, win.k,
-                          len(resources))
-        own.add(usage, phases)
+        before.append(own_history(plans[pi].pod, cp.name, win.histories, win.model_key,
+                                  win.k, len(resources), copy=False))
+    # every container's statistics with this window, at once (new objects: what the runtime
+    # keeps is replaced only if the window's plan is kept)
+    owns = added_windows(before, lasts, last_phases)
+    for (_, cp, *_), own in zip(rows, owns):
         cp.own = own
-        cp.usage = usage
-        owns.append(own)
-        lasts[i] = usage
     return lasts, last_phases, owns
 
 

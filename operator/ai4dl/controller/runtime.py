@@ -111,9 +111,6 @@ class WindowRunner(PodWrites):
         # Per container, the running statistics of its samples so far (ai4dl.policy.online):
         # {(pod uid, container): (model key, OwnHistory)}.
         self._own: dict = {}
-        # Containers given metrics last window (memory only: after a restart the first
-        # window's vanished pods keep their series until the process ends, nothing worse).
-        self._in_metrics: set[tuple[str, str, str]] = set()
         # Set by the scheduler (ai4dl.controller.handlers, ai4dl.controller.fairness) before
         # each run: conditions it decides (WindowThrottled, WindowsLate), written with every
         # status of the run, and how often this PhaseModel is served (its window, or more when

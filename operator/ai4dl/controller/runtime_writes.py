@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -43,7 +44,7 @@ class PodWrites:
         waits for the next window."""
         labels = (self.namespace, self.name)
         novel = total = 0
-        for k, p in enumerate(plan.pods):
+        for p in plan.pods:
             if p.skipped:
                 report.skipped[p.skipped] = report.skipped.get(p.skipped, 0) + 1
                 m.SKIPPED_WINDOWS.labels(*labels, p.skipped).inc()
@@ -54,30 +55,13 @@ class PodWrites:
                 if c.phase is not None:
                     total += 1
                     novel += c.novel
-                    m.POD_PHASE.labels(p.pod.namespace, p.pod.name, c.name, self.name).set(c.phase)
-                # a recommendation without a phase too (the reactive baseline, a cold start)
-                for r, v in c.target.items():
-                    m.RECOMMENDATION.labels(p.pod.namespace, p.pod.name, c.name, r,
-                                            self.name).set(v)
-                for r, v in c.current.items():
-                    if v == v:                  # NaN: no request for this resource
-                        m.POD_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
-                                             self.name).set(v)
-                    o = originals[k].get(c.name, {}).get(r)
-                    if o is not None:
-                        m.POD_ORIGINAL_REQUEST.labels(p.pod.namespace, p.pod.name, c.name, r,
-                                                      self.name).set(o)
         if self.had_pods:
             m.NOVEL_SHARE.labels(*labels).set(novel / total if total else 0.0)
         report.novel, report.classified = novel, total
-        # Pods that are gone (or no longer opted in) lose their series: /metrics must not grow
-        # with every pod ever seen.
-        # (A pod still here but skipped this window keeps its last values.)
+        m.POD_SERIES.replace(self.namespace, self.name, tuple(plan.resources),
+                             pod_series(plan, originals,
+                                        m.POD_SERIES.table(self.namespace, self.name)))
         present = {p.pod.key for p in plan.pods}
-        for key in list(self._in_metrics):
-            if key[:2] not in present:
-                m.forget_pod(*key, self.name, plan.resources)
-                self._in_metrics.discard(key)
         for key in list(self._noticed):
             if key not in present:
                 del self._noticed[key]
@@ -89,7 +73,6 @@ class PodWrites:
                     p.events.append(("Warning", reason, msg))
                     report.noticed += 1
                     m.NOTICES.labels(self.namespace, reason).inc()
-        self._in_metrics |= {(*p.pod.key, c.name) for p in plan.pods for c in p.containers}
         self.pending.carry(plan.pods)
         self._send([p for p in plan.pods if _writes_planned(p)], len(plan.pods), report,
                    deadline)
@@ -343,3 +326,38 @@ def _stored_differs(resize: dict, stored: dict) -> dict | None:
                 if not same:
                     out.setdefault(c["name"], {}).setdefault(part, {})[r] = got
     return out or None
+
+
+def pod_series(plan: WindowPlan, originals: list[dict], last: dict) -> dict:
+    """The PhaseModel's per-container gauges after this window (metrics.PodSeries): each
+    container of its pods with this window's phase, recommendation, request and author's
+    request, and its last values where this window has none (a pod skipped keeps them).
+    Pods gone (or no longer opted in) are left out: /metrics must not grow with every pod
+    ever seen."""
+    resources = tuple(plan.resources)
+    nan = math.nan
+    table = {}
+    present = {p.pod.name for p in plan.pods}
+    for key, series in last.items():
+        if key[0] in present:
+            table[key] = series
+    for k, p in enumerate(plan.pods):
+        for c in p.containers:
+            before = table.get((p.pod.name, c.name))
+            own = originals[k].get(c.name, {})
+            current = [c.current.get(r, nan) for r in resources]
+            original = [own.get(r) for r in resources]
+            table[(p.pod.name, c.name)] = m.ContainerSeries(
+                c.phase if c.phase is not None else (before.phase if before else None),
+                _kept([c.target.get(r, nan) for r in resources], before, "recommended"),
+                _kept(current, before, "requested"),
+                _kept([nan if v is None else v for v in original], before, "original"))
+    return table
+
+
+def _kept(values: list, before, field: str) -> tuple[float, ...]:
+    """This window's values, the last ones where it has none (NaN)."""
+    if before is None:
+        return tuple(values)
+    old = getattr(before, field)
+    return tuple(old[i] if v != v and i < len(old) else v for i, v in enumerate(values))

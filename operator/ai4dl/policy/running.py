@@ -210,6 +210,76 @@ class OwnHistory:
         return out
 
 
+def added_windows(owns: list[OwnHistory], usage: np.ndarray,
+                  phases: np.ndarray | None) -> list[OwnHistory]:
+    """Each container's statistics with one more window: new objects (``owns`` are left as
+    they were), the numbers of ``own.copy().add(usage[i], phases[i])`` for each, computed for
+    all containers at once (issue 44: per container, ``add`` on arrays of 2 values cost ~120
+    µs, 1.2 s of a 10,000-pod window). ``owns`` share their phases' count and resources;
+    ``usage`` is (N, W, R), ``phases`` (N, W) or None (phase-blind)."""
+    if not owns:
+        return []
+    u = np.asarray(usage, np.float64)
+    N, W, R = u.shape
+    k = owns[0].n_phases
+    if any(o.n_phases != k or o.n_resources != R for o in owns):
+        raise ValueError("added_windows: the statistics differ in phases or resources")
+
+    def stacked(name: str, dtype=np.float64) -> np.ndarray:
+        return np.array([getattr(o, name) for o in owns], dtype)
+
+    peak, since = stacked("peak"), stacked("since_high", np.int64)
+    low, ewma = stacked("low_since_high"), stacked("ewma_max")
+    windows = stacked("windows", np.int64)
+    mx = u.max(1)
+    new, known = mx > peak, since >= 0
+    low = np.where(new, mx, np.where(known, np.fmin(low, mx), np.nan))
+    since = np.where(new, 0, np.where(known, since + 1, -1))
+    ewma = np.where(np.isfinite(ewma), EWMA_WEIGHT * mx + (1.0 - EWMA_WEIGHT) * ewma, mx)
+    windows = np.where(windows >= 0, windows + 1, windows)
+    peak = np.maximum(peak, mx)
+    t1 = stacked("t1") + u.sum(1)
+    t2 = stacked("t2") + (u * u).sum(1)
+    count, s1, s2 = stacked("count"), stacked("s1"), stacked("s2")
+    run = np.array([(o.run_phase, o.run_length) for o in owns], np.int64).reshape(N, 2)
+    if phases is not None:
+        count, s1, s2, run = _phase_sums(np.asarray(phases, np.int64), u, k, count, s1, s2, run)
+    out = []
+    for i, o in enumerate(owns):
+        h = OwnHistory.__new__(OwnHistory)     # the arrays are built: no __post_init__
+        h.n_phases, h.n_resources, h.n = k, R, o.n + W
+        h.count, h.s1, h.s2, h.t1, h.t2, h.peak = count[i], s1[i], s2[i], t1[i], t2[i], peak[i]
+        h.run_phase, h.run_length = int(run[i, 0]), int(run[i, 1])
+        h.window_max, h.previous_max, h.ewma_max = mx[i], o.window_max.copy(), ewma[i]
+        h.windows, h.since_high, h.low_since_high = int(windows[i]), since[i], low[i]
+        out.append(h)
+    return out
+
+
+def _phase_sums(p: np.ndarray, u: np.ndarray, k: int, count: np.ndarray, s1: np.ndarray,
+                s2: np.ndarray, run: np.ndarray) -> tuple:
+    """:func:`added_windows`' per-phase sums and current runs, with the window's phases."""
+    N, W, R = u.shape
+    if p.size and (p.min() < 0 or p.max() >= k):
+        raise ValueError(f"phase {int(p.max())} outside the model's {k} phases")
+    cell = (np.arange(N)[:, None] * k + p).ravel()
+    count = count + np.bincount(cell, minlength=N * k).reshape(N, k)
+    s1, s2 = s1.copy(), s2.copy()
+    for r in range(R):
+        x = u[:, :, r].ravel()
+        s1[:, :, r] += np.bincount(cell, weights=x, minlength=N * k).reshape(N, k)
+        s2[:, :, r] += np.bincount(cell, weights=x ** 2, minlength=N * k).reshape(N, k)
+    # the current run: the last change inside the window, or the run goes on
+    run = run.copy()
+    change = p[:, 1:] != p[:, :-1]
+    changed = change.any(1)
+    last = W - 2 - np.argmax(change[:, ::-1], axis=1)
+    goes_on = ~changed & (p[:, 0] == run[:, 0])
+    run[:, 1] = np.where(changed, W - 1 - last, np.where(goes_on, run[:, 1] + W, W))
+    run[:, 0] = np.where(changed | ~goes_on, p[:, -1], run[:, 0])
+    return count, s1, s2, run
+
+
 def window_levels(last_max: np.ndarray, previous_max: np.ndarray, ewma_max: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The head-room table's ``max-2w`` and ``ewma-max`` once the window whose max is
