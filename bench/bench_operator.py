@@ -52,7 +52,7 @@ from operator_bench.cluster import (OperatorProcess, create_pods, exporter_jobs,
 from operator_bench.common import NAMESPACE, log, proc_status
 from operator_bench.measure import (breakdown_window, process_pids, run_operator_phase,
                                     scrape_stats, whatif_patches)
-from operator_bench.report import report
+from operator_bench.report import breakdown, report
 from operator_bench.serving import serving_table
 from measured import refuse
 
@@ -216,6 +216,7 @@ def main(argv=None) -> int:
 
     why = measured_nothing(results, args.pods)
     if why:
+        breakdown(results, sys.stderr)      # where the window went instead
         return refuse("bench_operator", why)
     report(args, results)
     return 0

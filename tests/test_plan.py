@@ -815,3 +815,39 @@ def test_a_window_that_changes_nothing_writes_no_status():
     again._status(body, WindowReport(3600.0), ready=False, reason="PrometheusUnavailable",
                   message="down")
     assert len(custom.patches) == 4
+
+
+def test_the_batch_judgement_passes_exactly_the_windows_classify_window_passes():
+    from ai4dl.controller.plan import classify_window, plannable_windows, usable_context
+
+    rng = np.random.default_rng(3)
+    W, n_ctx, order, cols, limits = 10, 3, np.array([1, 0, 2]), [0, 1], [8.0, 1e12]
+    samples = {}
+    for i in range(300):
+        x = rng.uniform(0, 4, (W + n_ctx, 3))
+        x[:, 0] *= 1e9
+        where = (rng.integers(0, W + n_ctx), rng.integers(0, 3))
+        kind = i % 6
+        if kind == 1:
+            x[where] = np.nan
+        elif kind == 2:
+            x[where] = np.inf
+        elif kind == 3:
+            x[where] = -1.0
+        elif kind == 4:
+            x[where] = 1e13                  # above the memory maximum (column 0 here)
+        samples[("ns", f"p{i}", "main")] = x
+    samples[("ns", "short", "main")] = np.ones((W - 1, 3))
+    samples[("ns", "none", "main")] = None
+    judged = plannable_windows(samples, order, W, n_ctx, cols, limits)
+    for ref, x in samples.items():
+        if x is None or len(x) < W:
+            assert ref not in judged
+            continue
+        xo = x[:, order]
+        reason, _ = classify_window(xo, W, cols, limits)
+        assert (ref in judged) == (reason is None), ref
+        if reason is None:
+            assert judged[ref].ctx == usable_context(xo[:-W][-n_ctx:], cols, limits)
+            np.testing.assert_array_equal(judged[ref].x, xo)
+    assert 0 < len(judged) < 300 and any(j.ctx == 0 for j in judged.values())

@@ -3,8 +3,10 @@ the measurement code carries no presentation."""
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
+import sys
 import time
 
 from .common import fmt, table
@@ -127,56 +129,64 @@ def report(args, results: dict) -> None:
     print(table(["window", "role", "pods", "resized", "processing (s)", "histogram bucket",
                  "done after boundary (s)", "operator RSS (MiB)", "skipped"], wrows))
 
-    bd = results.get("bd")
-    if bd:
-        tm, total = bd["timer"], bd["total"]
-        sec, calls = tm.seconds, tm.calls
-        rep = bd["report"]
-        apply_s = sec.get("_apply", 0.0)
-        fetch = sec.get("fetch", 0.0)
-        http = sec.get("fetch: HTTP + JSON decode", 0.0)
-        status_s = sec.get("status patch (PhaseModel)", 0.0)
-        writers = getattr(__import__("ai4dl.controller.runtime", fromlist=["x"]), "WRITERS", 1)
-
-        def row(stage, key=None, wall=None):
-            c = calls.get(key, 0) if key else ""
-            v = sec.get(key, 0.0) if key else None
-            if wall is not None:
-                v = wall
-            share = f"{100 * v / total:.0f} %" if (wall is not None or key in (
-                "fetch", "plan_window", "_apply", "status patch (PhaseModel)")) and total else ""
-            per = f"{1000 * sec.get(key, 0.0) / c:.1f}" if key and c else ""
-            return [stage, c, v, share, per]
-
-        brows = [
-            row("source.fetch (one range query)", "fetch"),
-            row("  of which HTTP + JSON decode (_post)", "fetch: HTTP + JSON decode"),
-            ["  of which placing points (numpy)", "", fetch - http, "", ""],
-            row("plan_window (detect + policy + safety)", "plan_window"),
-            row(f"_apply: pod writes ({writers} writer threads), wall", "_apply"),
-            row("  resize patches (pods/resize), thread-seconds", "resize patches"),
-            row("  annotation patches (pods), thread-seconds", "annotation patches"),
-            row("  events (Resized), thread-seconds", "events"),
-            row("  client answer -> models, all calls, thread-seconds",
-                "client: response -> models"),
-            row("status patch (PhaseModel)", "status patch (PhaseModel)"),
-            row("rest of run (spec, selector, model cache, own metrics)",
-                wall=total - fetch - sec.get("plan_window", 0.0) - apply_s - status_s),
-            row("**WindowRunner.run total (wall)**", wall=total),
-        ]
-        print(f"\n## Where one window's time goes ({bd['pods']} pods, {rep.resized} resized, "
-              f"skipped {rep.skipped}; one WindowRunner.run in the benchmark process before the "
-              "operator starts)\n")
-        print(table(["stage", "calls", "seconds", "share of wall", "ms per call"], brows))
-        cpu = bd.get("cpu") or {}
-        print(f"\nCPU seconds during that run ({total:.2f} s wall, 2 cores): "
-              + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
-              + f". Not in the window above: model built from the document once "
-              f"{bd['model_build']:.2f} s (first window only); list + pod_info of {bd['pods']} "
-              f"pods {bd['snapshot']:.2f} s (the operator does the same LIST at the start of "
-              f"each window). Range queries sent: {bd['queries']}.")
+    breakdown(results)
     wi = results.get("whatif")
     if wi:
         print("\n## What-if: the same annotation patches (+1 changing key), other ways\n")
         print(table(["how", "patches", "seconds", "patches/s",
                      "client CPU per patch (ms, incl. exporter)", "new TLS connections"], wi))
+
+
+def breakdown(results: dict, out=None) -> None:
+    """Where the in-process window's time went (none with ``--no-breakdown``), on ``out``
+    (stdout); a run that measured nothing prints it on stderr: where its window went instead."""
+    say = functools.partial(print, file=out if out is not None else sys.stdout)
+    bd = results.get("bd")
+    if not bd:
+        return
+    tm, total = bd["timer"], bd["total"]
+    sec, calls = tm.seconds, tm.calls
+    rep = bd["report"]
+    apply_s = sec.get("_apply", 0.0)
+    fetch = sec.get("fetch", 0.0)
+    http = sec.get("fetch: HTTP + JSON decode", 0.0)
+    status_s = sec.get("status patch (PhaseModel)", 0.0)
+    writers = getattr(__import__("ai4dl.controller.runtime", fromlist=["x"]), "WRITERS", 1)
+
+    def row(stage, key=None, wall=None):
+        c = calls.get(key, 0) if key else ""
+        v = sec.get(key, 0.0) if key else None
+        if wall is not None:
+            v = wall
+        share = f"{100 * v / total:.0f} %" if (wall is not None or key in (
+            "fetch", "plan_window", "_apply", "status patch (PhaseModel)")) and total else ""
+        per = f"{1000 * sec.get(key, 0.0) / c:.1f}" if key and c else ""
+        return [stage, c, v, share, per]
+
+    brows = [
+        row("source.fetch (one range query)", "fetch"),
+        row("  of which HTTP + JSON decode (_post)", "fetch: HTTP + JSON decode"),
+        ["  of which placing points (numpy)", "", fetch - http, "", ""],
+        row("plan_window (detect + policy + safety)", "plan_window"),
+        row(f"_apply: pod writes ({writers} writer threads), wall", "_apply"),
+        row("  resize patches (pods/resize), thread-seconds", "resize patches"),
+        row("  annotation patches (pods), thread-seconds", "annotation patches"),
+        row("  events (Resized), thread-seconds", "events"),
+        row("  client answer -> models, all calls, thread-seconds",
+            "client: response -> models"),
+        row("status patch (PhaseModel)", "status patch (PhaseModel)"),
+        row("rest of run (spec, selector, model cache, own metrics)",
+            wall=total - fetch - sec.get("plan_window", 0.0) - apply_s - status_s),
+        row("**WindowRunner.run total (wall)**", wall=total),
+    ]
+    say(f"\n## Where one window's time goes ({bd['pods']} pods, {rep.resized} resized, "
+        f"skipped {rep.skipped}; one WindowRunner.run in the benchmark process before the "
+        "operator starts)\n")
+    say(table(["stage", "calls", "seconds", "share of wall", "ms per call"], brows))
+    cpu = bd.get("cpu") or {}
+    say(f"\nCPU seconds during that run ({total:.2f} s wall, 2 cores): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+        + f". Not in the window above: model built from the document once "
+        f"{bd['model_build']:.2f} s (first window only); list + pod_info of {bd['pods']} "
+        f"pods {bd['snapshot']:.2f} s (the operator does the same LIST at the start of "
+        f"each window). Range queries sent: {bd['queries']}.")
