@@ -178,6 +178,8 @@ class TestRunTracker:
         t = RunTracker()
         p = pod_info(started=-3600.0)                 # an hour before the first window seen
         self.feed(t, p, [[[1, 1e9]] * 4])
+        run = next(iter(t.runs.values()))
+        assert not run.complete and run.peak is None  # tracked, not fed: it is never summarised
         assert t.ended([], 100.0) == []               # vanished, but no first window
         assert not t.runs
 

@@ -54,6 +54,7 @@ def test_the_batch_gives_the_numbers_of_add_and_changes_nothing_given(with_phase
         _same(got[i], want)
         _same(owns[i], before[i])                # the given statistics are unchanged
         assert got[i] is not owns[i]
+        assert all(getattr(got[i], f).base is None for f in ("count", "s1", "peak", "ewma_max"))
     # the new objects are whole OwnHistory objects: they add and serialise as any other
     again = added_windows(got, usage, phases)
     _same(again[5], got[5].copy().add(usage[5], None if phases is None else phases[5]))

@@ -144,7 +144,8 @@ class RunTracker:
                         pod.workload, container_run_id(pod.namespace, pod.name, c.name), started,
                         pod.restarts.get(c.name, 0),
                         complete=started >= first_sample - step - START_SLACK_SECONDS)
-                run.add(c.usage, window_end, step, window_samples * step)
+                if run.complete:        # a run seen mid-way is never summarised: not fed
+                    run.add(c.usage, window_end, step, window_samples * step)
 
     def ended(self, listed: Sequence[PodInfo], now: float) -> list[EndedRun]:
         """The runs that ended since the last call: those of ``listed`` pods that ended or

@@ -246,12 +246,17 @@ def added_windows(owns: list[OwnHistory], usage: np.ndarray,
         count, s1, s2, run = _phase_sums(np.asarray(phases, np.int64), u, k, count, s1, s2, run)
     out = []
     for i, o in enumerate(owns):
+        # each its own arrays, not rows of the batch's: a row would keep the whole batch
+        # alive for as long as a container whose statistics stop changing is kept
         h = OwnHistory.__new__(OwnHistory)     # the arrays are built: no __post_init__
         h.n_phases, h.n_resources, h.n = k, R, o.n + W
-        h.count, h.s1, h.s2, h.t1, h.t2, h.peak = count[i], s1[i], s2[i], t1[i], t2[i], peak[i]
+        h.count, h.s1, h.s2 = count[i].copy(), s1[i].copy(), s2[i].copy()
+        h.t1, h.t2, h.peak = t1[i].copy(), t2[i].copy(), peak[i].copy()
         h.run_phase, h.run_length = int(run[i, 0]), int(run[i, 1])
-        h.window_max, h.previous_max, h.ewma_max = mx[i], o.window_max.copy(), ewma[i]
-        h.windows, h.since_high, h.low_since_high = int(windows[i]), since[i], low[i]
+        h.window_max, h.previous_max, h.ewma_max = mx[i].copy(), o.window_max.copy(), \
+            ewma[i].copy()
+        h.windows, h.since_high, h.low_since_high = int(windows[i]), since[i].copy(), \
+            low[i].copy()
         out.append(h)
     return out
 
