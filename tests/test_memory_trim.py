@@ -74,3 +74,45 @@ def test_the_window_queue_drained_gives_memory_back(monkeypatch):
     # not while windows were queued or running: once the last one finished
     assert calls and set(calls) == {(0, 0)}, calls
     scheduler._pool.shutdown()
+
+
+# A window's large blocks: a 25-MB answer freed, then a 6-MB block freed below a live object.
+# glibc's default mmap threshold rose to 25 MB with the first free, so the second block came
+# from the heap and stays in the process; with the threshold fixed it is mapped and unmapped.
+LARGE_BLOCKS = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {operator!r})
+    from ai4dl.controller import memory
+
+    def rss_mib():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+
+    configured = memory.configure({{}}) if {configure} else False
+    answer = b"\x01" * (25 << 20)     # touched pages (bytes(n) may be untouched calloc)
+    del answer
+    before = rss_mib()
+    block = b"\x01" * (6 << 20)
+    live = [bytes(600) for _ in range(1000)]
+    del block
+    print(configured, rss_mib() - before, len(live))
+""")
+
+
+@glibc
+@pytest.mark.parametrize("configure", [False, True])
+def test_a_fixed_mmap_threshold_gives_large_blocks_back_when_freed(configure):
+    out = subprocess.run([sys.executable, "-c", LARGE_BLOCKS.format(
+        operator=str(REPO / "operator"), configure=configure)],
+        capture_output=True, text=True, check=True, timeout=120).stdout
+    configured, kept, _ = out.split()
+    assert configured == str(configure)
+    if configure:
+        assert float(kept) < 2, out           # the 6 MB went back
+    else:
+        assert float(kept) > 5, out           # glibc's default: kept in the heap
+
+
+def test_the_environment_setting_wins():
+    assert memory.configure({"MALLOC_MMAP_THRESHOLD_": "65536"}) is False

@@ -12,7 +12,7 @@ import sys
 import kopf
 
 from ai4dl import __version__
-from ai4dl.controller import handlers, metrics
+from ai4dl.controller import handlers, memory, metrics
 from ai4dl.controller.idle import IDLE_AFTER, IDLE_AFTER_SECONDS, IDLE_EVERY
 from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
@@ -268,6 +268,7 @@ def main(argv=None) -> int:
         webhook = _webhook_settings(args)
     except _FlagError as err:
         return _fail(str(err))
+    memory.configure()          # before any thread: large blocks given back when freed
     # Read by the handlers module when it registers the PhaseModel daemon (below).
     os.environ["AI4DL_PHASEMODEL_SELECTOR"] = ",".join(f"{k}={v}" for k, v in shard.items())
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -9,15 +9,27 @@ the free pages of the whole heap. It is called when the window queue has drained
 a boundary done), at most once per ``TRIM_EVERY_SECONDS``: a few milliseconds per minute.
 
 glibc only (the image is Debian): elsewhere there is no ``malloc_trim`` and nothing is done.
+
+:func:`configure`, at start-up, fixes glibc's mmap threshold (issue 44 item 3). By default glibc
+raises it to the size of the largest mapped block freed, up to 32 MiB: after one window at
+10,000 pods (a 25-MB answer from Prometheus, 2-MB pages of pods), every later block under
+that size came from the heap and stayed there, and the operator's RSS rose window after window
+(207 to 358 MiB over 8 10-s windows). With the threshold fixed at 1 MiB, such blocks are mapped
+on their own and given back when freed: 253-301 MiB over 10 windows, not rising.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 
 TRIM_EVERY_SECONDS = 30.0
+#: glibc's mallopt parameter (malloc.h) and the value set: blocks of 1 MiB and more are mapped
+#: on their own, and unmapped when freed
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 1 << 20
 
 _LOCK = threading.Lock()
 _last = -float("inf")
@@ -31,6 +43,25 @@ def _malloc_trim():
 
 
 _TRIM = _malloc_trim()
+
+
+def _mallopt():
+    try:
+        return ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOPT = _mallopt()
+
+
+def configure(environ=os.environ) -> bool:
+    """Fix glibc's mmap threshold at :data:`MMAP_THRESHOLD_BYTES` (see the module doc), unless
+    the environment sets one (``MALLOC_MMAP_THRESHOLD_``, glibc's own variable, wins); whether
+    it was set now."""
+    if _MALLOPT is None or "MALLOC_MMAP_THRESHOLD_" in environ:
+        return False
+    return bool(_MALLOPT(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def available() -> bool:
