@@ -240,8 +240,11 @@ def measured_nothing(results: dict, pods: int) -> str | None:
         return (f"{len(short)} of {len(measured)} measured windows served fewer than the "
                 f"{pods} pods created (e.g. {short[0]['pods']})")
     if not any(r["resized"] for r in measured):
-        return (f"none of the {len(measured)} measured windows resized any pod (a refused "
-                "model serves nothing)")
+        late = sum("window-deadline" in r.get("skipped", "") for r in measured)
+        why = (f"in {late} of them the resizes waited for the next window (window-deadline): "
+               "listing, querying and planning took the window" if late else
+               "a refused model serves nothing")
+        return f"none of the {len(measured)} measured windows resized any pod ({why})"
     return None
 
 

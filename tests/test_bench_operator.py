@@ -30,6 +30,12 @@ def test_measured_nothing_names_why():
     assert "1 of 2 measured windows served fewer than the 50 pods" in measured_nothing(short, 50)
     idle = run(0, [{"pods": 50, "resized": 0}] * 3, [{"pods": 50, "resized": 0}] * 2)
     assert "none of the 2 measured windows resized any pod" in measured_nothing(idle, 50)
+    late = run(0, [{"pods": 50, "resized": 0}] * 3,
+               [{"pods": 50, "resized": 0, "skipped": "{'window-deadline': 5}"},
+                {"pods": 50, "resized": 0, "skipped": "{}"}])
+    assert measured_nothing(late, 50) == (
+        "none of the 2 measured windows resized any pod (in 1 of them the resizes waited for "
+        "the next window (window-deadline): listing, querying and planning took the window)")
 
 
 def test_a_first_window_that_resized_is_not_a_measured_one():
