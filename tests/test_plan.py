@@ -199,6 +199,19 @@ def test_a_write_the_api_server_would_cap_is_never_sent(fitted_model, window):
     assert out.resize is None and out.skipped == "unrepresentable" and not out.annotations
 
 
+@pytest.mark.parametrize("resource", ["cpu", "memory"])
+def test_the_quick_representable_check_agrees_with_formatting_and_parsing(resource):
+    from ai4dl.controller.plan_pod import INT64_MAX, _representable
+    from ai4dl.quantity import format_resource
+
+    for value in [0.0, 1e-9, 0.5, 3.0, 2.0 ** 40, *np.logspace(10, 20, 61), 9.2e15, 9.3e15,
+                  9.2e18, 9.3e18, -1.0, np.inf, np.nan]:
+        slow = (bool(np.isfinite(value)) and value >= 0 and
+                parse_quantity(format_resource(resource, value))
+                * (1000 if resource == "cpu" else 1) <= INT64_MAX)
+        assert _representable(resource, value) == slow, value
+
+
 def test_a_resize_that_did_not_take_is_not_sent_again(fitted_model, window):
     spec = spec_for(fitted_model)
     first = run(fitted_model, spec, [pod("a", {"cpu": "8", "memory": "32Gi"})],

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ai4dl.controller import metrics as m
+from ai4dl.controller.exposition import metrics_body
 from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
 from ai4dl.controller.pods import Container, PodInfo
 from ai4dl.controller.runtime_writes import pod_series
@@ -21,11 +22,10 @@ def _pod(name: str, phase: int | None, target: dict, current: dict, skipped=None
 
 
 def _samples(series: m.PodSeries) -> dict:
-    """{(metric, pod, resource or ''): value} as a scrape reads them."""
-    registry = CollectorRegistry()
-    registry.register(series)
+    """{(metric, pod, resource or ''): value} as a scrape of /metrics reads them."""
     out = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+    body, _ = metrics_body(None, series, CollectorRegistry())
+    for family in text_string_to_metric_families(body.decode()):
         for s in family.samples:
             out[(s.name, s.labels["pod"], s.labels.get("resource", ""))] = s.value
             assert s.labels["namespace"] == "ns" and s.labels["phasemodel"] == "pm"
@@ -85,11 +85,10 @@ def test_a_forgotten_phasemodel_loses_its_series_and_the_families_stay_declared(
 def test_the_operators_registry_serves_the_series_and_forget_phasemodel_drops_them():
     _window(m.POD_SERIES, [_pod("a", 3, {"cpu": 0.5}, {"cpu": 1.0})], [{}])
     try:
-        phases = [s for f in text_string_to_metric_families(generate_latest(m.REGISTRY)
-                                                              .decode())
+        phases = [s for f in text_string_to_metric_families(metrics_body(None)[0].decode())
                   for s in f.samples if s.name == "ai4dl_pod_phase"]
         assert [(s.labels, s.value) for s in phases] == [
             ({"namespace": "ns", "pod": "a", "container": "main", "phasemodel": "pm"}, 3.0)]
     finally:
         m.forget_phasemodel("ns", "pm")
-    assert 'pod="a"' not in generate_latest(m.REGISTRY).decode()
+    assert 'pod="a"' not in metrics_body(None)[0].decode()

@@ -12,7 +12,7 @@ import sys
 import kopf
 
 from ai4dl import __version__
-from ai4dl.controller import handlers, memory, metrics
+from ai4dl.controller import exposition, handlers, memory
 from ai4dl.controller.idle import IDLE_AFTER, IDLE_AFTER_SECONDS, IDLE_EVERY
 from ai4dl.controller.podstate import StateKey
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
@@ -279,7 +279,7 @@ def main(argv=None) -> int:
         handlers.register_admission()
     if args.metrics_port:
         try:
-            metrics.serve(args.metrics_port, args.metrics_bind_address)
+            exposition.serve(args.metrics_port, args.metrics_bind_address)
         except OSError as err:
             return _fail(f"/metrics on {args.metrics_bind_address}:{args.metrics_port}: "
                          f"{err.strerror or err}")

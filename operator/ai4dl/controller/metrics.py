@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.utils import floatToGoString
 
+#: the operator's metrics but the per-container gauges, which /metrics renders itself
+#: (ai4dl.controller.exposition); FULL_REGISTRY has both, for a library's own exposition
 REGISTRY = CollectorRegistry()
 
 
@@ -45,6 +48,9 @@ class PodSeries:
     def __init__(self):
         #: (namespace, phasemodel) -> (resources, {(pod, container): ContainerSeries})
         self._tables: dict[tuple[str, str], tuple[tuple[str, ...], dict]] = {}
+        #: (namespace, phasemodel) -> its table's sample lines, one bytes per family, rendered
+        #: at the first scrape after the window that made it (a table never changes)
+        self._lines: dict[tuple[str, str], tuple[bytes, ...]] = {}
 
     def table(self, namespace: str, phasemodel: str) -> dict:
         """The PhaseModel's current table ({} when it has none)."""
@@ -53,9 +59,11 @@ class PodSeries:
     def replace(self, namespace: str, phasemodel: str, resources: tuple[str, ...],
                 table: dict) -> None:
         self._tables[(namespace, phasemodel)] = (tuple(resources), table)
+        self._lines.pop((namespace, phasemodel), None)
 
     def forget(self, namespace: str, phasemodel: str) -> None:
         self._tables.pop((namespace, phasemodel), None)
+        self._lines.pop((namespace, phasemodel), None)
 
     def describe(self):
         return [GaugeMetricFamily(name, text, labels=_labels(has_resource))
@@ -75,6 +83,53 @@ class PodSeries:
                             family.add_metric((namespace, pod, container, r, phasemodel), v)
         return families
 
+    def sample_lines(self) -> list[bytes]:
+        """Every table's samples in the text exposition (the same lines in OpenMetrics for
+        gauges), one bytes per family of ``_POD_FAMILIES``; each table rendered once.
+
+        Why by hand: prometheus_client formats ~70,000 samples at 10,000 pods in about 1 s of
+        the operator's CPU (1.2 s as OpenMetrics) at every scrape, holding the GIL the window
+        needs; these lines are ~10 x quicker, and ai4dl.controller.exposition checks them
+        against the library's own before it serves them."""
+        out: list[list[bytes]] = [[] for _ in _POD_FAMILIES]
+        for key, (resources, table) in list(self._tables.items()):
+            lines = self._lines.get(key)
+            if lines is None:
+                lines = self._lines[key] = render_table(*key, resources, table)
+            for family, chunk in zip(out, lines):
+                family.append(chunk)
+        return [b"".join(chunks) for chunks in out]
+
+
+def render_table(namespace: str, phasemodel: str, resources: tuple[str, ...],
+                 table: dict) -> tuple[bytes, ...]:
+    """One PhaseModel's table as sample lines, one bytes per family of ``_POD_FAMILIES``."""
+    ns, pm = label_value(namespace), label_value(phasemodel)
+    phase, recommended, requested, original = [], [], [], []
+    phase_name, *resource_names = (name for name, _, _ in _POD_FAMILIES)
+    # labels in name order, as prometheus_client (0.2x) writes them
+    by_resource = [(f'",resource="{label_value(r)}"}} ', i) for i, r in enumerate(resources)]
+    for (pod, container), s in table.items():
+        pod = label_value(pod)
+        head = f'{{container="{label_value(container)}",namespace="{ns}",phasemodel="{pm}'
+        if s.phase is not None:
+            phase.append(f'{phase_name}{head}",pod="{pod}"}} {floatToGoString(s.phase)}\n')
+        tails = [(f'",pod="{pod}{tail}', i) for tail, i in by_resource]
+        for lines, name, values in zip((recommended, requested, original), resource_names,
+                                       (s.recommended, s.requested, s.original)):
+            for tail, i in tails:
+                v = values[i] if i < len(values) else math.nan
+                if not math.isnan(v):
+                    lines.append(f"{name}{head}{tail}{floatToGoString(v)}\n")
+    return tuple("".join(lines).encode() for lines in (phase, recommended, requested, original))
+
+
+def label_value(text: str) -> str:
+    """A label value escaped as both exposition formats escape it."""
+    if "\\" in text or "\n" in text or '"' in text:
+        return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+    return text
+
 
 def _labels(has_resource: bool) -> list[str]:
     return (["namespace", "pod", "container", "resource", "phasemodel"] if has_resource
@@ -82,7 +137,8 @@ def _labels(has_resource: bool) -> list[str]:
 
 
 POD_SERIES = PodSeries()
-REGISTRY.register(POD_SERIES)
+FULL_REGISTRY = CollectorRegistry()
+FULL_REGISTRY.register(POD_SERIES)
 
 RESIZES = Counter("ai4dl_resizes_total", "In-place resizes patched",
                   ["namespace", "phasemodel"], registry=REGISTRY)
@@ -182,10 +238,6 @@ WRITE_WAIT_SECONDS = Counter("ai4dl_api_write_wait_seconds",
                              registry=REGISTRY)
 
 
-def serve(port: int, addr: str = "127.0.0.1") -> None:
-    start_http_server(port, addr=addr, registry=REGISTRY)
-
-
 def forget_phasemodel(namespace: str, phasemodel: str) -> None:
     """Drop a stopped PhaseModel's lateness, pending-records and per-container series."""
     POD_SERIES.forget(namespace, phasemodel)
@@ -198,3 +250,6 @@ def forget_phasemodel(namespace: str, phasemodel: str) -> None:
             WINDOW_LATENESS.remove(namespace, phasemodel, stage)
         except KeyError:
             pass
+
+
+FULL_REGISTRY.register(REGISTRY)

@@ -21,12 +21,16 @@ REFUSED_BACKOFF_MAX_WINDOWS = 64
 # The API server keeps quantities as 64-bit integers (bytes, millicores): a larger value is
 # silently capped, so it is never sent.
 INT64_MAX = float(2 ** 63 - 1)
+#: a target below this fits int64 as millicores and as whole MiB in bytes, rounded up
+SURELY_REPRESENTABLE = 1e15
 
 
 def _representable(resource: str, value: float) -> bool:
     """The formatted quantity fits the API server's int64 (bytes; millicores)."""
     if not np.isfinite(value) or value < 0:
         return False
+    if value < SURELY_REPRESENTABLE:    # the usual case, without formatting and parsing it
+        return True
     base = parse_quantity(format_resource(resource, value))
     return (base * 1000 if resource == "cpu" else base) <= INT64_MAX
 

@@ -56,31 +56,7 @@ class RunInProgress:
         (:func:`~ai4dl.rules.workload_profile.summarise`) counts from the start too. Samples
         from before the container started (more than a step: a restarted container's
         predecessor) are not its run's."""
-        u = np.asarray(usage, np.float64)
-        if self.last_window == window_end or u.ndim != 2 or not len(u):
-            return
-        self.last_window = window_end
-        times = window_end - step * np.arange(len(u) - 1, -1, -1, dtype=np.float64)
-        mine = times >= self.started - step
-        seen = np.isfinite(u) & mine[:, None]
-        if not seen.any():
-            return
-        masked = np.where(seen, u, -np.inf)
-        top = masked.max(0)
-        top = np.where(np.isfinite(top), top, 0.0)
-        index = (np.maximum(times - self.started, 0.0) // float(window_seconds)).astype(int)
-        for k in np.unique(index[mine & (index < EARLY_WINDOWS) & seen.any(1)]):
-            part = masked[index == k].max(0)
-            part = np.where(np.isfinite(part), part, 0.0)
-            have = self.early.get(int(k))
-            self.early[int(k)] = part if have is None else np.maximum(have, part)
-        at = times[np.argmax(masked, axis=0)] - self.started
-        if self.peak is None:
-            self.peak, self.peak_at = top.copy(), np.maximum(at, 0.0)
-        else:
-            higher = top > self.peak
-            self.peak = np.where(higher, top, self.peak)
-            self.peak_at = np.where(higher, np.maximum(at, 0.0), self.peak_at)
+        add_windows([self], [usage], window_end, step, window_seconds)
 
     def early_windows(self) -> list[np.ndarray]:
         """The early peaks from the run's first window on, in order; a window with no sample
@@ -107,6 +83,63 @@ class RunInProgress:
                           tuple(tuple(map(float, w)) for w in early), run_id)
 
 
+def add_windows(runs: Sequence[RunInProgress], usages: Sequence, window_end: float,
+                step: float, window_seconds: float) -> None:
+    """:meth:`RunInProgress.add` of one window to many runs at once (at 10,000 pods one run
+    at a time was ~0.6 s of numpy on arrays of a few values a window): runs whose windows have
+    one shape are stacked."""
+    groups: dict[tuple, tuple[list, list]] = {}
+    for run, usage in zip(runs, usages):
+        u = np.asarray(usage, np.float64)
+        if run.last_window == window_end or u.ndim != 2 or not len(u):
+            continue
+        run.last_window = window_end
+        group = groups.setdefault(u.shape, ([], []))
+        group[0].append(run)
+        group[1].append(u)
+    for (length, _), (group, us) in groups.items():
+        _add_stacked(group, np.stack(us), window_end - step * np.arange(
+            length - 1, -1, -1, dtype=np.float64), step, float(window_seconds))
+
+
+def _add_stacked(runs: list[RunInProgress], u: np.ndarray, times: np.ndarray, step: float,
+                 window_seconds: float) -> None:
+    """One window (n, W, R) of ``runs``, its samples at ``times`` (W,)."""
+    started = np.array([r.started for r in runs], np.float64)[:, None]
+    mine = times[None, :] >= started - step                       # (n, W)
+    seen = np.isfinite(u) & mine[:, :, None]
+    masked = np.where(seen, u, -np.inf)
+    top = masked.max(1)
+    top = np.where(np.isfinite(top), top, 0.0)
+    index = (np.maximum(times[None, :] - started, 0.0) // window_seconds).astype(int)
+    early = mine & (index < EARLY_WINDOWS) & seen.any(2)
+    at = np.maximum(times[np.argmax(masked, axis=1)] - started, 0.0)     # (n, R)
+    for k in np.unique(index[early]):           # a run's early windows, k at a time
+        rows = early & (index == k)
+        have = np.flatnonzero(rows.any(1))
+        parts = np.where(rows[have][:, :, None], masked[have], -np.inf).max(1)
+        parts = np.where(np.isfinite(parts), parts, 0.0)
+        for i, part in zip(have, parts):
+            kept = runs[i].early.get(int(k))
+            runs[i].early[int(k)] = part.copy() if kept is None else np.maximum(kept, part)
+    _raise_peaks([runs[i] for i in np.flatnonzero(seen.any((1, 2)))],
+                 top[seen.any((1, 2))], at[seen.any((1, 2))])
+
+
+def _raise_peaks(runs: list[RunInProgress], top: np.ndarray, at: np.ndarray) -> None:
+    """Each run's peak and when it came, raised where this window's ``top`` is higher."""
+    known = [i for i, r in enumerate(runs) if r.peak is not None]
+    higher = np.zeros(top.shape, bool)
+    if known:
+        higher[known] = top[known] > np.stack([runs[i].peak for i in known])
+    for i, run in enumerate(runs):
+        if run.peak is None:
+            run.peak, run.peak_at = top[i].copy(), at[i].copy()
+        elif higher[i].any():
+            run.peak = np.where(higher[i], top[i], run.peak)
+            run.peak_at = np.where(higher[i], at[i], run.peak_at)
+
+
 @dataclass(frozen=True)
 class EndedRun:
     workload: str
@@ -129,6 +162,8 @@ class RunTracker:
             self.runs.clear()            # other resources served: summaries would not match
             self.resources = tuple(plan.resources)
         first_sample = window_end - (window_samples - 1) * step
+        fed: list[RunInProgress] = []
+        usages: list[np.ndarray] = []
         for p in plan.pods:
             pod = p.pod
             for c in p.containers:
@@ -145,7 +180,9 @@ class RunTracker:
                         pod.restarts.get(c.name, 0),
                         complete=started >= first_sample - step - START_SLACK_SECONDS)
                 if run.complete:        # a run seen mid-way is never summarised: not fed
-                    run.add(c.usage, window_end, step, window_samples * step)
+                    fed.append(run)
+                    usages.append(c.usage)
+        add_windows(fed, usages, window_end, step, window_samples * step)
 
     def ended(self, listed: Sequence[PodInfo], now: float) -> list[EndedRun]:
         """The runs that ended since the last call: those of ``listed`` pods that ended or

@@ -1,0 +1,75 @@
+"""ai4dl.controller.runs.add_windows: one window fed to many runs at once gives each run what
+feeding it alone (the per-run arithmetic RunInProgress.add had before the batch) gives."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ai4dl.controller.runs import RunInProgress, add_windows
+from ai4dl.rules.workload_profile import EARLY_WINDOWS
+
+
+def _add_alone(run: RunInProgress, usage, window_end, step, window_seconds) -> None:
+    """The per-run update as it was written before the batch (the reference)."""
+    u = np.asarray(usage, np.float64)
+    if run.last_window == window_end or u.ndim != 2 or not len(u):
+        return
+    run.last_window = window_end
+    times = window_end - step * np.arange(len(u) - 1, -1, -1, dtype=np.float64)
+    mine = times >= run.started - step
+    seen = np.isfinite(u) & mine[:, None]
+    if not seen.any():
+        return
+    masked = np.where(seen, u, -np.inf)
+    top = np.where(np.isfinite(masked.max(0)), masked.max(0), 0.0)
+    index = (np.maximum(times - run.started, 0.0) // float(window_seconds)).astype(int)
+    for k in np.unique(index[mine & (index < EARLY_WINDOWS) & seen.any(1)]):
+        part = masked[index == k].max(0)
+        part = np.where(np.isfinite(part), part, 0.0)
+        have = run.early.get(int(k))
+        run.early[int(k)] = part if have is None else np.maximum(have, part)
+    at = times[np.argmax(masked, axis=0)] - run.started
+    if run.peak is None:
+        run.peak, run.peak_at = top.copy(), np.maximum(at, 0.0)
+    else:
+        higher = top > run.peak
+        run.peak = np.where(higher, top, run.peak)
+        run.peak_at = np.where(higher, np.maximum(at, 0.0), run.peak_at)
+
+
+def _state(run: RunInProgress):
+    return (run.last_window, None if run.peak is None else run.peak.tolist(),
+            None if run.peak_at is None else run.peak_at.tolist(),
+            {k: v.tolist() for k, v in sorted(run.early.items())})
+
+
+def test_a_batch_of_runs_gets_what_each_run_fed_alone_gets():
+    rng = np.random.default_rng(7)
+    step, W, R = 15.0, 8, 2
+    starts = [0.0, 50.0, 95.0, 119.0, -3000.0, 200.0, 100.0]   # young, mid-window, old, late
+    batch = [RunInProgress("w", f"r{i}", s, 0, True) for i, s in enumerate(starts)]
+    alone = [RunInProgress("w", f"r{i}", s, 0, True) for i, s in enumerate(starts)]
+    for end in (105.0 + step * W * k for k in range(12)):
+        usages = []
+        for i in range(len(starts)):
+            u = rng.gamma(2.0, 1.0, (W, R)) * (1 + i)
+            u[rng.random((W, R)) < 0.15] = np.nan      # scrape gaps
+            if i == 6 and end < 300:
+                u[:] = np.nan                          # nothing seen yet
+            usages.append(u)
+        usages[3] = usages[3][:5]                      # another shape in the same window
+        add_windows(batch, usages, end, step, W * step)
+        add_windows(batch, usages, end, step, W * step)     # the same window again: no-op
+        for run, u in zip(alone, usages):
+            _add_alone(run, u, end, step, W * step)
+        assert [_state(r) for r in batch] == [_state(r) for r in alone]
+    assert all(r.peak is not None for r in batch)
+    assert any(len(r.early) > 1 for r in batch) and not batch[4].early
+
+
+def test_a_runs_arrays_are_its_own():
+    runs = [RunInProgress("w", f"r{i}", 0.0, 0, True) for i in range(3)]
+    add_windows(runs, [np.full((4, 2), float(i + 1)) for i in range(3)], 45.0, 15.0, 60.0)
+    for r in runs:
+        assert r.peak.base is None and r.peak_at.base is None
+        assert all(v.base is None for v in r.early.values())
