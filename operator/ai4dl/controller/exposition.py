@@ -15,7 +15,6 @@ from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, exposition
-from prometheus_client.core import GaugeMetricFamily
 
 from ai4dl.controller import metrics as m
 
