@@ -59,6 +59,9 @@ def test_score_reports_cost_at_a_matched_share_of_windows_at_risk():
     assert sc.worst_shortfall_risk_rel_at[0.34] == pytest.approx(0.5)
     assert sc.fulfilment_risk_at[0.34] == pytest.approx(5 / 6)
     assert sc.risk_multiplier_at[0.5] == 2.0          # floor(1.5) = 1 window at risk too
+    # the execution's allocation there (GiB-hours of the 6 scored samples of a minute)
+    assert sc.allocation_by_execution_risk_at[0.34] == pytest.approx(
+        (2 * (2 + 2 + 2) * 2 / 60 / 1024 ** 3,))
 
 
 def test_wins_at_risk_is_cheaper_at_the_matched_share():
@@ -311,6 +314,10 @@ def test_score_under_a_layer_reports_the_served_rows_at_the_matched_share():
     cost = sum(float(np.repeat(r[1:, 1], 10)[: len(u) - 10].sum())
                for r, u in zip(got.allocations, data.usage))
     assert served.vs_oracle_risk_at[0.05] == pytest.approx(cost / oracle)
+    # per execution, in the order scored: what sums to that cost (GiB-hours)
+    per = [float(np.repeat(r[1:, 1], 10)[: len(u) - 10].sum()) * data.step / 3600 / 1024 ** 3
+           for r, u in zip(got.allocations, data.usage)]
+    assert served.allocation_by_execution_risk_at[0.05] == pytest.approx(per)
     assert served.vs_oracle_risk_at[0.05] != pytest.approx(closed.vs_oracle_risk_at[0.05])
     assert served.risk_share == closed.risk_share          # as served: the same rows
     matches = served_matches(data, own, 10, (1,), (0.05,), safety)

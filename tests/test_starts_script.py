@@ -72,6 +72,43 @@ def test_the_table_gives_the_gap_to_the_cheapest_baseline(st, tmp_path, monkeypa
     assert "auto realised 2.00 %" in line
 
 
+def test_the_clustered_ratio_counts_a_workload_once(st):
+    # two workloads: x (two runs) and y; the ratio of sums, its error from the workloads' sums
+    ratio, se = st.clustered_ratio([1.0, 1.0, 2.0], [2.0, 2.0, 2.0], ["x", "x", "y"])
+    assert ratio == pytest.approx(4 / 6)
+    resid = [2 - 4 / 6 * 4, 2 - 4 / 6 * 2]
+    assert se == pytest.approx(math.sqrt(2 * sum(r * r for r in resid)) / 6)
+    # the same runs as three workloads: a different error, the same ratio
+    alone = st.clustered_ratio([1.0, 1.0, 2.0], [2.0, 2.0, 2.0], ["x", "z", "y"])
+    assert alone[0] == pytest.approx(ratio) and alone[1] != pytest.approx(se)
+    assert math.isnan(st.clustered_ratio([1.0, 2.0], [1.0, 1.0], ["x", "x"])[1])
+
+
+def _clustered_doc(seed, auto, base, groups):
+    d = _doc(seed, "profile", 1.0, {n: 1.0 for n in base})
+    d["groups"] = groups
+    for name, per in {"auto": auto, **base}.items():
+        d["policies"][name]["by_execution"] = {str(s): per for s in (0.01, 0.02, 0.05)}
+    return d
+
+
+def test_the_clustered_verdict_needs_every_baseline_beaten_beyond_its_error(st):
+    groups = ["a", "a", "b", "c", "d"]
+    far = {n: [2.0, 2.0, 2.0, 2.0, 2.0] for n in st.BASELINES}
+    auto = [1.0, 1.1, 0.9, 1.0, 1.2]
+    runs = [_clustered_doc(0, auto, far, groups), _clustered_doc(1, auto, far, groups)]
+    assert st.clustered_words(runs, 0.02).startswith(
+        "below all four beyond one cluster-robust s.e. at 2 of 2 seeds")
+    close = dict(far, vpa=[1.05, 1.0, 1.0, 0.95, 1.25])   # one baseline within noise
+    runs[1] = _clustered_doc(1, auto, close, groups)
+    words = st.clustered_words(runs, 0.02)
+    assert words.startswith("below all four beyond one cluster-robust s.e. at 1 of 2 seeds")
+    assert "(closest: vpa " in words
+    del runs[1]["policies"]["krr"]["by_execution"]["0.02"]     # a floor there
+    assert st.clustered_words(runs, 0.02) == "not comparable (a floor at some seed)"
+    assert st.clustered_words([_doc(0, "profile", 1.0, far)], 0.02) is None   # older runs
+
+
 def _table_after(text: str, heading: str) -> list[list[str]]:
     lines = text.splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.startswith(heading))

@@ -44,6 +44,26 @@ def side_of_one_se(gap: float, se: float) -> int:
     return -1 if gap < 0 else 1
 
 
+def clustered_ratio(a: Sequence[float], b: Sequence[float], clusters: Sequence
+                    ) -> tuple[float, float]:
+    """(sum a ÷ sum b, its cluster-robust standard error): ``a`` and ``b`` two policies'
+    allocations per execution at their matched share (the judge's
+    ``allocation_by_execution_risk_at``), ``clusters`` the workload of each. The delta method
+    on the workloads' sums, with the G ÷ (G - 1) small-sample factor: the re-runs of a workload
+    start from one profile, so they are one draw, not several. The matched factors are taken
+    as given (their own noise is not in it): a lower bound on the noise. nan with fewer than
+    two workloads."""
+    _, group = np.unique(np.asarray(clusters, dtype=object).astype(str), return_inverse=True)
+    A = np.bincount(group, weights=np.asarray(a, float))
+    B = np.bincount(group, weights=np.asarray(b, float))
+    ratio = float(A.sum() / B.sum())
+    G = len(A)
+    if G < 2:
+        return ratio, math.nan
+    resid = A - ratio * B
+    return ratio, float(math.sqrt(G / (G - 1) * float((resid ** 2).sum())) / B.sum())
+
+
 # ----------------------------------------------------------------------------- the verdict
 # The bar the default policy is held to (docs/results.md §3): at each matched target, auto's
 # allocation ≤ the better of the two reactive policies (the catalogue's reactive references)

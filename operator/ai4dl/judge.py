@@ -296,6 +296,9 @@ class ResourceScore:
     # the least share of windows at risk any multiplier leaves, and allocation ÷ oracle there
     risk_floor_at: dict = field(default_factory=dict)          # s -> floor share
     vs_oracle_floor_at: dict = field(default_factory=dict)     # s -> allocation ÷ oracle at it
+    # s -> each scored execution's allocation there (unit-hours, in the order scored): what a
+    # comparison of two policies clustered by workload sums
+    allocation_by_execution_risk_at: dict = field(default_factory=dict)
 
 
 def per_sample_allocation(alloc_windows: np.ndarray, n: int, window: int) -> np.ndarray:
@@ -425,6 +428,8 @@ class _Scoring:
         self.first = first = 0 if include_cold_start else 1
         self.masks = masks = [scored_mask(len(data.usage[i]), window, include_cold_start)
                               for i in idx]
+        #: per scored sample, the position in ``idx`` of its execution
+        self.sample_execution = np.repeat(np.arange(len(idx)), [int(m.sum()) for m in masks])
         self.usage = (np.concatenate([data.usage[i][m] for i, m in zip(idx, masks)]) if idx
                       else np.empty((0, len(self.scales))))
         self.static_peak = (np.concatenate([np.repeat(data.usage[i].max(0)[None], m.sum(), 0)
@@ -538,6 +543,10 @@ class _Scoring:
         total = float(at.sum() * self.hours / scale)
         s.vs_oracle_risk_at[share] = (total * scaled / oracle_t
                                       if oracle_t and np.isfinite(m) else np.inf)
+        if np.isfinite(m) and len(u):
+            s.allocation_by_execution_risk_at[share] = tuple((
+                np.bincount(self.sample_execution, weights=at, minlength=len(self.idx))
+                * (scaled * self.hours / scale)).tolist())
         if not np.isfinite(m) and len(u) and (self.matches or {}).get((name, share, j)) is None:
             floor, at_floor = self.floor_at(rows_own if self.safety is not None and
                                             name != ORACLE else None,
