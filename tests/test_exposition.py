@@ -115,9 +115,11 @@ def test_the_server_answers_both_formats_gzipped_and_names_filtered():
                                         ("phasemodel", "served"), ("pod", "a")], 4.0) \
                 in families["ai4dl_pod_phase"][3]
             assert "ai4dl_resizes" in families      # the library's own metrics are there too
-        with urllib.request.urlopen(f"{url}?name[]=ai4dl_pod_request", timeout=10) as answer:
+        names = "name[]=ai4dl_pod_request&name[]=ai4dl_window_queue_depth"
+        with urllib.request.urlopen(f"{url}?{names}", timeout=10) as answer:
             body = answer.read().decode()
         assert "ai4dl_pod_request{" in body and "ai4dl_pod_phase{" not in body
+        assert "ai4dl_window_queue_depth 0.0" in body and "ai4dl_windows_running" not in body
     finally:
         server.shutdown()
         server.server_close()

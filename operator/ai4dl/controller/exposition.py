@@ -31,10 +31,7 @@ def metrics_body(accept: str | None, series: m.PodSeries = m.POD_SERIES,
     """(the exposition, its content type) for an Accept header."""
     encoder, content_type = exposition.choose_encoder(accept or "")
     if not lines_agree(encoder, content_type):
-        both = CollectorRegistry()
-        both.register(registry)
-        both.register(series)
-        return encoder(both), content_type
+        return encoder(both(registry, series)), content_type
     body = encoder(registry)
     openmetrics = body.endswith(_EOF)
     if openmetrics:
@@ -46,6 +43,16 @@ def metrics_body(accept: str | None, series: m.PodSeries = m.POD_SERIES,
     if openmetrics:
         parts.append(_EOF)
     return b"".join(parts), content_type
+
+
+def both(registry: CollectorRegistry = m.REGISTRY, series: m.PodSeries = m.POD_SERIES
+         ) -> CollectorRegistry:
+    """The registry and the per-container gauges as one registry, for the library's own
+    exposition (its metric names read now, so that ``name[]`` finds every one)."""
+    out = CollectorRegistry(auto_describe=True)
+    out.register(registry)
+    out.register(series)
+    return out
 
 
 def family_heads(encoder) -> list[bytes]:
@@ -90,7 +97,7 @@ def app(environ, start_response):
     library)."""
     if environ.get("REQUEST_METHOD") != "GET" or "name[]" in parse_qs(
             environ.get("QUERY_STRING", "")):
-        return exposition.make_wsgi_app(m.FULL_REGISTRY)(environ, start_response)
+        return exposition.make_wsgi_app(both())(environ, start_response)
     body, content_type = metrics_body(environ.get("HTTP_ACCEPT"))
     headers = [("Content-Type", content_type)]
     if exposition.gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING") or ""):

@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.utils import floatToGoString
 
-#: the operator's metrics but the per-container gauges, which /metrics renders itself
-#: (ai4dl.controller.exposition); FULL_REGISTRY has both, for a library's own exposition
+#: the operator's metrics but the per-container gauges (POD_SERIES), whose lines /metrics
+#: renders itself (ai4dl.controller.exposition)
 REGISTRY = CollectorRegistry()
 
 
@@ -137,8 +137,6 @@ def _labels(has_resource: bool) -> list[str]:
 
 
 POD_SERIES = PodSeries()
-FULL_REGISTRY = CollectorRegistry()
-FULL_REGISTRY.register(POD_SERIES)
 
 RESIZES = Counter("ai4dl_resizes_total", "In-place resizes patched",
                   ["namespace", "phasemodel"], registry=REGISTRY)
@@ -251,5 +249,3 @@ def forget_phasemodel(namespace: str, phasemodel: str) -> None:
         except KeyError:
             pass
 
-
-FULL_REGISTRY.register(REGISTRY)
