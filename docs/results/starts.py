@@ -219,7 +219,7 @@ def cmd_table() -> int:
                   f"{100 * OBJECTIVE:g} % objective.")
             clustered = [(s, clustered_words(runs[start], s)) for s in RISKS]
             if all(words is not None for _, words in clustered):
-                print(f"  Clustered by workload, each seed: "
+                print("  Clustered by workload, each seed: "
                       + "; ".join(f"at {100 * s:g} % {words}" for s, words in clustered) + ".")
         print()
     return 0
