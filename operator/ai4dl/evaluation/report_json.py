@@ -55,7 +55,9 @@ def score_dict(s: ResourceScore) -> dict:
     for f in dataclasses.fields(s):
         v = getattr(s, f.name)
         if f.name.endswith("_at"):
-            out[f.name] = {target_key(t): _num(x, UNREACHABLE) for t, x in v.items()}
+            # (a value per execution where the field keeps one: allocation_by_execution_*)
+            out[f.name] = {target_key(t): [_num(e) for e in x] if isinstance(x, tuple)
+                           else _num(x, UNREACHABLE) for t, x in v.items()}
         else:
             out[f.name] = _num(v)
     return out
