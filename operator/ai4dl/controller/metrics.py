@@ -248,4 +248,3 @@ def forget_phasemodel(namespace: str, phasemodel: str) -> None:
             WINDOW_LATENESS.remove(namespace, phasemodel, stage)
         except KeyError:
             pass
-

@@ -122,8 +122,8 @@ def _add_stacked(runs: list[RunInProgress], u: np.ndarray, times: np.ndarray, st
         for i, part in zip(have, parts):
             kept = runs[i].early.get(int(k))
             runs[i].early[int(k)] = part.copy() if kept is None else np.maximum(kept, part)
-    _raise_peaks([runs[i] for i in np.flatnonzero(seen.any((1, 2)))],
-                 top[seen.any((1, 2))], at[seen.any((1, 2))])
+    fed = seen.any((1, 2))              # runs with a sample of theirs in the window
+    _raise_peaks([runs[i] for i in np.flatnonzero(fed)], top[fed], at[fed])
 
 
 def _raise_peaks(runs: list[RunInProgress], top: np.ndarray, at: np.ndarray) -> None:
