@@ -230,7 +230,8 @@ def test_a_window_started_late_handles_the_latest_settled_window_and_says_why(mo
                                     throttled=throttled, ahead=(40, 1, 40), workers=2,
                                     queued=1001.0)
     assert boundary == 1008.0 and runner.calls == [1009.0]
-    assert runner.deadlines == [1020.0]     # its pod writes end at the next boundary of its grid
+    # its pod writes end when the next window of its grid is due: its boundary + the settle
+    assert runner.deadlines == [1021.0]
     assert runner.conditions[0] == throttled
     late = runner.conditions[1]
     assert late[:3] == ("WindowsLate", "True", "WaitedForWorker")

@@ -67,6 +67,16 @@ def test_quantities_round_trip():
         parse_quantity("lots")
 
 
+def test_a_parsed_quantity_text_is_kept_and_a_bad_one_refused_every_time():
+    """The texts' cache gives a repeated text its own value (not another's) and keeps no
+    failure: a bad text is refused at each call, naming itself."""
+    for _ in range(3):
+        assert parse_quantity("750m") == 0.75 and parse_quantity(" 3Gi ") == 3 * GiB
+        assert parse_quantity("3G") == 3e9 and parse_quantity(7) == 7.0
+        with pytest.raises(ValueError, match="'12 cores'"):
+            parse_quantity("12 cores")
+
+
 def test_burstable_pod_is_resized_on_requests_only(fitted_model, window):
     spec = spec_for(fitted_model)
     p = pod("a", {"cpu": "8", "memory": "32Gi"}, {"memory": "64Gi"})

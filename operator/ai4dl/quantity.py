@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -17,9 +18,17 @@ def parse_quantity(value: str | int | float) -> float:
     """'250m' -> 0.25, '1Gi' -> 1073741824.0, 2 -> 2.0. ValueError with the text on failure."""
     if isinstance(value, (int, float)):
         return float(value)
-    m = _QUANTITY.match(str(value).strip())
+    return _parse_text(str(value))
+
+
+# a window at 10,000 pods parses ~80,000 quantities, nearly all of them a few distinct texts
+# ('500m', '2Gi', ...): a bounded cache of the texts saves ~0.1 s of its Python. A failure
+# raises and is not kept.
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> float:
+    m = _QUANTITY.match(text.strip())
     if not m:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
     return float(m.group(1)) * _SUFFIX[m.group(2) or ""]
 
 

@@ -110,8 +110,8 @@ def _add_api_load_args(p: argparse.ArgumentParser) -> None:
                    help="pod writes per second at most, all windows together, as client-go's "
                         "flag of that name (default 50: 500 resizes, even at 3 writes each, "
                         "take 30 s of a 10-minute window; 0: no limit). A pod's writes not "
-                        "started by its PhaseModel's next boundary wait for that window (skip "
-                        "reason window-deadline)")
+                        "started when its PhaseModel's next window is due (its next boundary + "
+                        "--settle-seconds) wait for that window (skip reason window-deadline)")
     g.add_argument("--kube-api-burst", type=int, default=100, metavar="N",
                    help="pod writes sent at once above --kube-api-qps after a quiet spell "
                         "(default 100)")

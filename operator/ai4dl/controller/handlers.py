@@ -320,8 +320,10 @@ def _run_window(runner: WindowRunner, snapshot: dict, due: float, grid: int, set
         m.WINDOWS_LATE.labels(ns, name).inc()
         log.warning("PhaseModel %s/%s: window late: %s", ns, name, late[3])
     try:
-        # its pod writes end at the next boundary (pods not reached wait for that window)
-        report = runner.run(snapshot, now=boundary + settle, deadline=boundary + grid)
+        # its pod writes end when the next window is due, its boundary + settle (pods not
+        # reached wait for it): the writes get a whole period after the window started
+        report = runner.run(snapshot, now=boundary + settle,
+                            deadline=boundary + grid + settle)
         # the lateness and the duration: what a slow window is measured by (tests read them
         # to size their deadlines and to say why a wait ran out)
         log.info("PhaseModel %s/%s window %s: %d pods, %d resized, skipped %s; started %.2f s "
