@@ -40,8 +40,8 @@ class PodWrites:
         writes in order (the record in annotations, then the resize, then Events), the
         largest changes first, within the process's write limit and the window's budget of
         writes besides resizes (ai4dl.controller.records: the records left out are kept in
-        memory); a pod not started by ``deadline`` (wall-clock seconds: when the next window is due)
-        waits for the next window."""
+        memory); a pod not started by ``deadline`` (wall-clock seconds: when the next window
+        is due) waits for the next window."""
         labels = (self.namespace, self.name)
         novel = total = 0
         for p in plan.pods:

@@ -8,9 +8,9 @@ other controllers) wait behind it. client-go limits each of its clients the same
 
 A pod's writes (its record, its resize, its Events) take their tokens together, before the first
 of them, so the limit never leaves a pod half-written (a record without its resize). And a window
-keeps its deadline: tokens that would come only after the PhaseModel's next window is due (its next
-boundary + the settle) are not waited for; the pod is left for the next window, which plans it again from what is there
-(skip reason ``window-deadline``).
+keeps its deadline: tokens that would come only after the PhaseModel's next window is due (its
+next boundary + the settle) are not waited for; the pod is left for the next window, which plans
+it again from what is there (skip reason ``window-deadline``).
 """
 
 from __future__ import annotations
