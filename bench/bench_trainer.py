@@ -5,6 +5,7 @@ prints no table, says why in one line on stderr and exits 1 (issue 44).
 
     .venv/bin/python bench/bench_trainer.py [--pods 1000] [--hours 24] [--epochs 60]
                                             [--max-samples N] [--concurrency 2] [--replay]
+                                            [--engine local,dask --workers 1,2]
 
 --pods containers of synthetic DL jobs (ai4dl.method.synthetic.generate_fixed_length, cpu cores and
 memory bytes; 200 distinct jobs shared round-robin) with --hours of 15 s samples each (6 h
@@ -23,6 +24,15 @@ folds: two fits, auto's choice and the head-room tables on each train side, ever
 replayed) and the per-workload table. Each container is then also given its author's
 requests (kube-state-metrics' ``kube_pod_container_resource_requests``), so that the requests
 lookup finds what it looks for.
+
+``--replay --engine local,dask``: the same history replayed piece by piece (``ai4dl evaluate
+--prometheus ... --engine``, issue 44), on each engine once per count of ``--workers``: a PhaseModel is fitted
+on 20 of the synthetic jobs (``--epochs``) and given auto's choice as the trainer does, written
+as a manifest, and replayed as served (``--phasemodel-file``) by the CLI in a child process.
+Per engine and worker count: the wall time, samples replayed a second, the speed-up over the
+first row, and the peak RSS of the child and its worker processes together (sampled every
+0.2 s: the pieces run in other processes). Measured nothing (no piece, fewer containers than written,
+no workload) refuses.
 
 Peak RSS is the child's ``VmHWM`` (/proc/self/status), not ``getrusage``'s ``ru_maxrss``:
 Linux carries the parent's peak RSS over fork + exec into the child's ``ru_maxrss``, so that
@@ -191,6 +201,111 @@ def measure_replay(url: str, hours: float, epochs: int, concurrency: int) -> dic
     return out
 
 
+def write_manifest(path: Path, jobs, epochs: int) -> None:
+    """A PhaseModel fitted on ``jobs`` and given auto's choice, as the trainer does."""
+    import yaml
+
+    from ai4dl.crd_spec import PhaseModelSpec
+    from ai4dl.method.model import PhaseModel
+    from ai4dl.trainer import choose_served_policy
+
+    spec = {"selector": {"matchLabels": {"app": "train"}}, "stepSeconds": 15,
+            "windowSeconds": 600, "policy": {"mode": "Recommend"}}
+    model = PhaseModel(epochs=epochs, random_state=0).fit(list(jobs))
+    choose_served_policy(model, list(jobs), PhaseModelSpec.model_validate(spec))
+    spec["model"] = json.loads(model.to_document().model_dump_json(by_alias=True,
+                                                                  exclude_none=True))
+    path.write_text(yaml.safe_dump({"apiVersion": "ai4dl.io/v1alpha1", "kind": "PhaseModel",
+                                    "metadata": {"name": "bench"}, "spec": spec}))
+
+
+def run_sampling_rss(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
+    """(the finished command, its wall seconds, the peak RSS in MiB of it and every process
+    below it, sampled every 0.2 s)."""
+    import threading
+
+    import psutil
+
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample():
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                tree = [root, *root.children(recursive=True)]
+                rss = 0
+                for p in tree:
+                    try:
+                        rss += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                peak[0] = max(peak[0], rss / 2 ** 20)
+            except psutil.Error:
+                pass
+            done.wait(0.2)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t
+    done.set()
+    th.join()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), wall, peak[0]
+
+
+def engine_table(args, srv, tmp: Path, fit_on, backfill_s: float, samples: int, load) -> int:
+    """``--replay --engine``: the piece-by-piece replay per worker count, as a table."""
+    manifest = tmp / "phasemodel.yaml"
+    t = time.perf_counter()
+    write_manifest(manifest, fit_on, args.epochs)
+    fit_s = time.perf_counter() - t
+    counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    rows = []
+    for name in args.engine.split(","):
+        for w in counts:
+            out = tmp / f"replay-{name}-{w}.json"
+            cmd = [sys.executable, "-m", "ai4dl", "-q", "evaluate", "--prometheus", srv.url,
+                   "--selector", 'namespace="bench"', "--since", f"{int(args.hours + 1)}h",
+                   "--engine", name, "--workers", str(w), "--piece-containers",
+                   str(args.piece_containers), "--phasemodel-file", str(manifest),
+                   "--prometheus-timeout", "300", "--json", str(out)]
+            r, wall, peak = run_sampling_rss(cmd)
+            if r.returncode != 0:
+                return refuse("bench_trainer", f"ai4dl evaluate --engine {name} --workers {w} "
+                              f"exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+            doc = json.loads(out.read_text())
+            why = engine_measured_nothing(doc, args)
+            if why:
+                return refuse("bench_trainer", why)
+            rows.append((f"{name} {w}", wall, peak, doc))
+    print(f"\n## ai4dl evaluate --prometheus --engine {args.engine}: {args.pods} pods × "
+          f"{args.hours:g} h of 15 s samples (Prometheus {srv.version}, {os.cpu_count()} cores, "
+          f"load before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; backfill {backfill_s:.1f} s, "
+          f"{samples:,} samples; PhaseModel fitted in {fit_s:.1f} s)\n")
+    print("| engine, workers | pieces | containers | samples replayed | wall | samples/s | "
+          "speed-up | peak RSS, all processes |\n|---|---|---|---|---|---|---|---|")
+    base = rows[0][1]
+    for w, wall, peak, doc in rows:
+        n = doc["history"]["samples"]
+        print(f"| {w} | {doc['engine']['pieces']} | {doc['history']['containers']} | {n:,} | "
+              f"{wall:.1f} s | {n / wall:,.0f} | {base / wall:.2f} × | {peak:,.0f} MiB |")
+    return 0
+
+
+def engine_measured_nothing(doc: dict, args) -> str | None:
+    """Why a piece-by-piece replay's document measured nothing (None: it measured)."""
+    if doc["engine"]["pieces"] == 0 or doc["history"]["samples"] == 0:
+        return f"{doc['engine']['pieces']} pieces, {doc['history']['samples']} samples replayed"
+    if doc["history"]["containers"] < args.pods:
+        return f"{doc['history']['containers']} containers replayed of the {args.pods} written"
+    if not doc["workloads"]["rows"]:
+        return "the per-workload table has 0 workloads"
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pods", type=int, default=1000)
@@ -203,10 +318,20 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=int, default=2, help="range queries in flight")
     ap.add_argument("--replay", action="store_true", help="time ai4dl evaluate --prometheus "
                     "(pull, cross-fitted fits and replay, per-workload table) instead")
+    ap.add_argument("--engine", help="with --replay: the replay piece by piece on these "
+                    "engines (ai4dl evaluate --engine; comma-separated: local, dask), each with "
+                    "every count of --workers, against the same Prometheus")
+    ap.add_argument("--workers", default="1,2", help="with --engine: worker counts, "
+                    "comma-separated (default 1,2)")
+    ap.add_argument("--piece-containers", type=int, default=50)
     ap.add_argument("--measure", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.pods < 1:
         return refuse("bench_trainer", f"--pods {args.pods}: no pod to write")
+    if args.engine and not args.replay:
+        return refuse("bench_trainer", "--engine times the replay: give --replay")
+    if args.engine and not set(args.engine.split(",")) <= {"local", "dask"}:
+        return refuse("bench_trainer", f"--engine {args.engine}: the engines are local, dask")
     if args.max_samples is None:
         from ai4dl.trainer import MAX_SAMPLES
 
@@ -254,8 +379,14 @@ def main(argv=None) -> int:
         kube_state = {"requests": author_requests(runs)} if args.replay else {}
         samples = backfill(runs, srv.storage_path, promtool_next_to(binary), **kube_state)
         backfill_s = time.perf_counter() - t
+        fit_on = [j for j in jobs[:20]]
         del runs, jobs
         srv.start()
+        if args.engine:
+            try:
+                return engine_table(args, srv, Path(tmp), fit_on, backfill_s, samples, load)
+            finally:
+                srv.cleanup()
         try:
             r = subprocess.run([sys.executable, __file__, "--measure", srv.url, "--hours",
                                 str(args.hours), "--device", args.device, "--epochs",

@@ -71,12 +71,14 @@ def test_a_small_run_prints_its_table(script, args, rows):
     # refused before a cluster, a Prometheus or torch is started
     ("bench_admission.py", ("--pods", "0"), "--pods 0: nothing to create"),
     ("bench_trainer.py", ("--pods", "0"), "--pods 0: no pod to write"),
+    ("bench_trainer.py", ("--engine", "local"), "--engine times the replay: give --replay"),
     ("bench_fairness_operator.py", ("--flood", "0"), "--flood 0: no flood to measure"),
     ("bench_operator.py", ("--pods", "0", "--serving"), "--pods 0: no pod to serve"),
     ("gpu_check.py", ("--out", "/nonexistent/gpu", "--executions", "0"),
      "--executions 0: nothing to fit"),
 ], ids=["core", "core-epochs", "policies", "policies-window", "policies-epochs", "fairness",
-        "admission", "trainer", "fairness-operator", "operator-serving", "gpu-check"])
+        "admission", "trainer", "trainer-engine", "fairness-operator", "operator-serving",
+        "gpu-check"])
 def test_nothing_to_measure_is_no_table_and_exit_1(script, args, why):
     assert_refused(bench(script, *args), script, why)
 
@@ -122,6 +124,17 @@ def test_the_trainer_replay_finds_every_workload_and_request(prometheus_binary):
     assert rows["owners and requests"][0].endswith("requests of 20 containers"), rows
     # pods of Jobs of 10 pods each (bench_trainer.pod_name): 2 workloads
     assert rows["per-workload table"][0].endswith(", 2 workloads"), rows
+
+
+@pytest.mark.integration
+def test_the_replay_piece_by_piece_replays_every_pod_on_every_worker_count(prometheus_binary):
+    r = bench("bench_trainer.py", "--pods", "20", "--hours", "1", "--epochs", "2", "--replay",
+              "--engine", "local", "--workers", "1,2", "--piece-containers", "10")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    rows = table(r.stdout)
+    # 20 pods of 2 Jobs (bench_trainer.pod_name), 10 containers a piece: 2 pieces
+    assert [rows[w][:2] for w in ("local 1", "local 2")] == [["2", "20"], ["2", "20"]], rows
+    assert rows["local 1"][5] == "1.00 ×" and rows["local 2"][5].endswith(" ×"), rows
 
 
 @pytest.mark.integration

@@ -173,12 +173,10 @@ def test_prometheus_dying_mid_pull_exits_3_and_writes_nothing(replay_history, pr
     assert len(calls) >= 1 and not out.exists()
 
 
-@pytest.fixture()
-def phasemodel(kube_cluster, k8s_namespace, crd, replay_history):  # noqa: F811
-    """A PhaseModel (window 20 min) whose model was fitted and given auto's choice on the
-    history's pods, as the trainer does."""
-    from kubernetes import client
-
+@pytest.fixture(scope="module")
+def phasemodel_spec(replay_history):
+    """A PhaseModel's spec (window 20 min) whose model was fitted and given auto's choice on
+    the history's pods, as the trainer does."""
     from ai4dl.crd_spec import PhaseModelSpec
     from ai4dl.method.model import PhaseModel
     from ai4dl.trainer import choose_served_policy
@@ -191,10 +189,18 @@ def phasemodel(kube_cluster, k8s_namespace, crd, replay_history):  # noqa: F811
     choose_served_policy(model, execs, PhaseModelSpec.model_validate(spec))
     spec["model"] = json.loads(model.to_document().model_dump_json(by_alias=True,
                                                                   exclude_none=True))
+    return spec
+
+
+@pytest.fixture()
+def phasemodel(kube_cluster, k8s_namespace, crd, phasemodel_spec):  # noqa: F811
+    """That PhaseModel in the API server."""
+    from kubernetes import client
+
     client.CustomObjectsApi(kube_cluster.api_client).create_namespaced_custom_object(
         GROUP, VERSION, k8s_namespace, PLURAL,
         {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PhaseModel",
-         "metadata": {"name": "pm"}, "spec": spec})
+         "metadata": {"name": "pm"}, "spec": phasemodel_spec})
     return f"{k8s_namespace}/pm"
 
 
@@ -213,3 +219,107 @@ def test_phasemodel_replays_what_the_operator_would_serve(replay_history, phasem
     code = evaluate(url, "--phasemodel", phasemodel.split("/")[0] + "/missing", "--kubeconfig",
                     str(kube_cluster.kubeconfig))
     assert code == 2 and "not found" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- --engine
+def _engine_doc(url, tmp_path, name, *args) -> dict:
+    out = tmp_path / f"{name}.json"
+    assert evaluate(url, *args, "--json", str(out), "--markdown", str(tmp_path / f"{name}.md")) \
+        == 0
+    return json.loads(out.read_text())
+
+
+def test_engine_replays_piece_by_piece_what_the_whole_replay_gives(
+        replay_history, phasemodel, phasemodel_spec, kube_cluster, tmp_path, capsys):
+    """The PhaseModel as served, piece by piece (four pieces of whole workloads) in this
+    process, on two worker processes and on a Dask LocalCluster of two: the same figures every
+    time, each workload's row that of the replay of everything at once, and each matched
+    share the whole replay's factor rounded up to the grid."""
+    import yaml
+
+    url, _, runs = replay_history
+    manifest = tmp_path / "pm.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": f"{GROUP}/{VERSION}",
+                                        "kind": "PhaseModel", "metadata": {"name": "pm"},
+                                        "spec": phasemodel_spec}))
+    whole = _engine_doc(url, tmp_path, "whole", "--phasemodel", phasemodel, "--kubeconfig",
+                        str(kube_cluster.kubeconfig))
+    pieces = ["--phasemodel-file", str(manifest), "--piece-containers", "3"]
+    one = _engine_doc(url, tmp_path, "one", "--engine", "local", *pieces)
+    two = _engine_doc(url, tmp_path, "two", "--engine", "local", "--workers", "2", *pieces)
+    on_dask = _engine_doc(url, tmp_path, "dask", "--engine", "dask", "--workers", "2", *pieces)
+    assert one["engine"]["pieces"] == 4 and on_dask["engine"]["name"] == "dask"
+    assert one["history"]["containers"] == len(runs) == one["workloads"]["total"]["pods"]
+    for doc in (two, on_dask):
+        assert doc["matched_risk"] == one["matched_risk"]
+        assert doc["workloads"]["rows"] == one["workloads"]["rows"]
+    # the rows of the whole replay (served: one policy per name, no fold)
+    assert set(one["policies"]) == set(whole["policies"]) - {"oracle"}
+    rows = {r["workload"]: r for r in whole["workloads"]["rows"]}
+    assert {r["workload"] for r in one["workloads"]["rows"]} == set(rows)
+    for r in one["workloads"]["rows"]:
+        w = rows[r["workload"]]
+        assert (r["pods"], r["executions"]) == (w["pods"], w["executions"])
+        for p, figs in r["policies"].items():
+            for res, f in figs.items():
+                g = w["policies"][p][res]
+                assert (f["short_windows"], f["windows"]) == (g["short_windows"], g["windows"])
+                assert f["allocation"] == pytest.approx(g["allocation"], rel=1e-9)
+                assert (f["savings_vs_request"] is None is g["savings_vs_request"]
+                        or f["savings_vs_request"] == pytest.approx(g["savings_vs_request"],
+                                                                    rel=1e-9))
+    # each share at the whole replay's factor rounded up to the grid, or at its floor
+    factors = floors = 0
+    for m in one["matched_risk"]:
+        judged = whole["scores"][m["policy"]][m["resource"]]
+        key = f"{m['share']:g}"
+        f = judged["risk_multiplier_at"][key]
+        if f == "unreachable":
+            assert m["factor"] is None and m["floor"] == judged["risk_floor_at"][key], m
+            cost = judged["vs_oracle_floor_at"][key]
+            floors += 1
+        else:
+            assert m["factor"] is not None and m["floor"] is None, m
+            cost = judged["vs_oracle_risk_at"][key]
+            # (at the grid's bottom every factor meets the share: the layer's floors cover
+            # every window, and the judge's search stops where its halvings end)
+            if m["factor"] > 0.25:
+                assert f <= m["factor"] * (1 + 1e-9) <= f * 2 ** (1 / 64) * (1 + 2e-9), m
+                factors += 1
+        assert cost * (1 - 1e-9) <= m["vs_oracle"] <= cost * 1.06, (m, cost)
+    assert floors >= 6 and floors + factors >= 12
+    md = (tmp_path / "one.md").read_text()
+    assert "A cluster's replay" in md and "| phasemodel" in md and f"{NS}/Job/resnet" in md
+
+
+def test_engine_without_a_phasemodel_replays_the_policies_that_need_no_fit(
+        replay_history, tmp_path, capsys):
+    url, _, runs = replay_history
+    doc = _engine_doc(url, tmp_path, "plain", "--engine", "local", "--piece-containers", "2")
+    assert "phasemodel" not in doc["policies"] and "adaptive-max" in doc["policies"]
+    assert "auto" not in doc["policies"] and doc["workloads"]["total"]["pods"] == len(runs)
+    assert doc["engine"]["pieces"] == 4          # 3 resnet pods: a piece of their own
+    assert doc["workloads"]["shown_policy"] == "adaptive-max"
+
+
+def test_engine_flags_and_a_prometheus_gone_are_one_line(replay_history, prometheus_binary,
+                                                         tmp_path, capsys):
+    url, _, _ = replay_history
+    for args, msg in ((["--engine", "local", "--plots", str(tmp_path / "p")],
+                       "--plots is not available with --engine"),
+                      (["--engine", "local", "--epochs", "3"], "--engine fits no model"),
+                      (["--engine", "local", "--phasemodel-file", str(tmp_path / "none.yaml")],
+                       "--phasemodel-file"),
+                      (["--scheduler", "tcp://x:8786"], "--scheduler needs --engine")):
+        assert evaluate(url, *args) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("ai4dl: error: ") and msg in err[-1], err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Deployment\n")
+    assert evaluate(url, "--engine", "local", "--phasemodel-file", str(bad)) == 2
+    assert "not a PhaseModel manifest" in capsys.readouterr().err
+    gone = "http://127.0.0.1:9"
+    assert cli_main(["evaluate", "--prometheus", gone, "--selector", f'namespace="{NS}"',
+                     "--prometheus-retries", "0", "--engine", "local", "--json",
+                     str(tmp_path / "r.json")]) == 3
+    assert "unavailable" in capsys.readouterr().err and not (tmp_path / "r.json").exists()

@@ -130,20 +130,28 @@ def held_windows(data: ReplayInput, lengths: Sequence[int], window: int) -> np.n
     return out
 
 
+#: ``through_safety(held=...)`` not given: computed from the executions' holds.
+HELD_FROM_DATA = "from data"
+
+
 def through_safety(data: ReplayInput, raw: Sequence[np.ndarray], window: int,
-                   safety: SafetyConfig, inputs: tuple | None = None) -> list[np.ndarray]:
+                   safety: SafetyConfig, inputs: tuple | None = None,
+                   held: np.ndarray | None | str = HELD_FROM_DATA) -> list[np.ndarray]:
     """A policy's raw allocations per execution (windows x resources) as the safety layer
     serves them, window by window, with the working set the operator would see
-    (``inputs``: :func:`working_set_inputs` for these lengths, computed when not given)."""
+    (``inputs``: :func:`working_set_inputs` for these lengths, computed when not given) and
+    the memory the workloads' profiles hold (``held``: :func:`held_windows` for these
+    lengths, computed when not given)."""
     lengths = [len(r) for r in raw]
     if inputs is None:
         inputs = working_set_inputs(data, lengths, window, safety)
+    if isinstance(held, str):
+        held = held_windows(data, lengths, window)
     stacked = np.full((max(lengths), len(raw), len(data.resources)), np.nan)
     for i, r in enumerate(raw):
         stacked[: len(r), i] = r
     ws, rising = inputs if inputs is not None else (None, None)
-    final = apply_safety_sequence(stacked, np.array(data.initial), safety, ws, rising,
-                                  held_windows(data, lengths, window))
+    final = apply_safety_sequence(stacked, np.array(data.initial), safety, ws, rising, held)
     return [final[: len(r), i] for i, r in enumerate(raw)]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from ai4dl.cli.common import (add_trace_args, evaluation_flags, load_from_args, say,
                               window_in_samples)
 from ai4dl.cli.replay import add_replay_args, check_replay_flags, evaluate_prometheus
+from ai4dl.cli.replay_cluster import add_engine_args, check_engine_flags, evaluate_cluster
 from ai4dl.errors import Ai4dlError
 from ai4dl.evaluation import report, report_json, report_sweep
 from ai4dl.evaluation.evaluate import EvaluationConfig, run_evaluation
@@ -67,8 +68,9 @@ def check_window_fits(window: int, traces) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    check_engine_flags(args)
     if args.prometheus:
-        return evaluate_prometheus(args)
+        return evaluate_cluster(args) if args.engine else evaluate_prometheus(args)
     check_replay_flags(args)
     if args.traces is None:
         raise Ai4dlError("give TRACES, or --prometheus URL --selector MATCHERS")
@@ -142,6 +144,7 @@ def add_evaluate_args(p: argparse.ArgumentParser) -> None:
     and output."""
     add_trace_args(p, optional=True)
     add_replay_args(p)
+    add_engine_args(p)
     g = p.add_argument_group("evaluation")
     g.add_argument("--window", type=int, default=None, help="samples per re-scheduling window "
                    "(default 40 = 10 min at 15 s)")

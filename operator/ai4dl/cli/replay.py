@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 
 from ai4dl.cli.common import evaluation_flags, say, window_in_samples
@@ -59,6 +60,9 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--since", default="7d", help="history to replay, e.g. 7d, 36h (default 7d)")
     g.add_argument("--phasemodel", metavar="NAMESPACE/NAME", help="use this PhaseModel's "
                    "features, step, window, model, policy and safety layer (no fit)")
+    g.add_argument("--phasemodel-file", metavar="PATH", help="a PhaseModel manifest (YAML or "
+                   "JSON, as kubectl get -o yaml prints it) to replay as served, instead of "
+                   "--phasemodel: a candidate before it is applied")
     g.add_argument("--kubeconfig", help="kubeconfig for --phasemodel (default: in-cluster, "
                    "else $KUBECONFIG or ~/.kube/config)")
     g.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help="cross-fitting folds by "
@@ -74,17 +78,19 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
 def check_replay_flags(args: argparse.Namespace) -> None:
     """Flag errors before any I/O (exit 2)."""
     if args.prometheus is None:
-        for flag in ("selector", "phasemodel"):
-            if getattr(args, flag):
-                raise Ai4dlError(f"--{flag} needs --prometheus URL")
+        for flag in ("selector", "phasemodel", "phasemodel_file"):
+            if getattr(args, flag, None):
+                raise Ai4dlError(f"--{flag.replace('_', '-')} needs --prometheus URL")
         return
+    if args.phasemodel and args.phasemodel_file:
+        raise Ai4dlError("give --phasemodel or --phasemodel-file, not both")
     if args.traces is not None:
         raise Ai4dlError("give either TRACES or --prometheus, not both")
     if not args.selector:
         raise Ai4dlError("--prometheus needs --selector (PromQL label matchers of the pods)")
     if args.model:
-        raise Ai4dlError("--model with --prometheus: give --phasemodel NS/NAME to replay a "
-                         "stored model")
+        raise Ai4dlError("--model with --prometheus: give --phasemodel NS/NAME (or "
+                         "--phasemodel-file) to replay a stored model")
     if args.sweep:
         raise Ai4dlError("--sweep is not available with --prometheus")
     if args.folds < 2:
@@ -94,26 +100,57 @@ def check_replay_flags(args: argparse.Namespace) -> None:
     check_pull_flags(args)
 
 
-def _phasemodel(args):
-    """(spec, model or None, Served) of --phasemodel."""
+def read_phasemodel(args):
+    """(spec, model or None, Served) of --phasemodel (read from the API server) or
+    --phasemodel-file (a manifest)."""
+    if getattr(args, "phasemodel_file", None):
+        return served_from_spec(read_manifest(args.phasemodel_file),
+                                f"--phasemodel-file {args.phasemodel_file}")
     ns, name = parse_ref(args.phasemodel)
     resource = PhaseModels(api_client(args.kubeconfig)).get(ns, name)
     if resource is None:
         raise Ai4dlError(f"PhaseModel {ns}/{name} not found")
+    return served_from_spec(resource.get("spec") or {}, f"PhaseModel {ns}/{name}")
+
+
+def phasemodel_name(args: argparse.Namespace) -> str | None:
+    """What names the replayed PhaseModel: NAMESPACE/NAME or the manifest's path."""
+    return args.phasemodel or getattr(args, "phasemodel_file", None)
+
+
+def read_manifest(path: str) -> dict:
+    """The ``spec`` of a PhaseModel manifest file (YAML or JSON)."""
     try:
-        spec = PhaseModelSpec.model_validate(resource.get("spec") or {})
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise Ai4dlError(f"--phasemodel-file {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise Ai4dlError(f"--phasemodel-file {path}: not YAML or JSON "
+                         f"({' '.join(str(err).split())[:160]})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "PhaseModel" or \
+            not isinstance(doc.get("spec"), dict):
+        raise Ai4dlError(f"--phasemodel-file {path}: not a PhaseModel manifest (kind "
+                         "PhaseModel with a spec)")
+    return doc["spec"]
+
+
+def served_from_spec(spec_doc: dict, where: str):
+    """(spec, model or None, Served) of a PhaseModel's spec; a one-line Ai4dlError naming
+    ``where`` when it does not validate or cannot be served."""
+    try:
+        spec = PhaseModelSpec.model_validate(spec_doc)
         model = (PhaseModel.from_document(spec.validated_model()) if spec.model is not None
                  else None)
     except ValidationError as err:
-        raise Ai4dlError(f"PhaseModel {ns}/{name}: "
+        raise Ai4dlError(f"{where}: "
                          f"{validation_message(err).replace('invalid phase model: ', '')}") \
             from None
     except ValueError as err:
-        raise Ai4dlError(f"PhaseModel {ns}/{name}: {str(err).splitlines()[0]}") from None
+        raise Ai4dlError(f"{where}: {str(err).splitlines()[0]}") from None
     try:
         served = served_policy(spec, model)
     except ValueError as err:
-        raise Ai4dlError(f"PhaseModel {ns}/{name} cannot be served: {err}") from None
+        raise Ai4dlError(f"{where} cannot be served: {err}") from None
     return spec, model, served
 
 
@@ -122,7 +159,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     requests read, replayed (a PhaseModel as served, or every policy cross-fitted), reported
     per workload; the files written once everything is computed."""
     check_replay_flags(args)
-    if args.phasemodel and (args.window is not None or
+    if phasemodel_name(args) and (args.window is not None or
                             getattr(args, "window_seconds", None) is not None):
         raise Ai4dlError("--phasemodel: the window is the PhaseModel's spec.windowSeconds; "
                          "drop --window/--window-seconds")
@@ -132,7 +169,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise Ai4dlError(f"--since: {err}") from None
     log = RunLog("text", args.quiet)
-    spec, model, served, features, units, step, resources, safety = _replay_setup(args, kw)
+    spec, model, served, features, units, step, resources, safety = replay_setup(args, kw)
     history = _owned_history(args, features, units, step, since_s, log)
     if not getattr(args, "workload_by", None):
         kw["workload_by"] = "workload"
@@ -149,13 +186,14 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay_setup(args: argparse.Namespace, kw: dict) -> tuple:
+def replay_setup(args: argparse.Namespace, kw: dict) -> tuple:
     """What is replayed and how: (spec, model, served, features, units, step, resources,
     safety) from ``--phasemodel`` (as the operator serves it) or the flags; sets
     ``kw["window"]``."""
     spec = served = model = None
-    if args.phasemodel:
-        spec, model, served = _phasemodel(args)
+    given = getattr(args, "phasemodel_spec", None)     # read already (ai4dl.cli.replay_cluster)
+    if phasemodel_name(args):
+        spec, model, served = given or read_phasemodel(args)
         features = [FeatureQuery(f.name, f.query) for f in spec.features]
         units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
                  for f in spec.features]
@@ -163,7 +201,7 @@ def _replay_setup(args: argparse.Namespace, kw: dict) -> tuple:
         kw["window"] = window_samples(spec)
         resources = served.resources
         safety = safety_config(spec, resources) if args.safety != "none" else None
-        say(args, f"PhaseModel {args.phasemodel}: {served.reason}; window {kw['window']} "
+        say(args, f"PhaseModel {phasemodel_name(args)}: {served.reason}; window {kw['window']} "
              f"samples of {step:g} s")
         return spec, model, served, features, units, step, resources, safety
     features = default_feature_queries(("cpu", "memory"))
@@ -217,7 +255,17 @@ def _owned_history(args: argparse.Namespace, features, units, step: float, since
                           retries=max(0, args.prometheus_retries)) as src:
         owner_of, from_ksm = owners_src.owners(src, refs, start, now)
         requested = owners_src.requests(src, refs, start, now)
-    for e in result.executions:
+    label_executions(result.executions, owner_of, requested)
+    say(args, f"owners: {from_ksm} of {len(owner_of)} pods from kube_pod_owner, the rest from "
+         f"their names; requests known for {len(requested)} of {len(refs)} containers")
+    traces = TraceSet(result.executions,
+                      source=f"prometheus {args.prometheus} {{{selector}}} last {args.since}")
+    return _OwnedHistory(result, selector, traces, refs, owner_of, from_ksm, requested)
+
+
+def label_executions(executions, owner_of: dict, requested: dict) -> None:
+    """Each execution's ``meta`` given its workload and its container's requests."""
+    for e in executions:
         ref = PodRef(e.meta["namespace"], e.meta["pod"], e.meta["container"])
         # the workload a served start learns from: the pod's top controller and the container
         # (a Job re-created, a CronJob's Jobs, a Deployment's pods are one workload each;
@@ -228,11 +276,6 @@ def _owned_history(args: argparse.Namespace, features, units, step: float, since
             e.meta["cpu_limit_cores"] = req["cpu"]
         if "memory" in req:
             e.meta["memory_limit_bytes"] = req["memory"]
-    say(args, f"owners: {from_ksm} of {len(owner_of)} pods from kube_pod_owner, the rest from "
-         f"their names; requests known for {len(requested)} of {len(refs)} containers")
-    traces = TraceSet(result.executions,
-                      source=f"prometheus {args.prometheus} {{{selector}}} last {args.since}")
-    return _OwnedHistory(result, selector, traces, refs, owner_of, from_ksm, requested)
 
 
 def _replayed(args: argparse.Namespace, traces, cfg, served, model, model_params) -> tuple:
@@ -246,7 +289,7 @@ def _replayed(args: argparse.Namespace, traces, cfg, served, model, model_params
                              "level (no head-room tables)")
         res = run_served(traces, cfg, served.policy, "phasemodel", model, level, on_stage=on_stage)
         ctx = report.RunContext(traces.source, 0, 0, len(traces), len(traces.groups()), False,
-                                f"PhaseModel {args.phasemodel} ({served.summary()})",
+                                f"PhaseModel {phasemodel_name(args)} ({served.summary()})",
                                 getattr(model, "n_phases_", None))
         return res, ctx, "phasemodel"
     try:

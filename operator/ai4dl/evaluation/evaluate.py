@@ -479,24 +479,9 @@ def run_served(traces, cfg: EvaluationConfig, policy: Policy, name: str, model=N
     reactive ones, VPA, static, the oracle). What ``ai4dl evaluate --phasemodel`` reports:
     that PhaseModel's model, tables and choice as the operator would serve them. ``level``: the
     first-window level of ``initial`` ``model`` (the served policy's cold start)."""
-    say = on_stage or (lambda msg: None)
-    plain = tuple(p for p in cfg.policies if not catalog.entry(p).fitted_per_target
-                  and not catalog.entry(p).needs_phases)
-    cfg = dataclasses.replace(cfg, policies=(*plain, name), test_fraction=0.0)
-    needs = bool(getattr(policy, "needs_phases", False))
-    starts, counts, holds = execution_starts(cfg, list(traces), list(traces), level)
-    data = prepare(list(traces), cfg.resources, model if needs else None, cfg.initial, level,
-                   starts, holds)
-    policies = build_policies(dataclasses.replace(cfg, policies=plain), None, data)
-    if Oracle.name not in plain:
-        policies.append(Oracle())
-    replays, own = {}, {}
-    for p in (*policies, policy):
-        label = name if p is policy else p.name
-        say(f"policy {label}")
-        rep = replay(data, p, cfg.window, None, cfg.vpa_prewarm)
-        own[label] = Replay(label, rep.allocations)
-        replays[label] = Replay(label, serve(data, rep, cfg.window, cfg.safety).allocations)
+    got = replay_served(traces, cfg, policy, name, model, level, on_stage)
+    cfg, data = got.config, got.data
+    replays, own = got.replays, got.own
     judged = dict(safety=cfg.safety, own=own)
     scores = score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, **judged)
     matches = (served_matches(data, own, cfg.window, range(len(cfg.resources)), RISKS,
@@ -505,5 +490,33 @@ def run_served(traces, cfg: EvaluationConfig, policy: Policy, name: str, model=N
     per_exec = [score(data, replays, cfg.window, cfg.include_cold_start, cfg.targets, only=[i],
                       matches=matches, **judged)
                 for i in range(len(data.usage))]
-    return EvaluationResult(cfg, data, replays, scores, per_exec, 0, model, own=own,
-                            starts=counts)
+    return dataclasses.replace(got, scores=scores, per_execution=per_exec)
+
+
+def replay_served(traces, cfg: EvaluationConfig, policy: Policy | None, name: str,
+                  model=None, level: np.ndarray | None = None, on_stage=None
+                  ) -> EvaluationResult:
+    """:func:`run_served`'s replay without its scores (``scores`` and ``per_execution``
+    empty): every policy's served and own rows. ``policy`` None: only the policies that need
+    no fitting (a cluster's replay without a PhaseModel). A replay partitioned by workload
+    (:mod:`ai4dl.evaluation.partitioned`) scores its pieces itself."""
+    say = on_stage or (lambda msg: None)
+    plain = tuple(p for p in cfg.policies if not catalog.entry(p).fitted_per_target
+                  and not catalog.entry(p).needs_phases)
+    cfg = dataclasses.replace(cfg, policies=(*plain, name) if policy is not None else plain,
+                              test_fraction=0.0)
+    needs = bool(getattr(policy, "needs_phases", False))
+    starts, counts, holds = execution_starts(cfg, list(traces), list(traces), level)
+    data = prepare(list(traces), cfg.resources, model if needs else None, cfg.initial, level,
+                   starts, holds)
+    policies = build_policies(dataclasses.replace(cfg, policies=plain), None, data)
+    if Oracle.name not in plain:
+        policies.append(Oracle())
+    replays, own = {}, {}
+    for p in (*policies, *([policy] if policy is not None else [])):
+        label = name if p is policy else p.name
+        say(f"policy {label}")
+        rep = replay(data, p, cfg.window, None, cfg.vpa_prewarm)
+        own[label] = Replay(label, rep.allocations)
+        replays[label] = Replay(label, serve(data, rep, cfg.window, cfg.safety).allocations)
+    return EvaluationResult(cfg, data, replays, {}, [], 0, model, own=own, starts=counts)

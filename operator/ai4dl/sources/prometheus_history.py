@@ -425,13 +425,17 @@ class PrometheusHistory:
                    on_query: Callable[[int, int], None] | None = None,
                    max_samples: int | None = None,
                    select: Callable[[list[PodRef], float, float],
-                                    tuple[list[PodRef], int, int, str]] | None = None
-                   ) -> HistoryResult:
+                                    tuple[list[PodRef], int, int, str]] | None = None,
+                   containers: dict[PodRef, int] | None = None) -> HistoryResult:
         """Pull [start, end] and cut it into executions. ``on_query(done, total)`` after each
         range query (progress).
 
         ``select(containers, start, end)`` -> (kept, not served, unknown, how decided): only
         the kept containers are pulled (:mod:`ai4dl.sources.membership`).
+
+        ``containers`` (container -> raw series, as :meth:`discover` returns them): pull these
+        and no discovery (a partition of a cluster's replay, whose containers were found
+        once for all partitions).
 
         ``max_samples``: keep at most this many samples, the newest (:func:`keep_newest`).
         The time chunks are pulled newest first and the pull stops once the chunks pulled hold
@@ -444,7 +448,7 @@ class PrometheusHistory:
         # grid aligned to the step, so repeated pulls see the same points
         start = float(np.ceil(start / self.step) * self.step)
         end = float(np.floor(end / self.step) * self.step)
-        counts, result = self._selected_containers(start, end, select)
+        counts, result = self._selected_containers(start, end, select, containers)
         if not counts:
             result.seconds = time.perf_counter() - t0
             return result
@@ -465,10 +469,11 @@ class PrometheusHistory:
         result.seconds = time.perf_counter() - t0
         return result
 
-    def _selected_containers(self, start: float, end: float, select
+    def _selected_containers(self, start: float, end: float, select,
+                             containers: dict[PodRef, int] | None = None
                              ) -> tuple[dict[PodRef, int], HistoryResult]:
         """The containers to pull (with their raw series counts) and the result to fill."""
-        counts = self.discover(start, end)
+        counts = dict(containers) if containers is not None else self.discover(start, end)
         found = len(counts)
         not_served = unknown = 0
         how = ""

@@ -44,6 +44,10 @@ class PrometheusUnavailable(Ai4dlError):
         tries = f" after {attempts} attempts" if attempts > 1 else ""
         super().__init__(f"Prometheus at {url} unavailable{tries}: {reason}")
 
+    def __reduce__(self):
+        # rebuilt from its fields: a worker process of a cluster's replay sends it back pickled
+        return type(self), (self.url, self.reason, self.attempts)
+
 
 class PrometheusQueryError(Ai4dlError):
     """Prometheus rejected the query (HTTP 400/422); carries Prometheus's message. One line."""
@@ -55,6 +59,9 @@ class PrometheusQueryError(Ai4dlError):
             super().__init__(f"bad PromQL template: {error}")
         else:
             super().__init__(f"Prometheus at {url} rejected the query{kind}: {error}")
+
+    def __reduce__(self):
+        return type(self), (self.url, self.error, self.error_type, self.status)
 
 
 class PrometheusQueryTimeout(PrometheusQueryError):
@@ -70,6 +77,9 @@ class SeriesLimitExceeded(PrometheusQueryError):
     def __init__(self, url: str, message: str):
         self.url, self.error, self.error_type, self.status = url, message, "too many series", 0
         Ai4dlError.__init__(self, f"Prometheus at {url}: {message}")
+
+    def __reduce__(self):
+        return type(self), (self.url, self.error)
 
 
 @dataclass(frozen=True)
