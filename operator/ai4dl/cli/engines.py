@@ -88,7 +88,8 @@ def _dask(workers: int, scheduler: str | None):
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                    dashboard_address=":0", silence_logs=logging.ERROR)
             client = Client(cluster)
-    except (OSError, TimeoutError) as err:
+    except (OSError, TimeoutError, RuntimeError) as err:     # RuntimeError: a worker that
+        #                                                    did not start (LocalCluster)
         where = scheduler or "a LocalCluster"
         raise Ai4dlError(f"Dask at {where}: {' '.join(str(err).split())}") from None
 
