@@ -64,3 +64,17 @@ def test_a_piece_with_nothing_to_replay_is_none():
                         for f in task.__dataclass_fields__])
     assert replay_piece(empty) is None
     assert np.array_equal(task.grid, factor_grid())
+
+
+def test_engine_flags_without_prometheus_are_refused_before_any_input(tmp_path, capsys):
+    from ai4dl.cli import main as cli_main
+
+    for args, msg in ((["evaluate", str(tmp_path / "none.csv"), "--engine", "local"],
+                       "--engine replays a Prometheus's history: give --prometheus URL"),
+                      (["evaluate", str(tmp_path / "none.csv"), "--scheduler", "tcp://x:1"],
+                       "--scheduler needs --engine dask"),
+                      (["evaluate", str(tmp_path / "none.csv"), "--phasemodel-file", "pm.yaml"],
+                       "--phasemodel-file needs --prometheus URL")):
+        assert cli_main(args) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"ai4dl: error: {msg}"], err
