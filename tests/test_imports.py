@@ -305,7 +305,8 @@ def test_a_name_passed_on_is_found(tmp_path):
 
 #: The optional extras (pyproject.toml's optional-dependencies: what the operator's image lacks
 #: and what is heavy to import): the one reason an import may stand inside a function.
-OPTIONAL_EXTRAS = {"torch", "sklearn", "matplotlib", "tqdm", "pyarrow", "pynvml", "distributed"}
+OPTIONAL_EXTRAS = {"torch", "sklearn", "matplotlib", "tqdm", "pyarrow", "pynvml", "distributed",
+                   "dask"}
 #: Deferred imports kept for another reason, each said here and beside the import.
 DEFERRED_ON_PURPOSE = {
     # the `ai4dl` command installs its Ctrl-C and missing-extra handling before any import
