@@ -26,13 +26,13 @@ requests (kube-state-metrics' ``kube_pod_container_resource_requests``), so that
 lookup finds what it looks for.
 
 ``--replay --engine local,dask``: the same history replayed piece by piece (``ai4dl evaluate
---prometheus ... --engine``, issue 44), on each engine once per count of ``--workers``: a PhaseModel is fitted
-on 20 of the synthetic jobs (``--epochs``) and given auto's choice as the trainer does, written
-as a manifest, and replayed as served (``--phasemodel-file``) by the CLI in a child process.
-Per engine and worker count: the wall time, samples replayed a second, the speed-up over the
-first row, and the peak RSS of the child and its worker processes together (sampled every
-0.2 s: the pieces run in other processes). Measured nothing (no piece, fewer containers than written,
-no workload) refuses.
+--prometheus ... --engine``, issue 44), on each engine once per count of ``--workers``: a
+PhaseModel is fitted on 20 of the synthetic jobs (``--epochs``) and given auto's choice as the
+trainer does, written as a manifest, and replayed as served (``--phasemodel-file``) by the CLI
+in a child process. Per engine and worker count: the wall time, samples replayed a second, the
+speed-up over the first row, and the peak RSS of the child and its worker processes together
+(sampled every 0.2 s: the pieces run in other processes). Measured nothing (no piece, fewer
+containers than written, no workload) refuses.
 
 Peak RSS is the child's ``VmHWM`` (/proc/self/status), not ``getrusage``'s ``ru_maxrss``:
 Linux carries the parent's peak RSS over fork + exec into the child's ``ru_maxrss``, so that

@@ -34,7 +34,7 @@ from ai4dl.cli.common import evaluation_flags, say
 from ai4dl.cli.engines import ENGINES, engine
 from ai4dl.cli.replay import (check_replay_flags, label_executions, phasemodel_name,
                               read_phasemodel, replay_setup, served_from_spec)
-from ai4dl.cli.trainer import RunLog
+from ai4dl.cli.trainer import RunLog, open_source
 from ai4dl.crd_spec import parse_duration
 from ai4dl.errors import Ai4dlError
 from ai4dl.evaluation import partitioned as part
@@ -47,7 +47,7 @@ from ai4dl.method.traces import DEFAULT_MAX_GAP_STEPS, TraceSet
 from ai4dl.policy import catalog
 from ai4dl.sources import workloads as owners_src
 from ai4dl.sources.prometheus import PrometheusSource
-from ai4dl.sources.prometheus_history import PrometheusHistory, normalise_selector
+from ai4dl.sources.prometheus_history import PrometheusHistory
 from ai4dl.sources.prometheus_types import PodRef
 
 DEFAULT_PIECE_CONTAINERS = 50
@@ -260,12 +260,7 @@ class _Found:
 
 def _found(args: argparse.Namespace, setup: _Setup, start: float, end: float) -> _Found:
     """The containers with history, their owners and requests: asked once, for all pieces."""
-    try:
-        selector = normalise_selector(args.selector)
-        src = PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
-                               retries=max(0, args.prometheus_retries))
-    except ValueError as err:
-        raise Ai4dlError(str(err)) from None
+    selector, src = open_source(args)
     with src:
         hist = PrometheusHistory(src, list(setup.features), selector, setup.step,
                                  units=setup.units)

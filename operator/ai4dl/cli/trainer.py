@@ -178,17 +178,23 @@ def _check_flags(args: argparse.Namespace) -> None:
     check_pull_flags(args)
 
 
+def open_source(args) -> tuple[str, PrometheusSource]:
+    """(the normalised ``--selector``, a source for ``--prometheus`` with the client flags);
+    a bad selector or URL is a one-line Ai4dlError."""
+    try:
+        return (normalise_selector(args.selector),
+                PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
+                                 retries=max(0, args.prometheus_retries)))
+    except ValueError as err:
+        raise Ai4dlError(str(err)) from None
+
+
 def read_history(args, features, units, step: float, start: float, end: float, log: RunLog,
                  select_for=None, max_samples: int | None = None):
     """``--prometheus URL --selector MATCHERS``: the history pull of [start, end] (with a
     progress bar on a terminal). ``select_for(source)`` gives the pull's ``select`` (which
     containers to keep). Returns (HistoryResult, the normalised selector, the PodRefs found)."""
-    try:
-        selector = normalise_selector(args.selector)
-        src = PrometheusSource(args.prometheus, timeout=args.prometheus_timeout,
-                               retries=max(0, args.prometheus_retries))
-    except ValueError as err:
-        raise Ai4dlError(str(err)) from None
+    selector, src = open_source(args)
     with src:
         hist = PrometheusHistory(
             src, list(features), selector, step, units=units,
