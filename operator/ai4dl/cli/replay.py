@@ -159,10 +159,7 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     requests read, replayed (a PhaseModel as served, or every policy cross-fitted), reported
     per workload; the files written once everything is computed."""
     check_replay_flags(args)
-    if phasemodel_name(args) and (args.window is not None or
-                            getattr(args, "window_seconds", None) is not None):
-        raise Ai4dlError("--phasemodel: the window is the PhaseModel's spec.windowSeconds; "
-                         "drop --window/--window-seconds")
+    check_phasemodel_window(args)
     kw, model_params = evaluation_flags(args)
     try:
         since_s = parse_duration(args.since)
@@ -186,14 +183,21 @@ def evaluate_prometheus(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_phasemodel_window(args: argparse.Namespace) -> None:
+    """A replayed PhaseModel's window is its own: no --window or --window-seconds beside it."""
+    if phasemodel_name(args) and (args.window is not None or
+                                  getattr(args, "window_seconds", None) is not None):
+        raise Ai4dlError("--phasemodel: the window is the PhaseModel's spec.windowSeconds; "
+                         "drop --window/--window-seconds")
+
+
 def replay_setup(args: argparse.Namespace, kw: dict) -> tuple:
     """What is replayed and how: (spec, model, served, features, units, step, resources,
     safety) from ``--phasemodel`` (as the operator serves it) or the flags; sets
     ``kw["window"]``."""
     spec = served = model = None
-    given = getattr(args, "phasemodel_spec", None)     # read already (ai4dl.cli.replay_cluster)
     if phasemodel_name(args):
-        spec, model, served = given or read_phasemodel(args)
+        spec, model, served = read_phasemodel(args)
         features = [FeatureQuery(f.name, f.query) for f in spec.features]
         units = [f.unit if f.unit != "unknown" else CANONICAL_UNITS.get(f.name, "unknown")
                  for f in spec.features]

@@ -32,8 +32,8 @@ import numpy as np
 
 from ai4dl.cli.common import evaluation_flags, say
 from ai4dl.cli.engines import ENGINES, engine
-from ai4dl.cli.replay import (check_replay_flags, label_executions, phasemodel_name,
-                              read_phasemodel, replay_setup, served_from_spec)
+from ai4dl.cli.replay import (check_phasemodel_window, check_replay_flags, label_executions,
+                              phasemodel_name, replay_setup, served_from_spec)
 from ai4dl.cli.trainer import RunLog, open_source
 from ai4dl.crd_spec import parse_duration
 from ai4dl.errors import Ai4dlError
@@ -165,10 +165,7 @@ def evaluate_cluster(args: argparse.Namespace) -> int:
     the engine, merged, reported; the files written once everything is computed."""
     check_replay_flags(args)
     check_engine_flags(args)
-    if phasemodel_name(args) and (
-            args.window is not None or getattr(args, "window_seconds", None) is not None):
-        raise Ai4dlError("a PhaseModel's window is its spec.windowSeconds; drop "
-                         "--window/--window-seconds")
+    check_phasemodel_window(args)
     kw, model_params = evaluation_flags(args)
     if model_params:
         raise Ai4dlError("--engine fits no model: the model's flags (--phases, --epochs, ...) "
@@ -177,7 +174,6 @@ def evaluate_cluster(args: argparse.Namespace) -> int:
         since_s = parse_duration(args.since)
     except ValueError as err:
         raise Ai4dlError(f"--since: {err}") from None
-    spec_doc = _spec_doc(args)
     setup = _setup(args, kw)
     now = time.time()
     start = now - since_s
@@ -191,7 +187,7 @@ def evaluate_cluster(args: argparse.Namespace) -> int:
                        {(r.namespace, r.pod): found.owner_of[(r.namespace, r.pod)]
                         for r in piece},
                        {r: found.requested[r] for r in piece if r in found.requested},
-                       setup.config, spec_doc, part.factor_grid())
+                       setup.config, setup.spec_doc, part.factor_grid())
              for piece in pieces]
     say(args, f"{len(found.containers)} containers in {len(pieces)} pieces of at most "
          f"{args.piece_containers}, on {args.engine} ({args.workers} worker"
@@ -218,15 +214,6 @@ def evaluate_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spec_doc(args: argparse.Namespace) -> dict | None:
-    """The PhaseModel's spec as a plain document (sent to the workers), or None; the spec,
-    model and served policy read kept in ``args.phasemodel_spec`` for the setup."""
-    if not phasemodel_name(args):
-        return None
-    args.phasemodel_spec = read_phasemodel(args)
-    return args.phasemodel_spec[0].model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
 @dataclass
 class _Setup:
     features: list
@@ -234,19 +221,22 @@ class _Setup:
     step: float
     config: EvaluationConfig
     served: object | None
+    spec_doc: dict | None        # the PhaseModel's spec as a plain document, for the workers
 
 
 def _setup(args: argparse.Namespace, kw: dict) -> _Setup:
     """The features, step, window, policies and safety layer: the PhaseModel's where one is
     given (as :func:`ai4dl.cli.replay.replay_setup` reads them), else the flags'."""
-    _, _, served, features, units, step, resources, safety = replay_setup(args, kw)
+    spec, _, served, features, units, step, resources, safety = replay_setup(args, kw)
     kw["workload_by"] = "workload"
     cfg = EvaluationConfig(resources=tuple(resources), safety=safety,
                            **{**kw, "test_fraction": 0.0})
     if served is not None and cfg.initial == "model" and served.cold_start is None:
         raise Ai4dlError("--initial model: the PhaseModel's model learned no first-window "
                          "level (no head-room tables)")
-    return _Setup(features, units, step, cfg, served)
+    return _Setup(features, units, step, cfg, served,
+                  spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+                  if spec is not None else None)
 
 
 @dataclass

@@ -38,7 +38,8 @@ import numpy as np
 
 from ai4dl.evaluation.evaluate import EvaluationResult
 from ai4dl.evaluation.starts import StartCounts
-from ai4dl.evaluation.workload_report import Owner, PolicyFigures, WorkloadRow, workload_rows
+from ai4dl.evaluation.workload_report import (Owner, PolicyFigures, WorkloadRow, sorted_rows,
+                                              workload_rows)
 from ai4dl.judge import (ORACLE, ReplayInput, held_windows, resource_unit_scale,
                          working_set_inputs)
 from ai4dl.policy.auto import GRID_OCTAVES, GRID_PER_OCTAVE
@@ -308,10 +309,4 @@ def matched_index(at_risk: np.ndarray, allowed: int) -> tuple[int, bool]:
 
 def with_rows_sorted(summary: PieceSummary) -> PieceSummary:
     """The merged workloads largest first, as :func:`workload_rows` sorts one replay's."""
-    first = summary.resources[0]
-
-    def size(r: WorkloadRow) -> float:
-        return r.requested[first] if r.known_hours[first] > 0 else r.usage[first]
-
-    return dataclasses.replace(summary, rows=sorted(summary.rows,
-                                                    key=lambda r: (-size(r), r.key)))
+    return dataclasses.replace(summary, rows=sorted_rows(summary.rows, summary.resources[0]))

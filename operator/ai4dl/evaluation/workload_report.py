@@ -149,6 +149,15 @@ def shown_replays(result: EvaluationResult) -> dict:
     return out
 
 
+def sorted_rows(rows: Sequence[WorkloadRow], first: str) -> list[WorkloadRow]:
+    """Largest first: by requested resource-hours of resource ``first`` where the requests are
+    known, else by its usage; then by key."""
+    def size(r: WorkloadRow) -> float:
+        return r.requested[first] if r.known_hours[first] > 0 else r.usage[first]
+
+    return sorted(rows, key=lambda r: (-size(r), r.key))
+
+
 def workload_rows(result: EvaluationResult, owners: Sequence[Owner],
                   requests: Sequence[np.ndarray]) -> tuple[list[WorkloadRow], WorkloadRow]:
     """Per workload and in total (the last: key ``total``), sorted by requested (else used)
@@ -217,13 +226,8 @@ def workload_rows(result: EvaluationResult, owners: Sequence[Owner],
         groups.setdefault(o.key, []).append(i)
         by_key[o.key] = o
         pods_of.setdefault(o.key, set()).add(data.groups[i] if data.groups else data.names[i])
-    rows = [row(k, by_key[k], idx, len(pods_of[k])) for k, idx in groups.items()]
-    first_res = data.resources[0]
-
-    def size(r: WorkloadRow) -> float:
-        return r.requested[first_res] if r.known_hours[first_res] > 0 else r.usage[first_res]
-
-    rows.sort(key=lambda r: (-size(r), r.key))
+    rows = sorted_rows([row(k, by_key[k], idx, len(pods_of[k])) for k, idx in groups.items()],
+                       data.resources[0])
     total = row("total", None, list(range(len(owners))), len({p for s in pods_of.values()
                                                               for p in s}))
     return rows, total
