@@ -358,6 +358,76 @@ def test_resizes_are_rate_limited_largest_change_first(fitted_model, window):
     assert same.skipped == "rate-limited" and not same.annotations and not same.events
 
 
+def _outcome(plan):
+    return (plan.resize, plan.annotations, plan.events, plan.skipped, plan.notices,
+            plan.refused)
+
+
+def test_pods_past_the_cut_are_deferred_as_the_rate_limit_defers_them(fitted_model, window,
+                                                                      monkeypatch):
+    """finish_pods defers a pod surely resized past maxResizesPerWindow without building its
+    resize and recommendation: every plan is the one that finishing every pod and then
+    cutting gives (the largest changes kept, ties in pod order; the rest deferred, a new
+    phase still shown), for a mix of pods whose resize is sure and is not (pending, in
+    progress, refused, untaken, Guaranteed, a phase already shown)."""
+    import ai4dl.controller.plan_pod as plan_pod
+
+    spec_free = spec_for(fitted_model, maxResizesPerWindow=10 ** 6, maxDecrease=None)
+    first = run(fitted_model, spec_free, [pod("seen", {"cpu": "6", "memory": "32Gi"})],
+                {("ns", "seen", "main"): window}).pods[0]
+    shown = {k: first.annotations[k] for k in (A_PHASE, "ai4dl.io/phase-since")}
+    body = {b["name"]: b["resources"] for b in first.resize["spec"]["containers"]}
+    untaken = json.dumps({"window": WINDOW_START - 600, "untaken": {"containers": {
+        "main": {"requests": {"cpu": "1"}}}}})
+    pods = [pod(f"b{i}", {"cpu": str(cpu), "memory": "32Gi"})
+            for i, cpu in enumerate((4, 8, 8, 12, 16, 16, 6, 3))]
+    pods += [pod("g", {"cpu": "8", "memory": "32Gi"}, {"cpu": "8", "memory": "32Gi"}),
+             pod("seen", {"cpu": "6", "memory": "32Gi"}, annotations=shown),
+             pod("pending", {"cpu": "12", "memory": "32Gi"}, conditions=[
+                 {"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]),
+             pod("moving", {"cpu": "12", "memory": "32Gi"}, conditions=[
+                 {"type": "PodResizeInProgress", "status": "True"}]),
+             pod("untaken", {"cpu": "16", "memory": "32Gi"}, annotations={A_STATE: untaken}),
+             pod("same", {"cpu": "6", "memory": "32Gi"}, annotations={A_STATE: json.dumps(
+                 {"window": WINDOW_START - 600, "untaken": {"containers": body}})}),
+             node_pod("refused", {"cpu": "8", "memory": "16Gi"},
+                      {"cpu": "8", "memory": "32Gi"}, REFUSED)]
+    samples = {("ns", p.name, "main"): window for p in pods}
+    full = run(fitted_model, spec_free, pods, samples).pods
+    resizing = sorted((p for p in full if p.resize is not None),
+                      key=lambda p: p.largest_change(), reverse=True)
+    assert len(resizing) >= 8 and {"seen", "untaken", "refused"} <= {
+        p.pod.name for p in resizing}
+    original, built = plan_pod._annotate_recommendation, []
+
+    def counted(plan, *args):
+        built.append(plan.pod.name)
+        original(plan, *args)
+
+    monkeypatch.setattr(plan_pod, "_annotate_recommendation", counted)
+    sure = {p.name for p in pods if p.name.startswith("b")} | {"g", "seen"}
+    for limit in (1, 2, 4, 7):
+        built.clear()
+        cut = run(fitted_model, spec_for(fitted_model, maxResizesPerWindow=limit,
+                                         maxDecrease=None), pods, samples).pods
+        kept = {p.pod.name for p in resizing[:limit]}
+        for want, got in zip(full, cut):
+            name = want.pod.name
+            if want.resize is None or name in kept:
+                assert _outcome(got) == _outcome(want), name
+                continue
+            phase_new = want.annotations.get(A_PHASE) != want.pod.annotations.get(A_PHASE)
+            assert _outcome(got) == (None, {k: want.annotations[k] for k in shown}
+                                     if phase_new else {}, [], "rate-limited", want.notices,
+                                     want.refused), name
+        assert sum(p.resize is not None for p in cut) == limit
+        # the resize and recommendation were built for every pod but those surely deferred
+        deferred = [p.pod.name for p in cut if p.skipped == "rate-limited"]
+        assert sorted(built) == sorted(p.name for p in pods if p.name not in
+                                       set(deferred) & sure), limit
+        assert set(deferred) - sure, "no doubtful pod was cut after it was built"
+
+
 def test_label_selector_pushes_the_phasemodel_selector_to_the_api_server():
     from ai4dl.controller.runtime_window import label_selector
     from ai4dl.crd_spec import LabelSelector

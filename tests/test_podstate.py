@@ -57,6 +57,43 @@ def test_a_changed_value_breaks_the_seal():
     assert KEY.open(SCOPE, json.dumps(sealed)).problem == "forged"
 
 
+def test_a_record_as_sealed_is_verified_on_its_own_bytes_and_a_crafted_one_is_not(
+        monkeypatch):
+    """A record in the form seal writes is verified on the data's bytes as they stand (not
+    serialised again: half the cost of opening one); re-spelt (spaces, another key order) it
+    is still the operator's; whatever is spliced around the genuine bytes, what opens is
+    the data sealed or nothing."""
+    import ai4dl.controller.podstate as podstate
+
+    data = {"window": 1800.0, "orig": {"main": {"cpu": 2.0, "memory": 2.0 ** 34}},
+            "note": 'a "quoted" \u00e9 ,"kid":"x"'}
+    text = KEY.seal(SCOPE, data)
+    sealed = json.loads(text)
+    respelt = [json.dumps(sealed, indent=1),
+               json.dumps({"mac": sealed["mac"], "kid": sealed["kid"], "data": data})]
+    for other in respelt:
+        assert KEY.open(SCOPE, other).data == data and KEY.open(SCOPE, other).problem is None
+    payload = text[len('{"data":'):text.index(',"kid":', len(text) - 80)]
+    assert json.loads(payload) == data
+    tail = f',"kid":{json.dumps(sealed["kid"])},"mac":{json.dumps(sealed["mac"])}}}'
+    inflated = '{"orig":{"main":{"cpu":1000.0}}}'
+    # the genuine bytes first, then other data: the parser keeps the last "data"
+    assert KEY.open(SCOPE, '{"data":' + payload + ',"data":' + inflated + tail
+                    ).problem == "forged"
+    # ... or other data first: what opens is what was sealed, never the other
+    crafted = '{"data":' + inflated + ',"data":' + payload + tail.replace('"mac":',
+                                                                        '"mac":"x","mac":')
+    assert KEY.open(SCOPE, crafted).data == data
+    assert KEY.open(SCOPE, text.replace(sealed["kid"], "k" * len(sealed["kid"]))
+                    ).problem == "other-key"
+
+    def serialised_again(*args, **kwargs):
+        raise AssertionError("a record as sealed was serialised again")
+
+    monkeypatch.setattr(podstate, "_canonical", serialised_again)
+    assert KEY.open(SCOPE, text).data == data
+
+
 def test_keys_are_checked_and_read_from_files(tmp_path):
     with pytest.raises(ValueError, match="at least 16 bytes"):
         StateKey(b"short")

@@ -47,9 +47,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ai4dl.controller.plan_pod import finish_pod, render_state
+from ai4dl.controller.plan_pod import finish_pods, render_state
 from ai4dl.controller.plan_types import ContainerPlan, PodPlan, WindowPlan
-from ai4dl.controller.pods import A_PHASE, A_PHASE_SINCE, PodInfo
+from ai4dl.controller.pods import PodInfo
 from ai4dl.crd_spec import PhaseModelSpec
 from ai4dl.policy.online import next_allocations
 from ai4dl.policy.running import OwnHistory, added_windows
@@ -255,10 +255,7 @@ def plan_window(spec: PhaseModelSpec, model, pods: Sequence[PodInfo],
     plans, rows, colds = _collect(win, pods, samples, rejected)
     if rows or colds:
         _decide(win, model, plans, rows, colds, floors, held)
-    for plan in plans:
-        if plan.skipped is None:
-            finish_pod(plan, spec, resources, window_start, now_iso)
-    _rate_limit(plans, spec.policy.max_resizes_per_window)
+    finish_pods(plans, spec, resources, window_start, now_iso)
     for plan in plans:
         render_state(plan, model_key)
         if plan.skipped is None and plan.resize is None and not plan.annotations:
@@ -525,24 +522,6 @@ def _ceiling_below_working_set(safety: SafetyConfig, working_set: np.ndarray) ->
     need = working_set * (1.0 + (safety.memory_margin or 0.0))
     with np.errstate(invalid="ignore"):
         return np.nan_to_num(need, nan=0.0) > safety.ceiling[m]
-
-
-def _rate_limit(plans: list[PodPlan], limit: int) -> None:
-    """At most ``limit`` resizes per window, the largest relative changes first: a burst of
-    thousands of resizes (three API writes each) would swamp the API server and outlast the
-    window. Deferred pods are planned again next window; only a changed phase is written (the
-    recommendation they would have got is in the metrics): a recommendation annotation per
-    deferred pod would cost as many writes as the resizes saved."""
-    resizing = [p for p in plans if p.resize is not None]
-    if len(resizing) <= limit:
-        return
-    for p in sorted(resizing, key=PodPlan.largest_change, reverse=True)[limit:]:
-        p.resize, p.events = None, []
-        p.skipped = "rate-limited"
-        phase_changed = A_PHASE in p.annotations and \
-            p.pod.annotations.get(A_PHASE) != p.annotations.get(A_PHASE)
-        p.annotations = ({k: p.annotations[k] for k in (A_PHASE, A_PHASE_SINCE)}
-                         if phase_changed else {})
 
 
 def _windows_since_increase(pod: PodInfo, container: str, resource: str, window_start: float,

@@ -100,6 +100,17 @@ class StateKey:
         payload = _canonical(data)
         return _canonical({"data": data, "kid": self.kid, "mac": self._mac(scope, payload)})
 
+    def _verifies(self, scope: str, text: str, sealed: dict, kid: str, mac: str,
+                  key: bytes) -> bool:
+        """The MAC is the key's over the record's data for ``scope``: over the data's bytes
+        as the text holds them when the text is the form :meth:`seal` writes (no second
+        serialisation: half the cost of opening a record, 10,000 a window), else over the
+        data serialised again (a record re-spelt on its way, still the operator's)."""
+        payload = _sealed_payload(text, kid, mac)
+        if payload is not None and hmac.compare_digest(mac, self._mac(scope, payload, key)):
+            return True
+        return hmac.compare_digest(mac, self._mac(scope, _canonical(sealed["data"]), key))
+
     def open(self, scope: str, text: str | None) -> "Opened":
         """The record's data when it verifies for ``scope``, else why not (``Opened.problem``).
         A record sealed by a previous key verifies with it (``detail`` says so)."""
@@ -119,8 +130,7 @@ class StateKey:
         if key is None:
             return Opened(None, "other-key", f"sealed by key {str(kid)[:20]!r}")
         mac = sealed.get("mac")
-        if not isinstance(mac, str) or not hmac.compare_digest(
-                mac, self._mac(scope, _canonical(sealed["data"]), key)):
+        if not isinstance(mac, str) or not self._verifies(scope, text, sealed, kid, mac, key):
             return Opened(None, "forged", "the signature does not match")
         return Opened(sealed["data"], None, "" if kid == self.kid else "sealed by the previous key")
 
@@ -146,6 +156,18 @@ class Opened:
     data: Any
     problem: str | None         # None: verified; else absent / other-key / unsigned / ...
     detail: str = ""
+
+
+def _sealed_payload(text: str, kid: str, mac: str) -> str | None:
+    """The data's bytes in a record of the form :meth:`StateKey.seal` writes
+    (``{"data":...,"kid":...,"mac":...}``, compact), or None. Safe to verify as they stand:
+    the MAC covers exactly these bytes, and bytes the operator sealed are the canonical
+    serialisation of the data, which the text then parses back to."""
+    prefix = '{"data":'
+    suffix = f',"kid":{json.dumps(kid)},"mac":{json.dumps(mac)}}}'
+    if text.startswith(prefix) and text.endswith(suffix):
+        return text[len(prefix):len(text) - len(suffix)]
+    return None
 
 
 def _canonical(data: Any) -> str:
