@@ -280,6 +280,19 @@ def test_lean_fetch_falls_back_to_json(body):
         src._fetch_lean(["cpu"], [("ml", "a", "main")], 100, 130, 15).values, old)
 
 
+def test_lean_labels_are_each_series_own():
+    """The labels of every series are decoded at once: each series keeps its own, in order,
+    and a series holding two label objects is not read as two (the answer is refused)."""
+    from ai4dl.sources.prometheus_answers import parse_matrix
+
+    many = [_series(f"p{i}", f, [[100, str(i)]]) for i in range(300) for f in ("cpu", "mem")]
+    parsed = parse_matrix(_answer(many))
+    assert [m for m, _ in parsed.series] == [s["metric"] for s in many]
+    assert [float(p[0, 1]) for _, p in parsed.series] == [i for i in range(300) for _ in "cm"]
+    two = _answer(many[:2]).replace(b'},"values":', b'},{"pod":"x"},"values":', 1)
+    assert parse_matrix(two) is None
+
+
 class _GridSource:
     """A Prometheus stand-in serving a dense grid (pods x time x [cpu, memory, __start,
     __resets]) through the calls PrometheusHistory makes; records the chunks asked for."""

@@ -82,60 +82,82 @@ def parse_matrix(body: bytes) -> LeanMatrix | None:
     not laid out as Prometheus writes one (the caller then uses ``json.loads``).
 
     Prometheus writes ``{"status":"success","data":{"resultType":"matrix","result":[
-    {"metric":{...},"values":[[t,"v"],...]},...]}`` then optional keys (``warnings``...). Each
-    series' labels are decoded by ``json.loads``; its ``values`` (numbers and quoted numbers,
+    {"metric":{...},"values":[[t,"v"],...]},...]}`` then optional keys (``warnings``...). The
+    series' labels are decoded by one ``json.loads``; each series' ``values`` (numbers and quoted numbers,
     NaN and ±Inf included: no brackets, commas or quotes inside) are turned into spaces
     between numbers and read by numpy in one call. A series with anything else (native
     histograms...) sends the whole answer to the fallback."""
     head = _MATRIX_HEAD.match(body)
     if head is None:
         return None
-    pos = head.end()
-    series: list[tuple[dict, np.ndarray]] = []
     try:
-        while not body.startswith(b"]", pos):
-            if not body.startswith(b'{"metric":', pos):
-                return None
-            pos += 10
-            # '},"values":[' cannot occur inside the (flat) label object: an unescaped '"'
-            # ends a JSON string, and a string is followed by ',', ':' or '}' only.
-            end = body.index(b'},"values":[', pos)
-            metric = json.loads(body[pos:end + 1])
-            pos = end + 12
-            if body.startswith(b"]", pos):                  # no points
-                pts = np.empty((0, 2))
-                pos += 1
-            else:
-                vend = body.index(b"]]", pos)
-                text = body[pos:vend + 1]
-                n = text.count(b"[")
-                with _warnings.catch_warnings():
-                    _warnings.simplefilter("error")         # unparsable text: fall back
-                    flat = np.fromstring(text.translate(_TO_SPACES), dtype=np.float64, sep=" ")
-                if len(flat) != 2 * n:
-                    return None
-                pts = flat.reshape(n, 2)
-                pos = vend + 2
-            if not body.startswith(b"}", pos) or not isinstance(metric, dict):
-                return None
-            series.append((metric, pts))
-            pos += 1
-            if body.startswith(b",", pos):
-                pos += 1
-                if not body.startswith(b"{", pos):
-                    return None
-        rest = body[pos + 1:].strip()      # after the result list: '}' ends data
-        if not rest.startswith(b"}"):
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("error")         # unparsable text: fall back
+            found = _matrix_series(body, head.end())
+        if found is None:
             return None
-        rest = rest[1:].strip()
-        warnings: list[str] = []
-        if rest != b"}":                   # ',"warnings":[...]}' and the like
-            if not rest.startswith(b","):
-                return None
-            tail = json.loads(b"{" + rest[1:])
-            if not isinstance(tail, dict):
-                return None
-            warnings = [str(w) for w in tail.get("warnings") or []]
+        labels, points, pos = found
+        # every series' labels in one decoding (one call a series was most of the time of a
+        # window's answer at 10,000 pods: 20,000 short series)
+        metrics = json.loads(b"[" + b",".join(labels) + b"]")
+        if len(metrics) != len(labels) or not all(isinstance(m, dict) for m in metrics):
+            return None
+        warnings = _matrix_warnings(body, pos)
     except (ValueError, TypeError, DeprecationWarning):
         return None
-    return LeanMatrix(series, warnings)
+    if warnings is None:
+        return None
+    return LeanMatrix(list(zip(metrics, points)), warnings)
+
+
+def _matrix_series(body: bytes, pos: int) -> tuple[list[bytes], list[np.ndarray], int] | None:
+    """From ``pos`` (the first series of the result list): each series' label object (its
+    bytes), its points, and where the list ends; None when the layout is not Prometheus's."""
+    labels: list[bytes] = []
+    points: list[np.ndarray] = []
+    while not body.startswith(b"]", pos):
+        if not body.startswith(b'{"metric":', pos):
+            return None
+        pos += 10
+        # '},"values":[' cannot occur inside the (flat) label object: an unescaped '"'
+        # ends a JSON string, and a string is followed by ',', ':' or '}' only.
+        end = body.index(b'},"values":[', pos)
+        labels.append(body[pos:end + 1])
+        pos = end + 12
+        if body.startswith(b"]", pos):                  # no points
+            points.append(np.empty((0, 2)))
+            pos += 1
+        else:
+            vend = body.index(b"]]", pos)
+            text = body[pos:vend + 1]
+            n = text.count(b"[")
+            flat = np.fromstring(text.translate(_TO_SPACES), dtype=np.float64, sep=" ")
+            if len(flat) != 2 * n:
+                return None
+            points.append(flat.reshape(n, 2))
+            pos = vend + 2
+        if not body.startswith(b"}", pos):
+            return None
+        pos += 1
+        if body.startswith(b",", pos):
+            pos += 1
+            if not body.startswith(b"{", pos):
+                return None
+    return labels, points, pos
+
+
+def _matrix_warnings(body: bytes, pos: int) -> list[str] | None:
+    """The answer's warnings after the result list ending at ``pos``, or None when what
+    follows it is not laid out as Prometheus writes it."""
+    rest = body[pos + 1:].strip()      # after the result list: '}' ends data
+    if not rest.startswith(b"}"):
+        return None
+    rest = rest[1:].strip()
+    if rest == b"}":
+        return []
+    if not rest.startswith(b","):      # ',"warnings":[...]}' and the like
+        return None
+    tail = json.loads(b"{" + rest[1:])
+    if not isinstance(tail, dict):
+        return None
+    return [str(w) for w in tail.get("warnings") or []]
