@@ -83,9 +83,9 @@ def parse_matrix(body: bytes) -> LeanMatrix | None:
 
     Prometheus writes ``{"status":"success","data":{"resultType":"matrix","result":[
     {"metric":{...},"values":[[t,"v"],...]},...]}`` then optional keys (``warnings``...). The
-    series' labels are decoded by one ``json.loads``; each series' ``values`` (numbers and quoted numbers,
-    NaN and ±Inf included: no brackets, commas or quotes inside) are turned into spaces
-    between numbers and read by numpy in one call. A series with anything else (native
+    series' labels are decoded by one ``json.loads``; each series' ``values`` (numbers and
+    quoted numbers, NaN and ±Inf included: no brackets, commas or quotes inside) are turned
+    into spaces between numbers and read by numpy in one call. A series with anything else (native
     histograms...) sends the whole answer to the fallback."""
     head = _MATRIX_HEAD.match(body)
     if head is None:
