@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .common import NAMESPACE, PM_NAME, REPO, http_text, log
+from .common import NAMESPACE, PACKAGE_ROOT, PM_NAME, REPO, http_text, log
 
 
 # ----------------------------------------------------------------------------- the operator
@@ -33,7 +33,9 @@ class OperatorProcess:
         self._out = None
 
     def start(self) -> "OperatorProcess":
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, (str(PACKAGE_ROOT),
+                                                            os.environ.get("PYTHONPATH")))))
         cmd = [sys.executable, "-m", "ai4dl.controller", "--prometheus-url", self.prometheus_url,
                "--metrics-port", str(self.metrics_port), "--health-port", "0",
                "--prometheus-timeout", str(self.timeout), "--prometheus-retries", "1",

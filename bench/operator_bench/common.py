@@ -13,6 +13,11 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+#: this checkout's package, ahead of an installed one: a virtual environment made for another
+#: checkout (its editable install) must not lend that checkout's code to this one's benchmark,
+#: here or in the operator it starts (OperatorProcess)
+PACKAGE_ROOT = REPO / "operator"
+sys.path.insert(0, str(PACKAGE_ROOT))
 for _p in (REPO, REPO / "tests"):
     if str(_p) not in sys.path:
         sys.path.append(str(_p))
