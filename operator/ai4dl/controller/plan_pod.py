@@ -49,15 +49,16 @@ class SettledRequests:
 
 def finish_pods(plans: list[PodPlan], spec: PhaseModelSpec, resources: tuple[str, ...],
                 window_start: float, now_iso: str) -> None:
-    """Every unskipped plan finished (:func:`finish_pod`) and the window's resizes cut to
-    ``maxResizesPerWindow``, the largest relative changes first.
+    """Every unskipped plan finished (its requests settled, then :func:`finish_settled`)
+    and the window's resizes cut to ``maxResizesPerWindow``, the largest relative changes
+    first.
 
     The plans are finished in that order; once the window's resizes are spoken for, a pod
     that would surely be resized is deferred as the cut would defer it, without building
     its resize, recommendation and record first (at 10,000 pods, building them for the
-    9,500 the cut then dropped was half of the planning). A pod whose resize is not sure
-    (a refused or pending resize, one the API server did not take) is finished in full;
-    the cut that follows defers it if it resized."""
+    9,500 the cut then dropped was a quarter of the planning: docs/scaling.md). A pod whose
+    resize is not sure (a refused or pending resize, one the API server did not take) is
+    finished in full; the cut that follows defers it if it resized."""
     limit = spec.policy.max_resizes_per_window
     settled = [(plan, settle_requests(plan, spec, window_start))
                for plan in plans if plan.skipped is None]
@@ -99,15 +100,6 @@ def defer_resize(plan: PodPlan) -> None:
                         if phase_changed else {})
 
 
-def finish_pod(plan: PodPlan, spec: PhaseModelSpec, resources: tuple[str, ...],
-               window_start: float, now_iso: str) -> None:
-    """QoS rules, the resize body, annotations and events for one pod (its state record
-    kept on the plan: :func:`render_state` writes it into the annotations)."""
-    requests = settle_requests(plan, spec, window_start)
-    if requests is not None:
-        finish_settled(plan, requests, spec, resources, window_start, now_iso)
-
-
 def settle_requests(plan: PodPlan, spec: PhaseModelSpec, window_start: float
                     ) -> SettledRequests | None:
     """The pod's new requests (the QoS rules, the resize policy and a refused level's
@@ -144,8 +136,9 @@ def _surely_resized(plan: PodPlan, requests: SettledRequests, mode: str) -> bool
 
 def finish_settled(plan: PodPlan, requests: SettledRequests, spec: PhaseModelSpec,
                    resources: tuple[str, ...], window_start: float, now_iso: str) -> None:
-    """:func:`finish_pod` of a pod whose requests are settled: annotations, the next state
-    record, and the resize (or the take-back of a refused one) with its events."""
+    """A pod whose requests are settled, finished: its annotations, its next state record
+    (kept on the plan: :func:`render_state` writes it into the annotations), and the resize
+    (or the take-back of a refused one) with its events."""
     pod = plan.pod
     mode = spec.policy.mode
     _annotate_recommendation(plan, requests.planned, now_iso)
