@@ -504,6 +504,46 @@ def test_the_sweeps_view_of_a_pod_finds_what_the_whole_pod_finds():
     assert sweep_view(items[0]).annotations == {}     # the records are not held
 
 
+def test_a_sweep_asks_for_the_pods_metadata_only_and_reads_that_list():
+    """The sweep LISTs PartialObjectMetadata (it needs names, labels and one annotation, not
+    whole pods); the API server's answer, items of metadata only, finds the orphans the whole
+    pods find (the real API server's answer: tests/test_faults_bad_input)."""
+    import json
+
+    from ai4dl.controller import orphans
+
+    asked = []
+
+    class Answer:
+        def __init__(self, body):
+            self.data = json.dumps(body).encode()
+
+        def release_conn(self):
+            pass
+
+    class Core:
+        def list_pod_for_all_namespaces(self, **kwargs):
+            asked.append(kwargs)
+            return Answer({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                           "metadata": {}, "items": [
+                               {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                "metadata": {"name": n, "namespace": "ns", "uid": n,
+                                             "labels": {"app": "train"},
+                                             "annotations": {MODEL_ANNOTATION: m}}}
+                               for n, m in (("ok", "pm"), ("ghost", "gone"))]})
+
+    class Custom:
+        def list_cluster_custom_object(self, *args):
+            return {"items": [{"metadata": {"namespace": "ns", "name": "pm"},
+                               "spec": {"selector": {"matchLabels": {"app": "train"}}}}]}
+
+    events = []
+    found = orphans.OrphanSweep(Core(), Custom(), [], lambda *a: events.append(a)).run()
+    assert [(o.pod.name, o.reason) for o in found] == [("ghost", "PhaseModelNotFound")]
+    assert "as=PartialObjectMetadataList" in asked[0]["_headers"]["Accept"]
+    assert asked[0]["_headers"]["Accept"].endswith(",application/json")   # else whole pods
+
+
 # ----------------------------------------------------------------------------- served policy
 def auto_spec(model_or_none, **policy):
     feats = (model_or_none.features_ if model_or_none is not None else ("cpu", "memory"))

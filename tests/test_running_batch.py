@@ -54,7 +54,10 @@ def test_the_batch_gives_the_numbers_of_add_and_changes_nothing_given(with_phase
         _same(got[i], want)
         _same(owns[i], before[i])                # the given statistics are unchanged
         assert got[i] is not owns[i]
-        assert all(getattr(got[i], f).base is None for f in ("count", "s1", "peak", "ewma_max"))
+        # its own buffer, not a row of the batch's (which would keep the batch alive)
+        assert got[i]._v.base is None and not np.shares_memory(got[i]._v, got[i - 1]._v)
+        assert all(np.shares_memory(getattr(got[i], f), got[i]._v)
+                   for f in ("count", "s1", "peak", "ewma_max"))
     # the new objects are whole OwnHistory objects: they add and serialise as any other
     again = added_windows(got, usage, phases)
     _same(again[5], got[5].copy().add(usage[5], None if phases is None else phases[5]))
@@ -66,3 +69,29 @@ def test_a_phase_outside_the_model_is_refused_and_nothing_to_add_is_nothing():
     with pytest.raises(ValueError, match="outside the model's 3 phases"):
         added_windows(owns, np.ones((1, 5, 2)), np.full((1, 5), 3))
     assert added_windows([], np.empty((0, 5, 2)), None) == []
+
+
+def test_the_arrays_are_views_of_one_buffer_and_setting_one_copies_the_values_in():
+    import pickle
+
+    h = OwnHistory(3, 2)
+    assert all(np.shares_memory(getattr(h, f), h._v) for f in FIELDS if f not in (
+        "n", "run_phase", "run_length", "windows"))
+    given = np.array([1.0, 2.0])
+    h.peak = given
+    given[0] = 9.0                                  # the caller's array is not kept
+    assert h.peak.tolist() == [1.0, 2.0]
+    h.window_max = [5.0, 6.0]
+    h.previous_max = h.window_max                   # values, not the view
+    h.window_max = [7.0, 8.0]
+    assert h.previous_max.tolist() == [5.0, 6.0] and h.window_max.tolist() == [7.0, 8.0]
+    h.s1[1, 0] += 4.0                               # written through the view
+    h.t1 += 1.0
+    assert h.s1[1, 0] == 4.0 and h.s1.shape == (3, 2) and h.t1.tolist() == [1.0, 1.0]
+    c = h.copy()
+    c.peak[0] = -1.0
+    assert h.peak[0] == 1.0 and not np.shares_memory(c._v, h._v)
+    back = pickle.loads(pickle.dumps(h))
+    _same(back, h)
+    with pytest.raises(ValueError):
+        h.peak = [1.0, 2.0, 3.0]                    # not its shape

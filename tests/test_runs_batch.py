@@ -9,8 +9,10 @@ from ai4dl.controller.runs import RunInProgress, add_windows
 from ai4dl.rules.workload_profile import EARLY_WINDOWS
 
 
-def _add_alone(run: RunInProgress, usage, window_end, step, window_seconds) -> None:
-    """The per-run update as it was written before the batch (the reference)."""
+def _add_alone(run: RunInProgress, early: dict, usage, window_end, step,
+               window_seconds) -> None:
+    """The per-run update as it was written before the batch (the reference); its early peaks
+    in ``early`` ({run-relative window: peaks}, as a run kept them then)."""
     u = np.asarray(usage, np.float64)
     if run.last_window == window_end or u.ndim != 2 or not len(u):
         return
@@ -26,8 +28,8 @@ def _add_alone(run: RunInProgress, usage, window_end, step, window_seconds) -> N
     for k in np.unique(index[mine & (index < EARLY_WINDOWS) & seen.any(1)]):
         part = masked[index == k].max(0)
         part = np.where(np.isfinite(part), part, 0.0)
-        have = run.early.get(int(k))
-        run.early[int(k)] = part if have is None else np.maximum(have, part)
+        have = early.get(int(k))
+        early[int(k)] = part if have is None else np.maximum(have, part)
     at = times[np.argmax(masked, axis=0)] - run.started
     if run.peak is None:
         run.peak, run.peak_at = top.copy(), np.maximum(at, 0.0)
@@ -37,10 +39,18 @@ def _add_alone(run: RunInProgress, usage, window_end, step, window_seconds) -> N
         run.peak_at = np.where(higher, np.maximum(at, 0.0), run.peak_at)
 
 
-def _state(run: RunInProgress):
+def _packed_early(run: RunInProgress) -> dict:
+    """A run's early peaks (one array, NaN rows not seen) as {window: peaks}."""
+    if run.early is None:
+        return {}
+    assert run.early.shape[0] == EARLY_WINDOWS
+    return {k: row for k, row in enumerate(run.early) if not np.isnan(row).all()}
+
+
+def _state(run: RunInProgress, early: dict):
     return (run.last_window, None if run.peak is None else run.peak.tolist(),
             None if run.peak_at is None else run.peak_at.tolist(),
-            {k: v.tolist() for k, v in sorted(run.early.items())})
+            {k: v.tolist() for k, v in sorted(early.items())})
 
 
 def test_a_batch_of_runs_gets_what_each_run_fed_alone_gets():
@@ -49,6 +59,7 @@ def test_a_batch_of_runs_gets_what_each_run_fed_alone_gets():
     starts = [0.0, 50.0, 95.0, 119.0, -3000.0, 200.0, 100.0]   # young, mid-window, old, late
     batch = [RunInProgress("w", f"r{i}", s, 0, True) for i, s in enumerate(starts)]
     alone = [RunInProgress("w", f"r{i}", s, 0, True) for i, s in enumerate(starts)]
+    alone_early: list[dict] = [{} for _ in starts]
     for end in (105.0 + step * W * k for k in range(12)):
         usages = []
         for i in range(len(starts)):
@@ -60,11 +71,18 @@ def test_a_batch_of_runs_gets_what_each_run_fed_alone_gets():
         usages[3] = usages[3][:5]                      # another shape in the same window
         add_windows(batch, usages, end, step, W * step)
         add_windows(batch, usages, end, step, W * step)     # the same window again: no-op
-        for run, u in zip(alone, usages):
-            _add_alone(run, u, end, step, W * step)
-        assert [_state(r) for r in batch] == [_state(r) for r in alone]
+        for run, early, u in zip(alone, alone_early, usages):
+            _add_alone(run, early, u, end, step, W * step)
+        assert [_state(r, _packed_early(r)) for r in batch] == \
+            [_state(r, e) for r, e in zip(alone, alone_early)]
+        # the windows seen, in order, a gap carrying the one before it
+        for r, e in zip(batch, alone_early):
+            want = [e.get(k) for k in range(max(e) + 1)] if 0 in e else []
+            for k in range(1, len(want)):
+                want[k] = want[k - 1] if want[k] is None else want[k]
+            assert [w.tolist() for w in r.early_windows()] == [w.tolist() for w in want]
     assert all(r.peak is not None for r in batch)
-    assert any(len(r.early) > 1 for r in batch) and not batch[4].early
+    assert any(len(_packed_early(r)) > 1 for r in batch) and not _packed_early(batch[4])
 
 
 def test_a_runs_arrays_are_its_own():
@@ -72,4 +90,4 @@ def test_a_runs_arrays_are_its_own():
     add_windows(runs, [np.full((4, 2), float(i + 1)) for i in range(3)], 45.0, 15.0, 60.0)
     for r in runs:
         assert r.peak.base is None and r.peak_at.base is None
-        assert all(v.base is None for v in r.early.values())
+        assert r.early.base is None

@@ -62,6 +62,13 @@ def find_orphans(pods: Sequence[PodInfo],
     return out
 
 
+#: A sweep asks for the pods' metadata only (the API server's PartialObjectMetadataList, a JSON
+#: list if it cannot): it reads nothing else, and whole pages of pods (spec, status) were read
+#: and decoded beside a window's own every few minutes (issue 44 item 3).
+METADATA_ONLY = {"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+                           "application/json"}
+
+
 def sweep_view(item: dict) -> PodInfo:
     """What a sweep needs of a listed pod: its metadata (names, labels, the PhaseModel it
     names, whether it is being deleted). A sweep holds every opted-in pod of the cluster at
@@ -90,7 +97,8 @@ class OrphanSweep:
             call, args = ((self.core.list_namespaced_pod, (ns,)) if ns else
                           (self.core.list_pod_for_all_namespaces, ()))
             out += [sweep_view(i) for i in paged_items(call, *args, page=LIST_PAGE,
-                                                       label_selector=f"{OPT_IN_LABEL}=true")]
+                                                       label_selector=f"{OPT_IN_LABEL}=true",
+                                                       _headers=METADATA_ONLY)]
         return out
 
     def _selectors(self) -> dict[tuple[str, str], LabelSelector | None]:

@@ -141,6 +141,18 @@ def _resources(section: dict | None) -> dict[str, float]:
     return out
 
 
+#: No resource restarts its container when resized (most containers): one object for all
+_NONE_RESTART: frozenset[str] = frozenset()
+
+
+def _restart_on_resize(container: dict) -> frozenset[str]:
+    """The resources whose resizePolicy is RestartContainer (an empty set is shared, not made
+    for each of a window's containers)."""
+    found = frozenset(p.get("resourceName") for p in container.get("resizePolicy") or []
+                      if p.get("restartPolicy") == "RestartContainer")
+    return found or _NONE_RESTART
+
+
 def qos_class(containers: list[Container]) -> str:
     """Kubernetes' QoS class from the containers' cpu/memory requests and limits."""
     if all(not c.requests and not c.limits for c in containers):
@@ -166,8 +178,7 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
                             _resources((c.get("resources") or {}).get("limits")),
                             _resources(actual.get(c["name"], {}).get("requests")),
                             _resources(actual.get(c["name"], {}).get("limits")),
-                            frozenset(p.get("resourceName") for p in c.get("resizePolicy") or []
-                                      if p.get("restartPolicy") == "RestartContainer"))
+                            _restart_on_resize(c))
                   for c in spec.get("containers", [])]
     pending = in_progress = error = None
     message = ""

@@ -16,7 +16,7 @@ the runs in progress (memory only): their pods end unprofiled, never wrongly pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -37,9 +37,10 @@ class RunInProgress:
     started: float                    # the container's start (unix s)
     restarts: int                     # its restart count when this run began
     complete: bool                    # watched from its first window
-    #: per run-relative window (its index: seconds since ``started`` ÷ the window's length),
-    #: the largest sample seen in it
-    early: dict[int, np.ndarray] = field(default_factory=dict)
+    #: (EARLY_WINDOWS, R): per run-relative window (its row: seconds since ``started`` ÷ the
+    #: window's length), the largest sample seen in it; NaN rows: no sample (yet). One array a
+    #: run, not a dict of one array per window (several times the memory: issue 44 item 3).
+    early: np.ndarray | None = None
     peak: np.ndarray | None = None
     peak_at: np.ndarray | None = None
     last_window: float | None = None  # the end of the last window it was fed
@@ -61,11 +62,12 @@ class RunInProgress:
     def early_windows(self) -> list[np.ndarray]:
         """The early peaks from the run's first window on, in order; a window with no sample
         (a scrape gap) carries the one before it (at least what the run had reached)."""
-        if 0 not in self.early:
+        if self.early is None or np.isnan(self.early[0]).all():
             return []
-        out = []
-        for k in range(max(self.early) + 1):
-            out.append(self.early.get(k, out[-1] if out else None))
+        seen = ~np.isnan(self.early).all(1)
+        out: list[np.ndarray] = []
+        for k in range(int(np.flatnonzero(seen)[-1]) + 1):
+            out.append(self.early[k].copy() if seen[k] else out[-1])
         return out
 
     def summary(self, run_id: str, end: float, oom_killed: bool,
@@ -120,8 +122,11 @@ def _add_stacked(runs: list[RunInProgress], u: np.ndarray, times: np.ndarray, st
         parts = np.where(rows[have][:, :, None], masked[have], -np.inf).max(1)
         parts = np.where(np.isfinite(parts), parts, 0.0)
         for i, part in zip(have, parts):
-            kept = runs[i].early.get(int(k))
-            runs[i].early[int(k)] = part.copy() if kept is None else np.maximum(kept, part)
+            run = runs[i]
+            if run.early is None:
+                run.early = np.full((EARLY_WINDOWS, len(part)), np.nan)
+            # fmax: a window not seen yet (NaN) takes the part as it is
+            run.early[k] = np.fmax(run.early[k], part)
     fed = seen.any((1, 2))              # runs with a sample of theirs in the window
     _raise_peaks([runs[i] for i in np.flatnonzero(fed)], top[fed], at[fed])
 

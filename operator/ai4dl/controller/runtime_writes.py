@@ -66,6 +66,8 @@ class PodWrites:
             if key not in present:
                 del self._noticed[key]
         for p in plan.pods:
+            if not p.notices:       # a set per pod only where there is something to note
+                continue
             seen = self._noticed.setdefault(p.pod.key, set())
             for reason, msg in p.notices:
                 if (p.pod.uid, reason) not in seen:

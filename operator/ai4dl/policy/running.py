@@ -11,7 +11,7 @@ package, so every policy may import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
 
 import numpy as np
 
@@ -21,46 +21,91 @@ EWMA_WEIGHT = 0.5
 K_STD = 2.0
 
 
-@dataclass
+#: The arrays of an :class:`OwnHistory`, in the order they are packed in its one buffer, and
+#: their shapes ("k": its phases, "R": its resources).
+PACKED = (("count", ("k",)), ("s1", ("k", "R")), ("s2", ("k", "R")), ("t1", ("R",)),
+          ("t2", ("R",)), ("peak", ("R",)), ("window_max", ("R",)), ("previous_max", ("R",)),
+          ("ewma_max", ("R",)), ("since_high", ("R",)), ("low_since_high", ("R",)))
+
+
+@functools.lru_cache(maxsize=None)
+def packed_layout(k: int, R: int) -> dict[str, tuple[int, int, tuple[int, ...]]]:
+    """Where each array of an OwnHistory of ``k`` phases and ``R`` resources lies in its
+    buffer: name -> (start, end, shape)."""
+    out, at = {}, 0
+    for name, dims in PACKED:
+        shape = tuple(k if d == "k" else R for d in dims)
+        size = int(np.prod(shape))
+        out[name] = (at, at + size, shape)
+        at += size
+    return out
+
+
+def packed_size(k: int, R: int) -> int:
+    return k + 2 * k * R + 8 * R
+
+
+def _packed(name: str, doc: str) -> property:
+    """An array of the OwnHistory read as a view of its buffer (writing into the view writes
+    the statistics) and set by copying the values in."""
+    def get(self) -> np.ndarray:
+        lo, hi, shape = packed_layout(self.n_phases, self.n_resources)[name]
+        view = self._v[lo:hi]
+        return view.reshape(shape) if len(shape) > 1 else view
+
+    def put(self, value) -> None:
+        lo, hi, _ = packed_layout(self.n_phases, self.n_resources)[name]
+        self._v[lo:hi] = np.asarray(value, np.float64).reshape(-1)
+    return property(get, put, doc=doc)
+
+
 class OwnHistory:
-    """Running statistics of one execution's samples so far (see the module doc)."""
-    n_phases: int
-    n_resources: int
-    count: np.ndarray = field(default=None)        # (k,) samples per phase
-    s1: np.ndarray = field(default=None)           # (k, R)
-    s2: np.ndarray = field(default=None)           # (k, R)
-    n: float = 0.0                                 # all samples
-    t1: np.ndarray = field(default=None)           # (R,)
-    t2: np.ndarray = field(default=None)           # (R,)
-    peak: np.ndarray = field(default=None)         # (R,) running maximum
-    run_phase: int = -1                            # phase of the last sample (-1: none)
-    run_length: int = 0                            # samples of its run so far
-    window_max: np.ndarray = field(default=None)   # (R,) max of the last window (NaN: none)
-    previous_max: np.ndarray = field(default=None)  # (R,) max of the window before it
-    ewma_max: np.ndarray = field(default=None)     # (R,) EWMA of the window maxima
+    """Running statistics of one execution's samples so far (see the module doc).
+
+    Its arrays live in one float64 buffer (``since_high`` too: small whole numbers, exact),
+    each read as a view of it. The operator keeps one per container, two at a window's peak
+    (the old and the new): as 11 arrays of a few values (an array object and its data each)
+    they took several times the memory of their numbers (issue 44 item 3)."""
+
+    __slots__ = ("n_phases", "n_resources", "n", "run_phase", "run_length", "windows", "_v")
+
+    count = _packed("count", "(k,) samples per phase")
+    s1 = _packed("s1", "(k, R) sum of the samples per phase")
+    s2 = _packed("s2", "(k, R) sum of their squares per phase")
+    t1 = _packed("t1", "(R,) sum of all samples")
+    t2 = _packed("t2", "(R,) sum of their squares")
+    peak = _packed("peak", "(R,) running maximum")
+    window_max = _packed("window_max", "(R,) max of the last window (NaN: none)")
+    previous_max = _packed("previous_max", "(R,) max of the window before it")
+    ewma_max = _packed("ewma_max", "(R,) EWMA of the window maxima")
     # peak-risk's state; -1 / NaN: unknown (a record written before they were kept, see
     # from_json: served cautiously until known again)
-    windows: int = 0                               # windows added (-1: unknown)
-    since_high: np.ndarray = field(default=None)   # (R,) windows since the last new high
-    low_since_high: np.ndarray = field(default=None)  # (R,) lowest window max since then
+    since_high = _packed("since_high", "(R,) windows since the last new high")
+    low_since_high = _packed("low_since_high", "(R,) lowest window max since then")
 
-    def __post_init__(self):
-        k, R = self.n_phases, self.n_resources
-        self.count = np.zeros(k) if self.count is None else np.asarray(self.count, np.float64)
-        self.s1 = np.zeros((k, R)) if self.s1 is None else np.asarray(self.s1, np.float64)
-        self.s2 = np.zeros((k, R)) if self.s2 is None else np.asarray(self.s2, np.float64)
-        self.t1 = np.zeros(R) if self.t1 is None else np.asarray(self.t1, np.float64)
-        self.t2 = np.zeros(R) if self.t2 is None else np.asarray(self.t2, np.float64)
-        self.peak = np.full(R, -np.inf) if self.peak is None else np.asarray(self.peak,
-                                                                             np.float64)
-        for name in ("window_max", "previous_max", "ewma_max"):
-            v = getattr(self, name)
-            setattr(self, name, np.full(R, np.nan) if v is None else np.asarray(v, np.float64))
-        self.windows = int(self.windows)
-        self.since_high = (np.zeros(R, np.int64) if self.since_high is None
-                           else np.asarray(self.since_high, np.int64).reshape(R))
-        self.low_since_high = (np.full(R, np.nan) if self.low_since_high is None
-                               else np.asarray(self.low_since_high, np.float64).reshape(R))
+    def __init__(self, n_phases: int, n_resources: int, count=None, s1=None, s2=None,
+                 n: float = 0.0, t1=None, t2=None, peak=None, run_phase: int = -1,
+                 run_length: int = 0, window_max=None, previous_max=None, ewma_max=None,
+                 windows: int = 0, since_high=None, low_since_high=None):
+        k, R = self.n_phases, self.n_resources = int(n_phases), int(n_resources)
+        self.n, self.run_phase, self.run_length = n, run_phase, run_length
+        self.windows = int(windows)      # windows added (-1: unknown)
+        self._v = np.zeros(packed_size(k, R))
+        given = {"count": count, "s1": s1, "s2": s2, "t1": t1, "t2": t2, "peak": peak,
+                 "window_max": window_max, "previous_max": previous_max,
+                 "ewma_max": ewma_max, "since_high": since_high,
+                 "low_since_high": low_since_high}
+        unset = {"peak": -np.inf, "window_max": np.nan, "previous_max": np.nan,
+                 "ewma_max": np.nan, "low_since_high": np.nan}
+        for name, value in given.items():
+            if value is not None:
+                setattr(self, name, value)
+            elif name in unset:
+                setattr(self, name, unset[name])
+
+    def __repr__(self) -> str:
+        return (f"OwnHistory(n_phases={self.n_phases}, n_resources={self.n_resources}, "
+                f"n={self.n}, peak={self.peak.tolist()}, windows={self.windows})")
 
     @classmethod
     def of(cls, usage: np.ndarray, phases: np.ndarray | None, n_phases: int,
@@ -76,9 +121,11 @@ class OwnHistory:
                 "low_since_high": self.low_since_high.copy()}
 
     def copy(self) -> "OwnHistory":
-        return OwnHistory(self.n_phases, self.n_resources, self.count.copy(), self.s1.copy(),
-                          self.s2.copy(), self.n, self.t1.copy(), self.t2.copy(),
-                          self.peak.copy(), self.run_phase, self.run_length, **self._windows())
+        out = OwnHistory.__new__(OwnHistory)
+        for name in self.__slots__:
+            setattr(out, name, getattr(self, name))
+        out._v = self._v.copy()
+        return out
 
     def rebased(self, n_phases: int) -> "OwnHistory":
         """The statistics that do not depend on a phase model (all samples, the peak, the
@@ -225,12 +272,16 @@ def added_windows(owns: list[OwnHistory], usage: np.ndarray,
     if any(o.n_phases != k or o.n_resources != R for o in owns):
         raise ValueError("added_windows: the statistics differ in phases or resources")
 
-    def stacked(name: str, dtype=np.float64) -> np.ndarray:
-        return np.array([getattr(o, name) for o in owns], dtype)
+    V = np.stack([o._v for o in owns])          # (N, L): every container's buffer
+    layout = packed_layout(k, R)
 
-    peak, since = stacked("peak"), stacked("since_high", np.int64)
-    low, ewma = stacked("low_since_high"), stacked("ewma_max")
-    windows = stacked("windows", np.int64)
+    def column(name: str) -> np.ndarray:
+        lo, hi, shape = layout[name]
+        return V[:, lo:hi].reshape((N, *shape))
+
+    peak, since = column("peak"), column("since_high")
+    low, ewma = column("low_since_high"), column("ewma_max")
+    windows = np.array([o.windows for o in owns], np.int64)
     mx = u.max(1)
     new, known = mx > peak, since >= 0
     low = np.where(new, mx, np.where(known, np.fmin(low, mx), np.nan))
@@ -238,25 +289,28 @@ def added_windows(owns: list[OwnHistory], usage: np.ndarray,
     ewma = np.where(np.isfinite(ewma), EWMA_WEIGHT * mx + (1.0 - EWMA_WEIGHT) * ewma, mx)
     windows = np.where(windows >= 0, windows + 1, windows)
     peak = np.maximum(peak, mx)
-    t1 = stacked("t1") + u.sum(1)
-    t2 = stacked("t2") + (u * u).sum(1)
-    count, s1, s2 = stacked("count"), stacked("s1"), stacked("s2")
+    t1 = column("t1") + u.sum(1)
+    t2 = column("t2") + (u * u).sum(1)
+    count, s1, s2 = column("count"), column("s1"), column("s2")
     run = np.array([(o.run_phase, o.run_length) for o in owns], np.int64).reshape(N, 2)
     if phases is not None:
         count, s1, s2, run = _phase_sums(np.asarray(phases, np.int64), u, k, count, s1, s2, run)
+    out_v = np.empty_like(V)
+    for name, value in (("count", count), ("s1", s1), ("s2", s2), ("t1", t1), ("t2", t2),
+                        ("peak", peak), ("window_max", mx), ("previous_max",
+                                                             column("window_max")),
+                        ("ewma_max", ewma), ("since_high", since), ("low_since_high", low)):
+        lo, hi, _ = layout[name]
+        out_v[:, lo:hi] = value.reshape(N, hi - lo)
     out = []
     for i, o in enumerate(owns):
-        # each its own arrays, not rows of the batch's: a row would keep the whole batch
-        # alive for as long as a container whose statistics stop changing is kept
-        h = OwnHistory.__new__(OwnHistory)     # the arrays are built: no __post_init__
+        h = OwnHistory.__new__(OwnHistory)     # the buffer is built: no __init__
         h.n_phases, h.n_resources, h.n = k, R, o.n + W
-        h.count, h.s1, h.s2 = count[i].copy(), s1[i].copy(), s2[i].copy()
-        h.t1, h.t2, h.peak = t1[i].copy(), t2[i].copy(), peak[i].copy()
         h.run_phase, h.run_length = int(run[i, 0]), int(run[i, 1])
-        h.window_max, h.previous_max, h.ewma_max = mx[i].copy(), o.window_max.copy(), \
-            ewma[i].copy()
-        h.windows, h.since_high, h.low_since_high = int(windows[i]), since[i].copy(), \
-            low[i].copy()
+        h.windows = int(windows[i])
+        # its own buffer, not a row of the batch's: a row would keep the whole batch alive
+        # for as long as a container whose statistics stop changing is kept
+        h._v = out_v[i].copy()
         out.append(h)
     return out
 
