@@ -189,7 +189,8 @@ def main(argv=None) -> int:
         results["render"] = exporter.last_render_seconds
         if op.alive:
             st = proc_status(op.proc.pid)
-            results["op"]["rss_peak"] = st.get("VmHWM", results["op"]["rss_peak"])
+            # the peak since the last window's line (VmHWM is reset at each one) and before it
+            results["op"]["rss_peak"] = max(st.get("VmHWM", 0.0), results["op"]["rss_peak"])
         op.stop()
     except KeyboardInterrupt:
         log("interrupted: cleaning up")

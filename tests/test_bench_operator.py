@@ -90,6 +90,8 @@ def test_smoke_run_serves_every_pod_it_created(kube_cluster):   # the binaries a
     # the table's measured windows: each served the 50 pods created, and they resized some
     assert len(measured) == 2 and all(cells[2] == "50" for cells in measured), r.stdout[-3000:]
     assert sum(int(cells[3]) for cells in measured) > 0, r.stdout[-3000:]
+    # each window's own peak RSS (VmHWM reset at each window's line) and the RSS at its line
+    assert all(float(cells[7]) >= float(cells[8]) > 50 for cells in measured), r.stdout[-3000:]
     assert [cells[2] for cells in rows if cells[1] == "first full"] == ["50"]
 
 

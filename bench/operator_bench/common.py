@@ -71,6 +71,18 @@ def proc_status(pid: int) -> dict[str, float]:
     return out
 
 
+def take_peak_rss(pid: int) -> float | None:
+    """A process's peak RSS (VmHWM, MiB) since it started or since the last call, which resets
+    it (``5`` written to /proc/PID/clear_refs, Linux 4.0): the exact peak of each interval
+    between two calls. None where it cannot be reset (the peak is then not an interval's)."""
+    peak = proc_status(pid).get("VmHWM")
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return None
+    return peak
+
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .cluster import OperatorProcess
 from .common import (NAMESPACE, PM_NAME, Timer, cpu_snapshot, fmt, log, parse_metrics,
-                     proc_status)
+                     proc_status, take_peak_rss)
 
 
 WINDOW_LINE = re.compile(r"PhaseModel (\S+)/(\S+) window ([\d.]+): (\d+) pods, (\d+) resized, "
@@ -73,6 +73,10 @@ def process_pids(cp, prom, op=None) -> dict[str, int]:
     return pids
 
 
+#: How long after seeing a window's line its RSS is read (the round's trim follows the line)
+TRIM_WAIT_SECONDS = 0.1
+
+
 def run_operator_phase(args, op: OperatorProcess, cp, prom) -> dict:
     """Watch the operator's log and /metrics until --windows windows after the first window
     that saw every pod. Returns the per-window records and the deltas over the measured span."""
@@ -85,6 +89,9 @@ def run_operator_phase(args, op: OperatorProcess, cp, prom) -> dict:
     first_full: int | None = None
     snap0 = snap1 = None
     rss_max = 0.0
+    # the peak RSS since the last window line (VmHWM, reset at each line): a window's own peak
+    # (its pods, the answer and the plan are held then), which the RSS read at its line misses
+    peaks: list[float] = []
     deadline = time.time() + args.timeout
     while True:
         if not op.alive:
@@ -103,13 +110,21 @@ def run_operator_phase(args, op: OperatorProcess, cp, prom) -> dict:
                 prev = operator_sample(op)
         if len(wins) > seen_lines and prev is not None:
             seen = time.time()
+            # the RSS once the window is done: its line is written just before the round's
+            # trim, and the status read before the log may be of the window's last writes
+            time.sleep(TRIM_WAIT_SECONDS)
+            after = proc_status(op.proc.pid).get("VmRSS")
+            peak = take_peak_rss(op.proc.pid)
+            if peak is not None:
+                peaks.append(peak)
             cur = operator_sample(op)
             for _, m in wins[seen_lines:]:
                 wstart = float(m.group(3))
                 rec = {"window_start": wstart, "pods": int(m.group(4)),
                        "resized": int(m.group(5)), "skipped": m.group(6).split("; started")[0],
                        "done_after_boundary": seen - wstart,
-                       "seconds": None, "bucket": None, "rss": st.get("VmRSS")}
+                       "seconds": None, "bucket": None, "rss": after,
+                       "rss_window_peak": peak}
                 records.append(rec)
             # one PhaseModel: the histogram grows by one per processed window (a degraded
             # window returns before observing it)
@@ -128,7 +143,8 @@ def run_operator_phase(args, op: OperatorProcess, cp, prom) -> dict:
             log(f"window {r['window_start']:.0f}: {r['pods']} pods, {r['resized']} resized, "
                 f"{fmt(r['seconds'])} s processing (bucket <= {r['bucket']}), finished "
                 f"{r['done_after_boundary']:.1f} s after the boundary; skipped {r['skipped']}; "
-                f"operator RSS {st.get('VmRSS', 0):.0f} MiB")
+                f"operator RSS {fmt(after, 0)} MiB (peak since the last window "
+                f"{fmt(r['rss_window_peak'], 0)})")
             if first_full is None and r["pods"] >= n:
                 first_full = len(records) - 1
                 snap0 = measurement_snapshot(cp, prom, pids)
@@ -142,7 +158,8 @@ def run_operator_phase(args, op: OperatorProcess, cp, prom) -> dict:
     measured = records[first_full + 1:] if first_full is not None else []
     first_line = next((rec for rec in records), None)
     return {"records": records, "first_full": first_full, "measured": measured,
-            "snap0": snap0, "snap1": snap1, "rss_peak": st.get("VmHWM", rss_max),
+            "snap0": snap0, "snap1": snap1,
+            "rss_peak": max([st.get("VmHWM", rss_max), *peaks]),
             "rss_now": st.get("VmRSS", float("nan")), "rss_max_sampled": rss_max,
             "first_window_start": first_line["window_start"] if first_line else None,
             "first_window_done": (first_line["window_start"] + first_line["done_after_boundary"]
