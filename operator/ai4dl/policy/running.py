@@ -42,7 +42,8 @@ def packed_layout(k: int, R: int) -> dict[str, tuple[int, int, tuple[int, ...]]]
 
 
 def packed_size(k: int, R: int) -> int:
-    return k + 2 * k * R + 8 * R
+    """The buffer's length: where the last array of :func:`packed_layout` ends."""
+    return next(reversed(packed_layout(k, R).values()))[1]
 
 
 def _packed(name: str, doc: str) -> property:
