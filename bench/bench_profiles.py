@@ -49,12 +49,15 @@ GiB = 2.0 ** 30
 
 
 def run_of(i: int, now: float):
-    from ai4dl.rules.workload_profile import EARLY_WINDOWS, RunSummary
+    from ai4dl.rules.workload_profile import EARLY_WINDOWS, SHAPE_BINS, RunSummary
 
     mem = (2.0 + (i % 17) / 4.0) * GiB
     early = tuple((0.5 + k / 10.0, mem * (1.0 + k / 8.0)) for k in range(EARLY_WINDOWS))
+    # a full memory shape (every stretch a run may keep), climbing to its peak at its end
+    shape = tuple(mem * (1.0 + k / (SHAPE_BINS - 1)) for k in range(SHAPE_BINS))
     return RunSummary(now - 600.0, 3600.0, early[0], (2.0, mem * 2.0), (120.0, 1800.0),
-                      early=early, run_id=f"run-{i}")
+                      early=early, run_id=f"run-{i}", shape=shape,
+                      shape_seconds=3600.0 / SHAPE_BINS)
 
 
 def rss_kib(pid: int) -> tuple[int, int]:

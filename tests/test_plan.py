@@ -899,21 +899,29 @@ def test_a_workload_peak_is_held_through_the_safety_layer(fitted_model, window):
     assert other.containers[0].target["cpu"] == plan.containers[0].target["cpu"]
 
 
-def test_the_runtime_holds_a_known_workloads_peak_until_its_time():
+def test_the_runtime_holds_a_known_workloads_stretches_in_their_windows():
     from ai4dl.controller.runtime import WindowRunner
+    from ai4dl.rules.workload_profile import Hold
 
     runner = WindowRunner(None, None, None, "ns", "pm", key=KEY)
-    runner.holds = {("Job/train", "main"): (8 * GiB, 600.0)}
+    # the workload's runs used 8 GiB in their first 5 minutes, 12 GiB in the next 5
+    runner.holds = {("Job/train", "main"): Hold(np.array([0.0, 300.0, 600.0]),
+                                                np.array([8 * GiB, 12 * GiB]), 12 * GiB, 350.0)}
     p = pod("r", {"cpu": "1", "memory": "2Gi"})
-    p.workload, p.started = "Job/train", {"main": WINDOW_START - 300.0}
-    assert runner._held([p], WINDOW_START) == {("r-uid", "main"): 8 * GiB}
-    assert runner._held([p], WINDOW_START + 301.0) == {}       # past where the runs peaked
+    p.workload, p.started = "Job/train", {"main": WINDOW_START - 200.0}
+    assert runner._held([p], WINDOW_START, 60.0) == {("r-uid", "main"): 8 * GiB}
+    # a window that reaches into the next stretch holds that stretch's level
+    assert runner._held([p], WINDOW_START + 60.0, 60.0) == {("r-uid", "main"): 12 * GiB}
+    assert runner._held([p], WINDOW_START + 400.0, 60.0) == {}   # past the runs' end
     p.workload = "Job/other"
-    assert runner._held([p], WINDOW_START) == {}
-    # a Guaranteed pod: what is held is also its limit, with VPA's margin on the peak
+    assert runner._held([p], WINDOW_START, 60.0) == {}
+    # a Guaranteed pod: what is held is also its limit, so it holds the runs' peak until the
+    # point where they reached it (usage over a limit is an OOM kill), with VPA's margin
     g = pod("g", {"cpu": "1", "memory": "2Gi"}, {"cpu": "1", "memory": "2Gi"})
-    g.workload, g.started = "Job/train", {"main": WINDOW_START - 300.0}
-    assert runner._held([g], WINDOW_START) == {("g-uid", "main"): pytest.approx(8 * GiB * 1.15)}
+    g.workload, g.started = "Job/train", {"main": WINDOW_START - 200.0}
+    assert runner._held([g], WINDOW_START, 60.0) == {
+        ("g-uid", "main"): pytest.approx(12 * GiB * 1.15)}
+    assert runner._held([g], WINDOW_START + 151.0, 60.0) == {}   # past 350 s into its run
 
 
 def test_a_window_that_changes_nothing_writes_no_status():

@@ -91,3 +91,34 @@ def test_a_runs_arrays_are_its_own():
     for r in runs:
         assert r.peak.base is None and r.peak_at.base is None
         assert r.early.base is None
+
+
+def test_a_runs_memory_shape_fed_window_by_window_is_the_one_summarise_computes():
+    """The window loop's shape of a run (stretches doubled as it grows) equals the trainer's
+    and the evaluator's (``summarise`` over the whole run), so the operator holds what the
+    evaluator priced; two runs of different ages fed in one batch each get their own."""
+    from ai4dl.rules.workload_profile import summarise
+
+    rng = np.random.default_rng(3)
+    step, W, GiB = 15.0, 4, 1024.0 ** 3
+    lengths = {"long": 150, "short": 40}      # windows: past 32, 64 and 128; past 32 only
+    usage = {k: np.column_stack([rng.random(n * W), rng.random(n * W) * GiB])
+             for k, n in lengths.items()}
+    started = {"long": 1000.0, "short": 1000.0 + 110 * W * step}
+    runs = {k: RunInProgress("w", k, s, 0, True) for k, s in started.items()}
+    for w in range(150):
+        end = 1000.0 + step * (W * (w + 1) - 1)
+        fed = [k for k in runs if 0 <= (end - started[k]) / step < lengths[k] * W]
+        rows = [int(round((end - started[k]) / step)) + 1 for k in fed]
+        add_windows([runs[k] for k in fed], [usage[k][r - W: r] for k, r in zip(fed, rows)],
+                    end, step, W * step, memory_index=1)
+    for k, n in lengths.items():
+        online = runs[k].summary(k, started[k] + n * W * step, False, 1)
+        offline = summarise(usage[k], step, W, started[k], memory_index=1)
+        assert online.shape_seconds == offline.shape_seconds
+        assert online.shape == offline.shape and len(online.shape) <= 32
+    assert runs["long"].shape_seconds == 8 * W * step           # 150 windows: 8 a stretch
+    assert runs["short"].shape_seconds == 2 * W * step          # 40 windows: 2 a stretch
+    # an OOM-killed run's stretches are bumped as its peak is, both ways
+    killed = runs["short"].summary("short", started["short"] + 40 * W * step, True, 1)
+    assert killed.shape == summarise(usage["short"], step, W, started["short"], True, 1).shape

@@ -566,17 +566,27 @@ def test_a_workload_peak_is_held_at_once_and_only_where_given():
     assert hold_workload_peak(cur, None, 1) is cur
 
 
-def test_the_replay_holds_each_executions_peak_until_its_time():
+def test_the_replay_holds_each_executions_stretches_in_their_windows():
     from ai4dl.judge import ReplayInput, held_windows
-    from ai4dl.rules.workload_profile import held_level
+    from ai4dl.rules.workload_profile import Hold, held_level
 
     usage = [np.ones((12, 2)), np.ones((8, 2))]
+    hold = Hold(np.array([0.0, 60.0, 120.0]), np.array([7.0, 9.0]))
     data = ReplayInput(["a", "b"], usage, [None, None], [np.ones(2)] * 2, 15.0,
-                       ("cpu", "memory"), ("cores", "bytes"),
-                       holds=[(7.0, 60.0), None])
+                       ("cpu", "memory"), ("cores", "bytes"), holds=[hold, None])
     held = held_windows(data, [3, 2], 4)                     # windows of 4 samples: 60 s
-    assert held[:, 0][:2].tolist() == [7.0, 7.0] and np.isnan(held[2, 0])   # 0 s, 60 s; 120 s
+    assert held[:, 0][:2].tolist() == [7.0, 9.0] and np.isnan(held[2, 0])   # 0 s, 60 s; 120 s
     assert np.isnan(held[:, 1]).all()
-    assert held_level((7.0, 60.0), 60.0) == 7.0 and np.isnan(held_level((7.0, 60.0), 61.0))
+    # a window is held at the highest stretch it overlaps (the operator's windows are not
+    # aligned with a run's start); a point, at its own stretch's
+    assert held_level(hold, 30.0, length=60.0) == 9.0 and held_level(hold, 30.0) == 7.0
+    assert held_level(hold, -30.0, length=60.0) == 7.0      # a window begun before the run
+    assert np.isnan(held_level(hold, 120.0, length=60.0)) and np.isnan(held_level(None, 0.0))
+    # as a limit (a Guaranteed pod): the runs' peak until where it came, with VPA's margin
+    limit = Hold(hold.edges, hold.levels, 9.0, 90.0)
+    assert held_level(limit, 0.0, as_limit=True) == pytest.approx(9.0 * 1.15)
+    assert held_level(limit, 90.0, as_limit=True) == pytest.approx(9.0 * 1.15)
+    assert np.isnan(held_level(limit, 91.0, as_limit=True)) and np.isnan(
+        held_level(hold, 0.0, as_limit=True))
     assert held_windows(ReplayInput(["a"], usage[:1], [None], [np.ones(2)], 15.0,
                                     ("cpu", "memory"), ("cores", "bytes")), [3], 4) is None

@@ -176,6 +176,91 @@ class TestProfile:
                 wp.RunSummary(1.0, 1.0, (1.0,), (1.0,), (0.0,)))
 
 
+# ----------------------------------------------------------------------------- the hold
+def _run(end: float, mem_per_window, window: int = 4, step: float = 15.0):
+    """A run ending at ``end`` whose memory in window w is ``mem_per_window[w]``."""
+    mem = np.repeat(np.asarray(mem_per_window, np.float64), window)
+    return wp.summarise(np.column_stack([np.ones(len(mem)), mem]), step, window,
+                        end - len(mem) * step, memory_index=1)
+
+
+class TestShapeAndHold:
+    def test_a_runs_shape_is_its_memory_per_stretch_doubled_to_fit(self):
+        u = np.column_stack([np.ones(400), np.arange(400.0)])     # 100 windows of 4, rising
+        r = wp.summarise(u, 15.0, 4, 0.0, memory_index=1)
+        # 100 windows: stretches of 4 windows (the least power of two that fits 32), 25
+        assert r.shape_seconds == 4 * 4 * 15.0 and len(r.shape) == 25
+        assert r.shape == tuple(float(16 * k + 15) for k in range(25))
+        killed = wp.summarise(u, 15.0, 4, 0.0, oom_killed=True, memory_index=1,
+                              bytes_unit=False)
+        assert killed.shape == pytest.approx(tuple(1.2 * v for v in r.shape))
+        assert wp.summarise(u, 15.0, 4, 0.0).shape == ()          # no memory column
+        assert [wp.shape_width(n) for n in (1, 32, 33, 64, 65, 1000)] == [1, 1, 2, 2, 4, 32]
+
+    def test_the_hold_follows_when_the_runs_used_their_memory(self):
+        # two runs that peaked late (4 and 3 GiB in their last two windows of eight, 1 GiB
+        # before): a new run is held at 1 GiB until then, not at their peak from its start
+        runs = [_run(1000.0, np.array([1] * 6 + [4] * 2) * GiB),
+                _run(2000.0, np.array([1] * 6 + [3] * 2) * GiB)]
+        h = wp.profile_from_runs(("cpu", "memory"), runs).hold(2000.0)
+        levels = [wp.held_level(h, 60.0 * w, length=60.0) for w in range(9)]
+        assert levels[:6] == pytest.approx([1 * GiB] * 6)
+        assert levels[6:8] == pytest.approx([4 * GiB] * 2)       # their upper percentile
+        assert np.isnan(levels[8])                                # past the runs' end
+        # held as a limit (a Guaranteed pod: usage over it is an OOM kill), their peak with
+        # VPA's margin until the point where the latest of them reached it (its 25th sample)
+        assert wp.held_level(h, 0.0, as_limit=True) == pytest.approx(4 * GiB * 1.15)
+        assert wp.held_level(h, 360.0, as_limit=True) == pytest.approx(4 * GiB * 1.15)
+        assert np.isnan(wp.held_level(h, 361.0, as_limit=True))
+
+    def test_a_shorter_run_stops_voting_where_it_ended(self):
+        p = wp.profile_from_runs(("cpu", "memory"), [_run(1000.0, [2] * 16),
+                                                     _run(1000.0, [5] * 4)])
+        h = p.hold(1000.0)
+        levels = [wp.held_level(h, 60.0 * w, length=60.0) for w in range(17)]
+        assert levels[:4] == [5.0] * 4 and levels[4:16] == [2.0] * 12 and np.isnan(levels[16])
+        # kept as two pieces, not as the runs' every stretch
+        assert h.edges.tolist() == [0.0, 240.0, 960.0] and h.levels.tolist() == [5.0, 2.0]
+        assert wp.profile_from_runs(("cpu",), []).hold(0.0) is None
+        assert p.hold(1000.0, "gpu") is None
+
+    def test_many_windows_at_once_are_held_as_each_alone(self):
+        # the evaluator's vector form against the window loop's scalar one, on random holds:
+        # windows inside a stretch, over several, before the run's start, past its end
+        rng = np.random.default_rng(1)
+        for _ in range(200):
+            k = int(rng.integers(1, 12))
+            edges = np.concatenate([[0.0], np.cumsum(rng.choice([15.0, 30.0, 60.0, 90.0], k))])
+            levels = rng.random(k)
+            levels[rng.random(k) < 0.1] = np.nan
+            h = wp.Hold(edges, levels)
+            length = float(rng.choice([0.0, 30.0, 60.0, 100.0]))
+            t = np.concatenate([rng.uniform(-200.0, edges[-1] + 100.0, 40), edges,
+                                edges - length])
+            np.testing.assert_array_equal(
+                wp.held_levels(h, t, length),
+                [wp.held_level(h, x, length=length) for x in t])
+        assert np.isnan(wp.held_levels(None, np.zeros(3))).all()
+
+    def test_a_run_stored_without_a_shape_holds_its_peak_until_where_it_came(self):
+        old = wp.RunSummary(900.0, 600.0, (1.0, 1 * GiB), (1.0, 3 * GiB), (0.0, 120.0))
+        h = wp.profile_from_runs(("cpu", "memory"), [old]).hold(1000.0)
+        assert wp.held_level(h, 120.0) == 3 * GiB and np.isnan(wp.held_level(h, 121.0))
+        assert wp.held_level(h, 0.0, length=60.0) == 3 * GiB
+
+    def test_a_shape_is_stored_and_read_back_and_a_bad_one_refused(self):
+        p = wp.profile_from_runs(("cpu", "memory"), [_run(1000.0, [1, 2, 3])])
+        back = wp.WorkloadProfile.from_dict(json.loads(p.to_json()))
+        assert back.runs[0].shape == p.runs[0].shape == (1.0, 2.0, 3.0)
+        assert back.runs[0].shape_seconds == p.runs[0].shape_seconds == 60.0
+        for key, value, field in (("shape", [1.0] * 33, "shape"), ("shape", [-1.0], "shape"),
+                                  ("shapeSeconds", 0.0, "shapeSeconds")):
+            doc = p.to_dict()
+            doc["runs"][0][key] = value
+            with pytest.raises(wp.ProfileError, match=rf"runs\[0\]\.{field}:"):
+                wp.WorkloadProfile.from_dict(doc)
+
+
 # ----------------------------------------------------------------------------- served starts
 class TestServedStarts:
     level = np.array([2.0, 3.0 * GiB])
@@ -192,8 +277,11 @@ class TestServedStarts:
         assert [s[1] / GiB for s in starts] == pytest.approx([1.15, 1.15, 3.0])
         assert list(starts[0]) == pytest.approx([1.15, 1.15 * GiB])
         assert counts.get("profile") == 2 and counts.get("pooled") == 1 and counts.total == 3
-        # memory held at a1's 5 GiB peak until where it came in a1 (the fifth sample, 60 s in)
-        assert holds[0] == pytest.approx((5 * GiB, 60.0)) and holds[2] is None
+        # memory held as a1 used it, window by window: 1 GiB in its first minute, 5 GiB in its
+        # second, nothing past its end (a1 ran 120 s)
+        held = [wp.held_level(holds[0], t, length=60.0) for t in (0.0, 60.0, 120.0)]
+        assert held[:2] == pytest.approx([1 * GiB, 5 * GiB]) and np.isnan(held[2])
+        assert holds[2] is None
 
     def test_later_runs_learn_from_all_earlier_ones(self):
         runs = [execution(f"a/{k}", "a", 1000.0 * k, [(k + 1) * GiB] * 8) for k in range(3)]

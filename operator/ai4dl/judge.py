@@ -22,7 +22,7 @@ import numpy as np
 
 from ai4dl.rules.objectives import RISKS
 from ai4dl.rules.safety import SafetyConfig, apply_safety_sequence, working_set_rising
-from ai4dl.rules.workload_profile import held_level
+from ai4dl.rules.workload_profile import held_levels
 
 TARGETS = (0.95, 0.97)
 #: The yardstick every allocation is judged against: the usage itself, never padded by the
@@ -57,7 +57,8 @@ class ReplayInput:
     units: tuple[str, ...]
     groups: list[str] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
-    #: per execution, the memory its workload's profile holds and until when in the run
+    #: per execution, the memory its workload's profile holds, stretch by stretch of the run
+    #: (:class:`~ai4dl.rules.workload_profile.Hold`; None: nothing held)
     #: (:meth:`ai4dl.rules.workload_profile.WorkloadProfile.hold`; none: nothing held)
     holds: list = field(default_factory=list)
 
@@ -125,8 +126,7 @@ def held_windows(data: ReplayInput, lengths: Sequence[int], window: int) -> np.n
         return None
     out = np.full((max(lengths), len(lengths)), np.nan)
     for i, (n, hold) in enumerate(zip(lengths, data.holds)):
-        for w in range(n):
-            out[w, i] = held_level(hold, w * window * data.step)
+        out[:n, i] = held_levels(hold, np.arange(n) * window * data.step, window * data.step)
     return out
 
 

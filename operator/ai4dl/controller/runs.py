@@ -4,7 +4,9 @@ hour later starts from it before the next refit).
 
 Pure: the runtime feeds it each window's plan (:meth:`RunTracker.observe`) and the pods it
 listed (:meth:`RunTracker.ended`); it keeps, per (pod uid, container), the peaks of the run's
-first ``EARLY_WINDOWS`` windows, its peak and when it came — a few floats, not samples.
+first ``EARLY_WINDOWS`` windows, its peak and when it came, and its memory's shape (the peak of
+each of at most ``SHAPE_BINS`` stretches from its start, a stretch doubled as the run grows) —
+a few floats, not samples.
 
 A run is handed on when its pod ends (Succeeded, Failed, being deleted), vanishes from the
 PhaseModel's pods, or its container restarts (an OOM kill: the run is marked, and its memory
@@ -22,8 +24,8 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.controller.pods import PodInfo
-from ai4dl.rules.workload_profile import (EARLY_WINDOWS, RunSummary, bump_for_oom,
-                                           container_run_id)
+from ai4dl.rules.workload_profile import (EARLY_WINDOWS, SHAPE_BINS, RunSummary,
+                                           bump_for_oom, bump_stretches, container_run_id)
 
 #: A container that started this long before the first window the operator saw of it still
 #: counts as watched from its start (the cpu feature's rate needs two scrapes).
@@ -44,9 +46,13 @@ class RunInProgress:
     peak: np.ndarray | None = None
     peak_at: np.ndarray | None = None
     last_window: float | None = None  # the end of the last window it was fed
+    #: (SHAPE_BINS,): the memory's peak per stretch of ``shape_seconds`` from ``started`` (NaN:
+    #: no sample yet); a stretch doubles when the run outgrows ``SHAPE_BINS`` of them
+    shape: np.ndarray | None = None
+    shape_seconds: float = 0.0
 
     def add(self, usage: np.ndarray, window_end: float, step: float,
-            window_seconds: float) -> None:
+            window_seconds: float, memory_index: int | None = None) -> None:
         """One window's samples (W, R), the last at ``window_end``.
 
         The early peaks are kept per window of the *run* (``window_seconds`` from the
@@ -57,7 +63,7 @@ class RunInProgress:
         (:func:`~ai4dl.rules.workload_profile.summarise`) counts from the start too. Samples
         from before the container started (more than a step: a restarted container's
         predecessor) are not its run's."""
-        add_windows([self], [usage], window_end, step, window_seconds)
+        add_windows([self], [usage], window_end, step, window_seconds, memory_index)
 
     def early_windows(self) -> list[np.ndarray]:
         """The early peaks from the run's first window on, in order; a window with no sample
@@ -79,14 +85,31 @@ class RunInProgress:
         if oom_killed:
             early = [bump_for_oom(w, memory_index, True) for w in early]
             peak = bump_for_oom(peak, memory_index, True)
+        shape = self.shape_stretches()
+        if oom_killed and len(shape):
+            shape = bump_stretches(shape)
         return RunSummary(float(end), max(float(end) - self.started, 0.0),
                           tuple(map(float, early[0])), tuple(map(float, peak)),
                           tuple(map(float, self.peak_at)), bool(oom_killed),
-                          tuple(tuple(map(float, w)) for w in early), run_id)
+                          tuple(tuple(map(float, w)) for w in early), run_id,
+                          tuple(map(float, shape)), self.shape_seconds if len(shape) else 0.0)
+
+    def shape_stretches(self) -> np.ndarray:
+        """The memory's peak per stretch up to the last one seen; a stretch with no sample (a
+        scrape gap) carries the one before it."""
+        if self.shape is None or np.isnan(self.shape).all():
+            return np.empty(0)
+        seen = np.flatnonzero(~np.isnan(self.shape))
+        out = self.shape[: seen[-1] + 1].copy()
+        out[: seen[0]] = out[seen[0]]          # none in its first stretches: its first seen
+        for k in range(1, len(out)):
+            if np.isnan(out[k]):
+                out[k] = out[k - 1]
+        return out
 
 
 def add_windows(runs: Sequence[RunInProgress], usages: Sequence, window_end: float,
-                step: float, window_seconds: float) -> None:
+                step: float, window_seconds: float, memory_index: int | None = None) -> None:
     """:meth:`RunInProgress.add` of one window to many runs at once (at 10,000 pods one run
     at a time was ~0.6 s of numpy on arrays of a few values a window): runs whose windows have
     one shape are stacked."""
@@ -101,11 +124,11 @@ def add_windows(runs: Sequence[RunInProgress], usages: Sequence, window_end: flo
         group[1].append(u)
     for (length, _), (group, us) in groups.items():
         _add_stacked(group, np.stack(us), window_end - step * np.arange(
-            length - 1, -1, -1, dtype=np.float64), step, float(window_seconds))
+            length - 1, -1, -1, dtype=np.float64), step, float(window_seconds), memory_index)
 
 
 def _add_stacked(runs: list[RunInProgress], u: np.ndarray, times: np.ndarray, step: float,
-                 window_seconds: float) -> None:
+                 window_seconds: float, memory_index: int | None = None) -> None:
     """One window (n, W, R) of ``runs``, its samples at ``times`` (W,)."""
     started = np.array([r.started for r in runs], np.float64)[:, None]
     mine = times[None, :] >= started - step                       # (n, W)
@@ -129,6 +152,39 @@ def _add_stacked(runs: list[RunInProgress], u: np.ndarray, times: np.ndarray, st
             run.early[k] = np.fmax(run.early[k], part)
     fed = seen.any((1, 2))              # runs with a sample of theirs in the window
     _raise_peaks([runs[i] for i in np.flatnonzero(fed)], top[fed], at[fed])
+    if memory_index is not None and 0 <= memory_index < u.shape[2]:
+        _add_shapes(runs, u[:, :, memory_index], seen[:, :, memory_index],
+                    np.maximum(times[None, :] - started, 0.0), window_seconds)
+
+
+def _add_shapes(runs: list[RunInProgress], memory: np.ndarray, seen: np.ndarray,
+                elapsed: np.ndarray, window_seconds: float) -> None:
+    """The window's memory samples (n, W), ``elapsed`` seconds after each run's start, into
+    the runs' shapes: each sample's stretch keeps its largest."""
+    fed = np.flatnonzero(seen.any(1))
+    if not len(fed):
+        return
+    last = np.where(seen[fed], elapsed[fed], 0.0).max(1)
+    width = np.array([runs[i].shape_seconds for i in fed])
+    # new runs get their first stretches; a run that outgrew its stretches gets them doubled
+    # (a run's stretches double about log2(its windows ÷ SHAPE_BINS) times in its life)
+    for k in np.flatnonzero((width == 0) | (last >= SHAPE_BINS * width)):
+        run = runs[fed[k]]
+        if run.shape is None:
+            run.shape, run.shape_seconds = np.full(SHAPE_BINS, np.nan), float(window_seconds)
+        while last[k] // run.shape_seconds >= SHAPE_BINS:
+            merged = np.fmax.reduce(run.shape.reshape(SHAPE_BINS // 2, 2), axis=1)
+            run.shape = np.concatenate([merged, np.full(SHAPE_BINS // 2, np.nan)])
+            run.shape_seconds *= 2.0
+        width[k] = run.shape_seconds
+    stack = np.stack([runs[i].shape for i in fed])
+    width = width[:, None]
+    index = np.minimum((elapsed[fed] // width).astype(int), SHAPE_BINS - 1)
+    rows = np.broadcast_to(np.arange(len(fed))[:, None], index.shape)
+    ok = seen[fed]
+    np.fmax.at(stack, (rows[ok], index[ok]), memory[fed][ok])
+    for k, i in enumerate(fed):
+        runs[i].shape = stack[k].copy()
 
 
 def _raise_peaks(runs: list[RunInProgress], top: np.ndarray, at: np.ndarray) -> None:
@@ -187,7 +243,8 @@ class RunTracker:
                 if run.complete:        # a run seen mid-way is never summarised: not fed
                     fed.append(run)
                     usages.append(c.usage)
-        add_windows(fed, usages, window_end, step, window_samples * step)
+        memory = self.resources.index("memory") if "memory" in self.resources else None
+        add_windows(fed, usages, window_end, step, window_samples * step, memory)
 
     def ended(self, listed: Sequence[PodInfo], now: float) -> list[EndedRun]:
         """The runs that ended since the last call: those of ``listed`` pods that ended or

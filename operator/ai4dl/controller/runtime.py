@@ -199,7 +199,7 @@ class WindowRunner(PodWrites):
                                max_value=self.max_value, histories=self._own,
                                model_key=model_key, served=served, rejected=rejected,
                                floors=oom_floors(ended, served.resources),
-                               held=self._held(mine, start),
+                               held=self._held(mine, start, spec.window_seconds),
                                starts=first_requests(
                                    mine, self.firsts, start,
                                    spec.window_seconds + START_GRACE_SECONDS, served.resources,
@@ -505,7 +505,8 @@ class WindowRunner(PodWrites):
             if hold is not None:
                 self.holds[(workload, container)] = hold
 
-    def _held(self, mine: Sequence[PodInfo], start: float) -> dict[tuple[str, str], float]:
+    def _held(self, mine: Sequence[PodInfo], start: float,
+              window_seconds: float) -> dict[tuple[str, str], float]:
         """Per (pod uid, container): the memory its workload's profile holds for the window
         starting at ``start`` (:func:`~ai4dl.rules.workload_profile.held_level`, the
         evaluator's own rule)."""
@@ -517,7 +518,7 @@ class WindowRunner(PodWrites):
                 hold, began = self.holds.get((p.workload, c.name)), p.started.get(c.name)
                 if hold is None or began is None:
                     continue
-                level = held_level(hold, start - began, as_limit)
+                level = held_level(hold, start - began, as_limit, window_seconds)
                 if math.isfinite(level):
                     out[(p.uid, c.name)] = level
         return out

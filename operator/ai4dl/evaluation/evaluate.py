@@ -28,6 +28,7 @@ from ai4dl.rules.objectives import RISKS, Objective, default_objective
 from ai4dl.policy.policies import Oracle, Policy
 from ai4dl.policy.registry import FitInputs
 from ai4dl.rules.safety import SafetyConfig
+from ai4dl.rules.workload_profile import Hold
 from ai4dl.method.traces import Execution, TraceSet
 from ai4dl.evaluation.starts import (StartCounts, initial_request, served_starts,  # noqa: F401
                                      trace_request)
@@ -41,7 +42,7 @@ INITIALS = ("served", "peak", "trace", "model")
 def prepare(executions: Sequence[Execution], resources: Sequence[str], model=None,
             initial: str = "peak", level: np.ndarray | None = None,
             starts: Sequence[np.ndarray] | None = None,
-            holds: Sequence[tuple[float, float] | None] | None = None) -> ReplayInput:
+            holds: Sequence[Hold | None] | None = None) -> ReplayInput:
     """Usage matrices, phases (one batched detection for all executions) and initial requests:
     ``starts`` where given (``served``: :func:`execution_starts`), else the execution's peak,
     the trace's own request (``trace``), or ``level`` for every execution (``model``: the

@@ -23,8 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from ai4dl.method.traces import Execution
-from ai4dl.rules.workload_profile import (RunSummary, profile_from_runs, start_within_request,
-                                           summarise)
+from ai4dl.rules.workload_profile import (Hold, RunSummary, profile_from_runs,
+                                           start_within_request, summarise)
 
 #: How a start was chosen, in the order ``served`` tries them.
 SOURCES = ("profile", "pooled", "request", "peak")
@@ -82,14 +82,14 @@ def run_summaries(executions: Sequence[Execution], resources: Sequence[str], win
 def served_starts(executions: Sequence[Execution], history: Sequence[Execution],
                   resources: Sequence[str], window: int, level: np.ndarray | None,
                   by: str = "group", max_increase: float | None = None
-                  ) -> tuple[list[np.ndarray], StartCounts, list[tuple[float, float] | None]]:
+                  ) -> tuple[list[np.ndarray], StartCounts, list[Hold | None]]:
     """Each execution's served start (see the module docstring) and how many came from each
     source. ``history``: every execution the replay has in its past (the train side and the
     held-out side; only those of the same workload that ended before an execution started
     count for it). ``max_increase``: the safety layer's growth limit per window, which the
     profile's first request leaves room for (:meth:`WorkloadProfile.first_request`). Also each
-    execution's memory hold (:meth:`WorkloadProfile.hold`: the peak its workload's runs
-    reached and until when in a run; None without a profile), which the safety layer keeps."""
+    execution's memory hold (:meth:`WorkloadProfile.hold`: what its workload's runs used,
+    stretch by stretch of a run; None without a profile), which the safety layer keeps."""
     summaries = run_summaries(history, resources, window)
     by_workload: dict[str, list[RunSummary]] = {}
     for h, s in zip(history, summaries):

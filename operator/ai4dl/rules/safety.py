@@ -193,8 +193,9 @@ def cap_physical(proposal, max_value):
 
 # ----------------------------------------------------------------------------- the chain
 def hold_workload_peak(p, held, memory_index):
-    """Memory at least ``held`` (pods,) where it is a number: the peak its workload's runs
-    reached, held until the point in the run where it came (NaN: nothing held)."""
+    """Memory at least ``held`` (pods,) where it is a number: what its workload's runs used in
+    this stretch of the run (:func:`ai4dl.rules.workload_profile.held_level`; NaN: nothing
+    held)."""
     if held is None or memory_index is None:
         return p
     held = np.asarray(held, np.float64)

@@ -6,14 +6,21 @@ never seen gets.
 
 Per execution the profile keeps one small summary (:class:`RunSummary`): the peaks of its first
 few windows, the lifetime peak, when that peak came, how long the run lasted, whether it was
-OOM-killed. It keeps the ``MAX_RUNS`` most recent, and weighs them by age with VPA's half-life
+OOM-killed, and its memory's *shape*: the peak of each of at most ``SHAPE_BINS`` stretches from
+its start (a stretch a power of two of windows, the least that fits the run). Under the safety
+layer a new run's memory is **held** stretch by stretch at what the workload's runs used there
+(:meth:`WorkloadProfile.hold`, :func:`held_level`): a run that peaked late is held low until
+its peak's stretch, not at its peak from the start.
+
+The profile keeps the ``MAX_RUNS`` most recent runs and weighs them by age with VPA's half-life
 (24 h): the first request is the weighted ``UPPER_PERCENTILE`` quantile, over the remembered
 runs, of the least start from which the safety layer could follow the run's early climb (its
 first-window peak when nothing limits the growth), VPA's upper-bound percentile, so a run a week old counts for less than
 yesterday's, and with a few recent runs it is the largest of them; plus VPA's 15 % safety
 margin, since a re-run's first window varies with its seed. An OOM-killed run's memory
 is bumped as VPA bumps it (×1.2, at least +100 MiB), since its usage stopped at the limit.
-Every constant is VPA's, none was chosen by looking at results.
+Every constant is VPA's (``SHAPE_BINS`` is a storage bound), none was chosen by looking at
+results.
 
 Bounded: a profile of ``MAX_RUNS`` runs of R resources is a fixed number of floats (its JSON
 :meth:`WorkloadProfile.size_bytes`). Pure: numpy only, imports nothing from the package.
@@ -69,6 +76,11 @@ class RunSummary:
     #: what makes an execution reported twice — by the window loop and by the trainer's batch
     #: fill, or by an operator restarted before its write was seen — count once
     run_id: str = ""
+    #: the memory (:data:`SHAPE_RESOURCE`) it used, stretch by stretch from its start: the peak
+    #: in each of at most ``SHAPE_BINS`` stretches of ``shape_seconds`` (:func:`run_shape`);
+    #: empty where unknown (a profile stored before shapes were kept)
+    shape: tuple[float, ...] = ()
+    shape_seconds: float = 0.0
 
     @property
     def start(self) -> float:
@@ -94,25 +106,130 @@ def container_run_id(namespace: str, pod: str, container: str) -> str:
     return hashlib.sha256(f"{namespace}\0{pod}\0{container}".encode()).hexdigest()[:16]
 
 
-def held_level(hold: tuple[float, float] | None, elapsed: float,
-               as_limit: bool = False) -> float:
-    """The level a hold keeps for the window that starts ``elapsed`` seconds into a run: the
-    held peak while that window starts at or before the point where the runs peaked (the
-    window that holds that point is held too), NaN afterwards and without a hold. The window
-    loop and the evaluator's replay both ask this function.
+#: The resource a hold keeps, and whose shape a run summary remembers.
+SHAPE_RESOURCE = "memory"
+#: Stretches a run's memory is remembered in (its shape, which the hold follows): at most this
+#: many, each a power of two of windows long, the least that fits the run. A storage bound (32
+#: values a run, 256 a profile), not a figure read off a result.
+SHAPE_BINS = 32
+
+
+def shape_width(n_windows: int) -> int:
+    """Windows per stretch of a run ``n_windows`` long: the least power of two that fits it in
+    ``SHAPE_BINS`` stretches (the window loop doubles it as the run grows)."""
+    width = 1
+    while n_windows > SHAPE_BINS * width:
+        width *= 2
+    return width
+
+
+def run_shape(window_peaks: np.ndarray) -> tuple[np.ndarray, int]:
+    """(the peak of each stretch, windows per stretch) of a run whose windows peaked at
+    ``window_peaks`` (oldest first)."""
+    peaks = np.asarray(window_peaks, np.float64)
+    width = shape_width(len(peaks))
+    return np.maximum.reduceat(peaks, np.arange(0, len(peaks), width)), width
+
+
+@dataclass(frozen=True, eq=False)
+class Hold:
+    """The memory a workload's profile holds in a new run, seconds from its start.
+
+    As a request, stretch by stretch: ``levels[k]`` from ``edges[k]`` to ``edges[k + 1]``
+    (NaN: nothing held), nothing after the last edge. As a limit (a Guaranteed pod, whose
+    request is its limit): usage over it is an OOM kill, not a window at risk that the
+    policy's objective prices, so a limit keeps the runs' ``peak`` (with VPA's margin) from the
+    start until ``until``, the latest point where a run reached its own."""
+    edges: np.ndarray
+    levels: np.ndarray
+    peak: float = math.nan
+    until: float = -math.inf
+
+
+def held_level(hold: Hold | None, elapsed: float, as_limit: bool = False,
+               length: float = 0.0) -> float:
+    """The level a hold keeps for the window that starts ``elapsed`` seconds into a run and
+    lasts ``length`` seconds: the highest level held in any stretch the window overlaps, NaN
+    where it overlaps none (past the last, and without a hold). The window loop and the
+    evaluator's replay both ask this function.
 
     ``as_limit``: the request held is also the container's limit (a Guaranteed pod, whose
-    limits follow its requests): the peak gets VPA's safety margin (``RECOMMENDATION_MARGIN``),
-    since a re-run's peak varies with its seed and the largest of a few runs is exceeded by the
-    next one about once in (runs + 1). Usage over a request is a window at risk, which the
-    policy's own objective prices; usage over a limit is an OOM kill. On the real node the bare
-    peak was one: a transformer run peaked at 808 MiB over its one earlier run's 775 MiB, held
-    at 793 MiB (docs/results.md §9). The evaluator replays requests only (risk), so it asks
-    without the margin; priced there, the margin cost 5-15 % on the synthetic re-runs and
-    GCD (docs/results/starts.py, 2026-12-04)."""
-    if hold is None or elapsed > hold[1]:
+    limits follow its requests): the runs' peak while the window starts at or before the point
+    where the latest of them reached it (the window that holds that point is held too), with
+    VPA's safety margin (``RECOMMENDATION_MARGIN``), since a re-run's peak varies with its seed
+    and the largest of a few runs is exceeded by the next one about once in (runs + 1). Usage
+    over a request is a window at risk, which the policy's own objective prices; usage over a
+    limit is an OOM kill. On the real node the bare peak was one: a transformer run peaked at
+    808 MiB over its one earlier run's 775 MiB, held at 793 MiB (docs/results.md §9). The
+    evaluator replays requests only (risk), so it asks for a request; priced there, the margin
+    cost 5-15 % on the synthetic re-runs and GCD (docs/results/starts.py, 2026-12-04)."""
+    if hold is None:
         return math.nan
-    return hold[0] * (1.0 + RECOMMENDATION_MARGIN) if as_limit else hold[0]
+    if as_limit:
+        ok = elapsed <= hold.until and math.isfinite(hold.peak)
+        return hold.peak * (1.0 + RECOMMENDATION_MARGIN) if ok else math.nan
+    if not len(hold.levels) or elapsed >= hold.edges[-1]:
+        return math.nan
+    first = max(int(np.searchsorted(hold.edges, elapsed, "right")) - 1, 0)
+    last = (int(np.searchsorted(hold.edges, elapsed + length, "left")) - 1 if length > 0
+            else first)
+    last = min(last, len(hold.levels) - 1)
+    if last < first:                    # a window that ends before the run starts
+        return math.nan
+    level = np.fmax.reduce(hold.levels[first: last + 1])
+    return float(level) if math.isfinite(level) else math.nan
+
+
+def held_levels(hold: Hold | None, elapsed: np.ndarray, length: float = 0.0) -> np.ndarray:
+    """:func:`held_level` (as a request) of many windows of one run at once, each starting
+    ``elapsed`` seconds into it: what the evaluator asks for every window of an execution."""
+    t = np.asarray(elapsed, np.float64)
+    out = np.full(t.shape, np.nan)
+    if hold is None or not len(hold.levels):
+        return out
+    n = len(hold.levels)
+    first = np.maximum(np.searchsorted(hold.edges, t, "right") - 1, 0)
+    last = (np.searchsorted(hold.edges, t + length, "left") - 1 if length > 0 else first)
+    last = np.minimum(last, n - 1)
+    inside = (t < hold.edges[-1]) & (last >= first)
+    out[inside] = hold.levels[first[inside]]
+    for i in np.flatnonzero(inside & (last > first)):     # a window over several stretches
+        out[i] = np.fmax.reduce(hold.levels[first[i]: last[i] + 1])
+    return out
+
+
+def combined_hold(stretches: Sequence[tuple[np.ndarray, np.ndarray]],
+                  weights: np.ndarray, q: float = UPPER_PERCENTILE) -> Hold:
+    """One hold from each run's stretches (their ends in seconds from the run's start and their
+    levels; a run's first stretch starts at 0): on every piece between two ends, the weighted
+    upper percentile (:func:`weighted_upper`) over the runs still running there."""
+    edges = np.unique(np.concatenate([[0.0], *[e for e, _ in stretches]]))
+    mids = (edges[:-1] + edges[1:]) / 2.0
+    grid = np.full((len(stretches), len(mids)), np.nan)
+    for i, (ends, levels) in enumerate(stretches):
+        k = np.searchsorted(ends, mids, "right")
+        inside = k < len(ends)
+        grid[i, inside] = levels[k[inside]]
+    held = _weighted_upper_columns(grid, weights, q)
+    # a piece at the level of the one before it is one with it (what the operator keeps per
+    # workload: a few dozen numbers, not every run's every stretch)
+    same = np.concatenate([[False], (held[1:] == held[:-1])
+                           | (np.isnan(held[1:]) & np.isnan(held[:-1]))])
+    return Hold(np.append(edges[:-1][~same], edges[-1]), held[~same])
+
+
+def _weighted_upper_columns(grid: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
+    """:func:`weighted_upper` of every column of ``grid`` (runs × pieces) at once, a NaN not
+    counted (all NaN: NaN)."""
+    finite = np.isfinite(grid)
+    w = np.where(finite, np.asarray(weights, np.float64)[:, None], 0.0)
+    order = np.argsort(np.where(finite, grid, np.inf), axis=0, kind="stable")
+    v = np.take_along_axis(grid, order, axis=0)
+    cum = np.cumsum(np.take_along_axis(w, order, axis=0), axis=0)
+    total = cum[-1]
+    k = (cum < (q * total - 1e-12 * total)[None, :]).sum(axis=0)
+    out = v[np.minimum(k, len(grid) - 1), np.arange(grid.shape[1])]
+    return np.where(total > 0, out, np.nan)
 
 
 #: Resources a start from a workload's profile never raises above the container's own request.
@@ -152,6 +269,12 @@ def bump_for_oom(values: np.ndarray, memory_index: int | None, bytes_unit: bool)
     return out
 
 
+def bump_stretches(levels: np.ndarray, bytes_unit: bool = True) -> np.ndarray:
+    """A memory shape's stretches each bumped as an OOM kill bumps memory
+    (:func:`bump_for_oom`)."""
+    return np.array([bump_for_oom(np.array([v]), 0, bytes_unit)[0] for v in levels])
+
+
 def summarise(usage: np.ndarray, step: float, window: int, start: float,
               oom_killed: bool = False, memory_index: int | None = None,
               bytes_unit: bool = True) -> RunSummary:
@@ -171,9 +294,17 @@ def summarise(usage: np.ndarray, step: float, window: int, start: float,
         early = np.array([bump_for_oom(w, memory_index, bytes_unit) for w in early])
         peak = bump_for_oom(peak, memory_index, bytes_unit)
     duration = float(len(u)) * float(step)
+    shape, shape_seconds = (), 0.0
+    if memory_index is not None and 0 <= memory_index < u.shape[1]:
+        mem = u[:, memory_index]
+        bins, width = run_shape(np.maximum.reduceat(mem, np.arange(0, len(mem), window)))
+        if oom_killed:
+            bins = bump_stretches(bins, bytes_unit)
+        shape, shape_seconds = tuple(map(float, bins)), float(width * window * step)
     return RunSummary(float(start) + duration, duration, tuple(map(float, early[0])),
                       tuple(map(float, peak)), tuple(map(float, peak_at)), bool(oom_killed),
-                      tuple(tuple(map(float, w)) for w in early))
+                      tuple(tuple(map(float, w)) for w in early), shape=shape,
+                      shape_seconds=shape_seconds)
 
 
 def weighted_upper(values: np.ndarray, weights: np.ndarray,
@@ -265,16 +396,28 @@ class WorkloadProfile:
         level = weighted_upper(np.array([r.peak for r in self.runs]), self.weights(now))
         return level, np.array([r.peak_at for r in self.runs]).max(0)
 
-    def hold(self, now: float, resource: str = "memory") -> tuple[float, float] | None:
-        """What the safety layer holds for a new run of the workload: (the peak its runs
-        reached of ``resource``, the latest point in a run — seconds from its start — where a
-        run reached its own), or None without a run or the resource. :func:`held_level` reads
-        it per window (with VPA's margin where the request is also a limit)."""
-        got = self.peak(now)
-        if got is None or resource not in self.resources:
+    def hold(self, now: float, resource: str = SHAPE_RESOURCE) -> Hold | None:
+        """What the safety layer holds of ``resource`` in a new run of the workload, stretch by
+        stretch from its start (:func:`combined_hold`): where its runs were still running, the
+        weighted upper percentile of what they used in that stretch (:attr:`RunSummary.shape`:
+        a run that peaked late is held low until its peak's stretch, not at its peak from the
+        start); a run stored without a shape (before shapes were kept), its peak until the
+        point where it reached it. Held as a limit (a Guaranteed pod), the runs' peak until the
+        latest point where one reached its own (:class:`Hold`). None without a run or the
+        resource. :func:`held_level` reads it per window."""
+        if not self.runs or resource not in self.resources:
             return None
         j = self.resources.index(resource)
-        return float(got[0][j]), float(got[1][j])
+        weights = self.weights(now)
+        # a limit's hold: their peak until the latest point where a run reached its own
+        peak = float(weighted_upper(np.array([r.peak for r in self.runs]), weights)[j])
+        until = max(r.peak_at[j] for r in self.runs)
+        if resource != SHAPE_RESOURCE or not any(r.shape for r in self.runs):
+            # no shapes (stored before they were kept): a request's hold is the limit's
+            return Hold(np.array([0.0, np.nextafter(until, math.inf)]), np.array([peak]),
+                        peak, until)
+        shaped = combined_hold([_stretches(r, j) for r in self.runs], weights)
+        return Hold(shaped.edges, shaped.levels, peak, until)
 
     # ------------------------------------------------------------------ storage
     def to_dict(self) -> dict:
@@ -285,6 +428,9 @@ class WorkloadProfile:
                    "first": _rounded(r.first), "peak": _rounded(r.peak),
                    "peakAt": _rounded(r.peak_at), "oomKilled": r.oom_killed,
                    "early": [_rounded(w) for w in r.early]}
+            if r.shape:
+                out["shape"] = _rounded(r.shape)
+                out["shapeSeconds"] = round(r.shape_seconds, 1)
             if r.run_id:
                 out["id"] = r.run_id
             return out
@@ -333,12 +479,22 @@ class WorkloadProfile:
                                                                 for x in w) for w in early)):
                 raise ProfileError(f"{where}.early: at most {EARLY_WINDOWS} lists of {R} finite "
                                    f"non-negative numbers expected")
+            shape = r.get("shape", [])
+            if not (isinstance(shape, list) and len(shape) <= SHAPE_BINS
+                    and all(_finite_non_negative(x) for x in shape)):
+                raise ProfileError(f"{where}.shape: at most {SHAPE_BINS} finite non-negative "
+                                   f"numbers expected")
+            shape_seconds = r.get("shapeSeconds", 0.0)
+            if not _finite_non_negative(shape_seconds) or (shape and not shape_seconds > 0):
+                raise ProfileError(f"{where}.shapeSeconds: a positive number expected with a "
+                                   f"shape")
             run_id = r.get("id", "")
             if not (isinstance(run_id, str) and len(run_id) <= 64):
                 raise ProfileError(f"{where}.id: a string of at most 64 characters expected")
             runs.append(RunSummary(float(r["end"]), float(r["duration"]), vec["first"],
                                    vec["peak"], vec["peakAt"], bool(r.get("oomKilled", False)),
-                                   tuple(tuple(float(x) for x in w) for w in early), run_id))
+                                   tuple(tuple(float(x) for x in w) for w in early), run_id,
+                                   tuple(float(x) for x in shape), float(shape_seconds)))
         counts = {}
         for key in ("executions", "oomKills"):
             v = doc.get(key, 0)
@@ -383,6 +539,18 @@ class CompactProfile:
             need = np.fmax(need, np.fmax.reduce(self.early[:, 1:, :] / growth, axis=1))
         weights = np.power(0.5, np.maximum(now - self.ends, 0.0) / self.half_life_s)
         return weighted_upper(need, weights) * (1.0 + RECOMMENDATION_MARGIN)
+
+
+def _stretches(run: RunSummary, j: int) -> tuple[np.ndarray, np.ndarray]:
+    """A run's memory stretches (their ends, seconds from its start, and levels): its shape up
+    to its end; a run without one (stored before shapes were kept, beside runs with one), its
+    peak up to and including the point where it came."""
+    if run.shape and run.shape_seconds > 0:
+        ends = np.minimum(run.shape_seconds * np.arange(1, len(run.shape) + 1), run.duration)
+        keep = np.concatenate([[True], ends[1:] > ends[:-1]]) & (ends > 0)
+        return ends[keep], np.asarray(run.shape, np.float64)[keep]
+    return (np.array([np.nextafter(run.peak_at[j], math.inf)]),
+            np.array([run.peak[j]], np.float64))
 
 
 def _finite_non_negative(x) -> bool:
