@@ -193,7 +193,8 @@ def main(argv=None) -> int:
         op.stop(signal.SIGKILL)
         t = time.perf_counter()
         op.start()
-        wait_for(lambda: "profile" in note(0), 300, interval=1.0,
+        # kopf fills every index before it runs a handler: minutes at 10,000 profiles
+        wait_for(lambda: "profile" in note(0), 900, interval=1.0,
                  what="the first workload admitted from its profile after a SIGKILL")
         back_in = time.perf_counter() - t
         kept = sum(1 for _ in paged_items(custom.list_namespaced_custom_object, GROUP, VERSION,

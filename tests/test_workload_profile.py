@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -221,6 +222,14 @@ class TestShapeAndHold:
         assert levels[:4] == [5.0] * 4 and levels[4:16] == [2.0] * 12 and np.isnan(levels[16])
         # kept as two pieces, not as the runs' every stretch
         assert h.edges.tolist() == [0.0, 240.0, 960.0] and h.levels.tolist() == [5.0, 2.0]
+        # one run (its own stretches, no percentile) as two identical runs give
+        alone = wp.profile_from_runs(("cpu", "memory"), [_run(1000.0, [1, 3, 2, 2])])
+        twice = wp.profile_from_runs(("cpu", "memory"), [
+            _run(1000.0, [1, 3, 2, 2]), dataclasses.replace(_run(1000.0, [1, 3, 2, 2]),
+                                                            run_id="other")])
+        a, b = alone.hold(1000.0), twice.hold(1000.0)
+        assert a.edges.tolist() == b.edges.tolist() == [0.0, 60.0, 120.0, 240.0]
+        assert a.levels.tolist() == b.levels.tolist() == [1.0, 3.0, 2.0]
         assert wp.profile_from_runs(("cpu",), []).hold(0.0) is None
         assert p.hold(1000.0, "gpu") is None
 

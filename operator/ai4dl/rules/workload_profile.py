@@ -203,14 +203,18 @@ def combined_hold(stretches: Sequence[tuple[np.ndarray, np.ndarray]],
     """One hold from each run's stretches (their ends in seconds from the run's start and their
     levels; a run's first stretch starts at 0): on every piece between two ends, the weighted
     upper percentile (:func:`weighted_upper`) over the runs still running there."""
-    edges = np.unique(np.concatenate([[0.0], *[e for e, _ in stretches]]))
-    mids = (edges[:-1] + edges[1:]) / 2.0
-    grid = np.full((len(stretches), len(mids)), np.nan)
-    for i, (ends, levels) in enumerate(stretches):
-        k = np.searchsorted(ends, mids, "right")
-        inside = k < len(ends)
-        grid[i, inside] = levels[k[inside]]
-    held = _weighted_upper_columns(grid, weights, q)
+    if len(stretches) == 1:            # one run: its own stretches (the usual profile)
+        edges = np.concatenate([[0.0], stretches[0][0]])
+        held = np.asarray(stretches[0][1], np.float64)
+    else:
+        edges = np.unique(np.concatenate([[0.0], *[e for e, _ in stretches]]))
+        mids = (edges[:-1] + edges[1:]) / 2.0
+        grid = np.full((len(stretches), len(mids)), np.nan)
+        for i, (ends, levels) in enumerate(stretches):
+            k = np.searchsorted(ends, mids, "right")
+            inside = k < len(ends)
+            grid[i, inside] = levels[k[inside]]
+        held = _weighted_upper_columns(grid, weights, q)
     # a piece at the level of the one before it is one with it (what the operator keeps per
     # workload: a few dozen numbers, not every run's every stretch)
     same = np.concatenate([[False], (held[1:] == held[:-1])
