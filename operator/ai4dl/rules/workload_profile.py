@@ -414,8 +414,8 @@ class WorkloadProfile:
         j = self.resources.index(resource)
         weights = self.weights(now)
         # a limit's hold: their peak until the latest point where a run reached its own
-        peak = float(weighted_upper(np.array([r.peak for r in self.runs]), weights)[j])
-        until = max(r.peak_at[j] for r in self.runs)
+        level, latest = self.peak(now)
+        peak, until = float(level[j]), float(latest[j])
         if resource != SHAPE_RESOURCE or not any(r.shape for r in self.runs):
             # no shapes (stored before they were kept): a request's hold is the limit's
             return Hold(np.array([0.0, np.nextafter(until, math.inf)]), np.array([peak]),
