@@ -642,7 +642,8 @@ def test_pod_records_wait_in_memory_and_a_restart_leaves_the_window(
     record (the authors' requests); a later decrease of a recorded pod goes alone, after the
     window marker in the PhaseModel's status (the real API server keeps the field), and its
     Resized Event is one summary Event on the PhaseModel; the record waits in memory
-    (ai4dl_pod_records_pending). A window the status names (as an operator killed within it
+    (ai4dl_pod_records_pending; ai4dl_pod_records_written_total counts only needed ones).
+    A window the status names (as an operator killed within it
     leaves it) is left by the operator and counted; the next one is served."""
     from kubernetes import client
 
@@ -669,6 +670,12 @@ def test_pod_records_wait_in_memory_and_a_restart_leaves_the_window(
         pending = [line for line in op.metrics().splitlines()
                    if line.startswith("ai4dl_pod_records_pending{") and f'namespace="{ns}"' in line]
         assert pending and float(pending[0].rsplit(" ", 1)[1]) >= 1, pending
+        written = {why: float(line.rsplit(" ", 1)[1]) for line in op.metrics().splitlines()
+                   for why in ("needed", "optional")
+                   if line.startswith("ai4dl_pod_records_written_total{")
+                   and f'namespace="{ns}"' in line and f'why="{why}"' in line}
+        # only the records the pods need: the first resizes' (share 0 leaves out every other)
+        assert written.get("needed", 0) >= 1 and written.get("optional", 0) == 0, written
         summary = [e for e in events(kube_cluster, ns, "Resized")
                    if e.involved_object.kind == "PhaseModel"]
         assert summary and "no Resized Event of their own" in summary[-1].message, summary

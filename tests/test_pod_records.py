@@ -130,6 +130,26 @@ def test_a_pending_record_is_read_as_written_until_someone_changes_the_pod():
     assert len(pending) == 0, "a changed pod's pending record is dropped"
 
 
+@pytest.mark.parametrize("written", [{}, {"window": 600.0}], ids=["none", "without-orig"])
+def test_authors_requests_only_in_memory_still_need_their_record_before_the_first_resize(
+        written):
+    """A pod's first record left out (no resize then) is read back from memory the next
+    window, the authors' requests with it; its first resize must still write it first, or a
+    restart reads the lowered requests as the authors'."""
+    pending = PendingRecords()
+    pending.defer(_pod(state=written), {A_STATE: json.dumps({"window": 1200.0, "orig": ORIG}),
+                                        A_PHASE: "2"}, 1200.0)
+    again = _pod(state=dict(written))
+    pending.overlay([again])
+    assert again.state()["orig"] == ORIG            # planned from memory, as before
+    assert record_needed(_resize(again, cpu=1))
+    recorded = _pod()                               # its record written: memory changes nothing
+    pending.defer(recorded, {A_STATE: json.dumps({"window": 1800.0, "orig": ORIG})}, 1800.0)
+    again = _pod()
+    pending.overlay([again])
+    assert not record_needed(_resize(again, cpu=1))
+
+
 def test_pending_records_of_gone_pods_are_dropped_and_merged_when_deferred_again():
     pending = PendingRecords()
     pending.defer(_pod("a"), {A_PHASE: "2"}, 600.0)

@@ -25,9 +25,10 @@ def operator_sample(op: OperatorProcess) -> dict:
     """The operator's counters for our PhaseModel."""
     want = {"ai4dl_window_duration_seconds_sum", "ai4dl_window_duration_seconds_count",
             "ai4dl_window_duration_seconds_bucket", "ai4dl_pods_tracked", "ai4dl_resizes_total",
-            "ai4dl_errors_total", "ai4dl_skipped_windows_total"}
+            "ai4dl_errors_total", "ai4dl_skipped_windows_total",
+            "ai4dl_pod_records_written_total"}
     out = {"sum": 0.0, "count": 0.0, "buckets": {}, "pods": 0.0, "resizes": 0.0, "errors": {},
-           "skipped": {}}
+           "skipped": {}, "records": {"needed": 0.0, "optional": 0.0}}
     for name, labels, v in parse_metrics(op.metrics(), want):
         if labels.get("namespace") != NAMESPACE or labels.get("phasemodel") != PM_NAME:
             continue
@@ -45,6 +46,8 @@ def operator_sample(op: OperatorProcess) -> dict:
             out["errors"][labels.get("kind", "")] = v
         elif name == "ai4dl_skipped_windows_total":
             out["skipped"][labels.get("reason", "")] = v
+        elif name == "ai4dl_pod_records_written_total":
+            out["records"][labels.get("why", "")] = v
     return out
 
 
@@ -137,6 +140,8 @@ def run_operator_phase(args, op: OperatorProcess, cp, prom) -> dict:
                         break
             records[-1]["pods_tracked_gauge"] = cur["pods"]
             records[-1]["resizes_counter_delta"] = cur["resizes"] - prev["resizes"]
+            records[-1]["records_written"] = {
+                why: v - prev["records"].get(why, 0.0) for why, v in cur["records"].items()}
             prev = cur
             seen_lines = len(wins)
             r = records[-1]

@@ -4,6 +4,7 @@ the measurement code carries no presentation."""
 from __future__ import annotations
 
 import functools
+import math
 import os
 import statistics
 import sys
@@ -23,6 +24,24 @@ def rss_flat(op: dict, field: str = "rss") -> str:
     spread = 100.0 * (max(rss) - min(rss)) / min(rss)
     return (f"{min(rss):.0f}-{max(rss):.0f} ({spread:.1f} %: "
             f"{'flat' if spread <= 5.0 else 'NOT flat'})")
+
+
+def _records(r: dict) -> str:
+    """A window's pod records written (the operator's counter's delta), needed / optional."""
+    w = r.get("records_written")
+    return f"{w.get('needed', 0):.0f} / {w.get('optional', 0):.0f}" if w else "n/a"
+
+
+def records_str(measured: list[dict]) -> str:
+    """The measured windows' pod records written, needed / optional: means and the most
+    needed in one window."""
+    got = [r["records_written"] for r in measured if r.get("records_written")]
+    if not got:
+        return "n/a"
+    needed = [w.get("needed", 0.0) for w in got]
+    optional = [w.get("optional", 0.0) for w in got]
+    return (f"{statistics.mean(needed):.0f} / {statistics.mean(optional):.0f} "
+            f"(needed: max {max(needed):.0f})")
 
 
 def report(args, results: dict) -> None:
@@ -108,6 +127,10 @@ def report(args, results: dict) -> None:
         ["API writes per window (apiserver_request_total)", write_str(),
          f"<= {statistics.mean(resized) + 0.05 * args.pods:.0f} (resizes + 5 % of pods)"
          if resized else "resizes + 5 % of pods"],
+        ["pod records written per window (the operator's count): needed before a resize / "
+         "optional, mean (needed: max)", records_str(measured),
+         f"optional <= {max(50, math.ceil(0.05 * args.pods)) - 3} (5 % of pods less the "
+         "PhaseModel's 3); needed: a pod's first record, a lowered limit, a take-back"],
         [f"CPU used while measuring, cores (of {os.cpu_count()})", cpu_str(), ""],
         ["operator CPU per API write (ms)", op_cpu_per_write(), ""],
         ["exporter scrape duration, mean / max (s)",
@@ -131,10 +154,11 @@ def report(args, results: dict) -> None:
                       r["pods"], r["resized"], r["seconds"],
                       f"<= {r['bucket']:g}" if r["bucket"] else "n/a",
                       r["done_after_boundary"], r.get("rss_window_peak"), r.get("rss"),
-                      r["skipped"]])
+                      _records(r), r["skipped"]])
     print(table(["window", "role", "pods", "resized", "processing (s)", "histogram bucket",
                  "done after boundary (s)", "operator RSS peak since the last window (MiB)",
-                 "operator RSS 0.1 s after its line (MiB)", "skipped"], wrows))
+                 "operator RSS 0.1 s after its line (MiB)", "pod records needed / optional",
+                 "skipped"], wrows))
 
     breakdown(results)
     wi = results.get("whatif")

@@ -178,6 +178,11 @@ PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel
 RECORDS_PENDING = Gauge("ai4dl_pod_records_pending",
                         "Pod records kept in memory, not yet written (the write budget: "
                         "--pod-record-share)", ["namespace", "phasemodel"], registry=REGISTRY)
+RECORDS_WRITTEN = Counter("ai4dl_pod_records_written_total",
+                          "Pod records written, by why: needed (before a pod's first resize, a "
+                          "lowered memory limit or a take-back) or optional (within "
+                          "--pod-record-share)", ["namespace", "phasemodel", "why"],
+                          registry=REGISTRY)
 PODS_SKIPPED = Gauge("ai4dl_pods_skipped",
                      "Pods skipped in the last window for gaps or bad samples in their metrics",
                      ["namespace", "phasemodel", "reason"], registry=REGISTRY)

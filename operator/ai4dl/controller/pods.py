@@ -77,6 +77,9 @@ class PodInfo:
     admitted_problem: str | None = None
     #: the pod as admission saw it (ai4dl.controller.podstate.admitted_identity)
     identity: str = ""
+    #: read with a pending record (ai4dl.controller.records.PendingRecords.overlay) whose
+    #: authors' requests its own written record lacks: its first resize still needs a record
+    first_record_pending: bool = False
 
     @property
     def key(self) -> tuple[str, str]:

@@ -8,7 +8,8 @@ resizes). So a record is written before its resize, as always, only where the po
 stay right after an operator restart (:func:`record_needed`):
 
 - the pod has no record of the operator's yet, or one that is not the operator's: the authors'
-  requests (the savings' baseline) must be kept before the requests first change;
+  requests (the savings' baseline) must be kept before the requests first change (written: a
+  first record left out and kept in memory does not count);
 - the resize lowers a memory limit, the one change the kubelet refuses: taking a refusal back
   needs ``last-applied`` to tell that the spec is the operator's;
 - it takes back a refused resize: the refused level's back-off.
@@ -73,7 +74,8 @@ def record_needed(p: PodPlan) -> bool:
     if p.resize is None or not p.annotations:
         return False
     pod = p.pod
-    if pod.state_untrusted or "orig" not in pod.state() or p.refused:
+    if pod.state_untrusted or "orig" not in pod.state() or pod.first_record_pending \
+            or p.refused:
         return True
     by_name = {c.name: c for c in pod.containers}
     for sent in p.resize["spec"]["containers"]:
@@ -197,6 +199,9 @@ class PendingRecords:
             pod.annotations.update({k: v for k, v in pending.annotations.items()
                                     if k != A_STATE})
             if record is not None:
+                # the authors' requests are kept only once written: read from memory, they
+                # would let the pod's first resize go without them (lost to a restart)
+                pod.first_record_pending = pod.state_untrusted or "orig" not in pod.state()
                 # the operator's own record, as its plan wrote it: not checked again (a
                 # pydantic pass over 10,000 records a window cost about a second)
                 pod._state, pod.state_problem, pod.state_detail = _loads(record), None, ""

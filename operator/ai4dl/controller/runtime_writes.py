@@ -15,7 +15,7 @@ from ai4dl.controller import metrics as m
 from ai4dl.controller.plan_types import WindowPlan
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
 from ai4dl.controller.podstate import state_scope
-from ai4dl.controller.records import MARKER, choose_writes, extra_writes
+from ai4dl.controller.records import MARKER, choose_writes, extra_writes, record_needed
 from ai4dl.controller.runtime_window import WindowReport
 from ai4dl.crd import GROUP, PLURAL, VERSION
 from ai4dl.crd_spec import PhaseModelSpec
@@ -119,6 +119,8 @@ class PodWrites:
         if outcome in ("resized", "", "untaken"):
             if p.annotations:
                 self.pending.written(p.pod.uid)
+                m.RECORDS_WRITTEN.labels(*labels, "needed" if record_needed(p)
+                                         else "optional").inc()
             if p.deferred:
                 self.pending.defer(p.pod, p.deferred, report.window_start)
         if outcome == "resized":
