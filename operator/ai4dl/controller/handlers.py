@@ -27,13 +27,13 @@ import requests
 from kubernetes import client, config
 from requests.adapters import HTTPAdapter
 
-from ai4dl.controller import idle, memory
+from ai4dl.controller import idle, memory, profile_index
 from ai4dl.controller import metrics as m
 from ai4dl.controller.admission import admission_target, admit, limit_range_rules, quota_room
 from ai4dl.controller.fairness import WindowScheduler, late_condition, throttled_condition
 from ai4dl.controller.orphans import OrphanSweep, forget_phasemodel
 from ai4dl.controller.podstate import StateKey
-from ai4dl.controller.profiles import open_record
+from ai4dl.controller.profile_index import ProfileIndex
 from ai4dl.controller.query_budget import DEFAULT_BUDGET_SECONDS
 from ai4dl.controller.runtime import (DEFAULT_MAX_WORKLOADS, DEFAULT_RECORD_SHARE,
                                      WindowRunner)
@@ -43,7 +43,6 @@ from ai4dl.controller.throttle import WriteBudget
 from ai4dl.controller.webhook import WEBHOOK_PATH, SelfSignedCertificates, patch_ca_bundle
 from ai4dl.controller.window_loop import Due, Served, WindowLoop, window_seconds
 from ai4dl.crd import GROUP, MODEL_ANNOTATION, OPT_IN_LABEL, PLURAL, VERSION
-from ai4dl.crd_profile import PROFILE_PLURAL
 from ai4dl.kube.raw import write_event
 from ai4dl.kube.workload import workload_of
 from ai4dl.sources.prometheus import SERIES_FACTOR, PrometheusSource
@@ -88,6 +87,9 @@ async def stop_tasks(**_) -> None:
     for task in _TASKS:
         task.cancel()
     _TASKS.clear()
+    for stop in _STOPS:     # the profile index's threads (they end at their next event)
+        stop.set()
+    _STOPS.clear()
 
 
 async def _configure_webhook(settings: kopf.OperatorSettings, cfg: dict) -> None:
@@ -407,21 +409,33 @@ def resource_quotas(namespace, name, body, **_):
     return {namespace: quota_room(body)}
 
 
-def workload_profiles(namespace, name, body, **_):
-    """kopf index: (namespace, PhaseModel, workload) -> that workload's verified profiles
-    (ai4dl.controller.profiles: an object whose sealed record does not verify is not indexed;
-    its workload is admitted as an unknown one)."""
-    stored = open_record(body, state_key())
-    if stored.problem is not None or not stored.containers:
-        return None
-    pm = (body.get("spec") or {}).get("phaseModel", "")
-    # only what the first request reads (ai4dl.rules.workload_profile.CompactProfile)
-    return {(namespace, pm, stored.workload): {c: p.compact()
-                                               for c, p in stored.containers.items()}}
+#: Admission's workload profiles (ai4dl.controller.profile_index: not a kopf index, whose
+#: start-up wait grows with the square of the objects); made and kept by start_profile_index.
+_PROFILES: list[ProfileIndex] = []
+_STOPS: list[threading.Event] = []
+#: How long a review waits for the profiles' first LIST after a start (then: unknown workload).
+PROFILE_WAIT_SECONDS = 1.0
+
+
+async def start_profile_index(**_) -> None:
+    """kopf startup: the profile index's LIST and WATCH threads, one per served namespace (or
+    the cluster), stopped with the process (daemon threads)."""
+    _clients()      # the kubeconfig or in-cluster configuration loaded
+    index, stop = ProfileIndex(state_key, CONFIG.get("namespaces") or (None,)), threading.Event()
+    # a client of its own: each WATCH holds a connection, not one of the window writers'
+    cfg = client.Configuration.get_default_copy()
+    cfg.connection_pool_maxsize = len(index.scopes) + 1
+    profile_index.start(index, client.CustomObjectsApi(client.ApiClient(cfg)), stop)
+    _PROFILES[:] = [index]
+    _STOPS.append(stop)
+
+
+def _workload_profiles(key) -> dict | None:
+    return _PROFILES[0].get(key, PROFILE_WAIT_SECONDS) if _PROFILES else None
 
 
 def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Index,
-              resource_quotas: kopf.Index, workload_profiles: kopf.Index, **_):
+              resource_quotas: kopf.Index, **_):
     """Mutating admission of a pod being created: set its requests from its PhaseModel's
     learned first-window level (ai4dl.controller.admission). Never refuses a pod: on any error
     it is admitted unchanged (the configuration's failurePolicy is Ignore besides)."""
@@ -434,7 +448,7 @@ def admit_pod(body, patch, admission_targets: kopf.Index, limit_ranges: kopf.Ind
         pm = ((body.get("metadata") or {}).get("annotations") or {}).get(MODEL_ANNOTATION, "")
         if namespace and pm:
             idle.wake(namespace, pm)        # an idle PhaseModel lists its pods next window
-        profiles = _FirstOfEach(workload_profiles).get((namespace, pm, workload))
+        profiles = _workload_profiles((namespace, pm, workload))
         decision = admit(dict(body), _FirstOfEach(admission_targets), CONFIG.get("max_value"),
                          state_key(), namespace=namespace, limit_ranges=ranges,
                          resource_quotas=quotas, workload=workload, profiles=profiles,
@@ -515,7 +529,7 @@ def register_admission() -> None:
     # RBAC: resourcequotas list/watch (rbac.yaml); their status is the room admission keeps to
     kopf.index("", "v1", "resourcequotas")(resource_quotas)
     # RBAC: workloadprofiles list/watch; the operator's own checkpoint objects
-    kopf.index(GROUP, VERSION, PROFILE_PLURAL)(workload_profiles)
+    kopf.on.startup()(start_profile_index)
     kopf.on.mutate("", "v1", "pods", id=WEBHOOK_PATH.strip("/"), operations=["CREATE"],
                    labels={OPT_IN_LABEL: "true"}, side_effects=False,
                    ignore_failures=True)(admit_pod)

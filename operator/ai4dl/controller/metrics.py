@@ -178,6 +178,9 @@ PODS_TRACKED = Gauge("ai4dl_pods_tracked", "Opted-in pods served by a PhaseModel
 RECORDS_PENDING = Gauge("ai4dl_pod_records_pending",
                         "Pod records kept in memory, not yet written (the write budget: "
                         "--pod-record-share)", ["namespace", "phasemodel"], registry=REGISTRY)
+PROFILES_INDEXED = Gauge("ai4dl_workload_profiles_indexed",
+                         "Workload profiles admission holds in memory (verified objects)",
+                         registry=REGISTRY)
 RECORDS_WRITTEN = Counter("ai4dl_pod_records_written_total",
                           "Pod records written, by why: needed (before a pod's first resize, a "
                           "lowered memory limit or a take-back) or optional (within "

@@ -28,10 +28,12 @@ def read_json(response):
         response.release_conn()
 
 
-def paged_items(list_call, *args, page: int = 500, **kwargs):
+def paged_items(list_call, *args, page: int = 500, head: dict | None = None, **kwargs):
     """Every item of a LIST, one page of ``page`` items at a time (bounding the raw JSON held
     at once), each answer read raw: ``list_call`` is a client method such as
     ``CoreV1Api.list_namespaced_pod``, ``args``/``kwargs`` its own (label_selector...).
+    ``head``, when given, is filled with the first page's list metadata (its resourceVersion
+    is the whole list's: where a WATCH goes on from).
 
     The next page is asked for while this one is decoded (its token read from the answer's
     head): the API server encodes a page in about the time the client decodes one (10,000
@@ -57,6 +59,8 @@ def paged_items(list_call, *args, page: int = 500, **kwargs):
                     upcoming.cancel()
                 raise
             del data
+            if head is not None and not head:
+                head.update(answer.get("metadata") or {})
             yield from answer.get("items") or []
             token_read = (answer.get("metadata") or {}).get("continue")
             if upcoming is None:
