@@ -145,3 +145,30 @@ def test_keep_lists_watches_from_the_lists_version_and_lists_again_when_it_expir
     assert custom.watched_from == ["list-1", "7", "9", "list-2", "1"]  # each event's version
     assert index.get(("a", "pm", "Label/a")) is None            # deleted by the last WATCH
     assert index.get(("a", "pm", "Label/b")) is None            # not in the second LIST
+
+
+def test_a_failed_first_list_leaves_no_review_waiting_and_a_later_one_fills_the_index(
+        monkeypatch):
+    monkeypatch.setattr(profile_index, "RETRY_SECONDS", 0.01)
+    stop = threading.Event()
+    a = _profile("a", "Label/a")
+
+    class _Forbidden(_Custom):
+        def list_cluster_custom_object(self, group, version, plural, watch=False, **kw):
+            if not watch and self.lists == 0:
+                self.lists += 1
+                raise ApiException(status=403, reason="Forbidden")
+            return super().list_cluster_custom_object(group, version, plural, watch, **kw)
+
+    custom = _Forbidden([a], [], stop)
+    index = ProfileIndex(lambda: KEY)
+    thread = threading.Thread(target=keep, args=(index, custom, None, stop))
+    thread.start()
+    thread.join(10)
+    assert index.settled.is_set() and index.ready.is_set()
+    assert custom.lists == 2 and index.get(("a", "pm", "Label/a")) is not None
+    failed = ProfileIndex(lambda: KEY)
+    failed.tried(None)                      # the LIST failed, none came back yet
+    t = time.perf_counter()
+    assert failed.get(("a", "pm", "Label/a"), wait=5.0) is None
+    assert time.perf_counter() - t < 1.0, "a review does not wait after a failed LIST"

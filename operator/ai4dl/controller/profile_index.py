@@ -70,7 +70,9 @@ class ProfileIndex:
         self._entries: dict[Key, dict] = {}
         self._keys: dict[tuple[str, str], Key] = {}      # (namespace, object name) -> its key
         self._listed: set[str | None] = set()
-        self.ready = threading.Event()
+        self._tried: set[str | None] = set()
+        self.ready = threading.Event()          # every scope listed
+        self.settled = threading.Event()        # every scope listed or its LIST failed once
         self._warned = False
 
     def __len__(self) -> int:
@@ -97,7 +99,15 @@ class ProfileIndex:
             self._listed.add(scope)
             if self._listed >= set(self._scopes):
                 self.ready.set()
+        self.tried(scope)
         m.PROFILES_INDEXED.set(len(self._entries))
+
+    def tried(self, scope: str | None) -> None:
+        """``scope``'s LIST came back, or failed: reviews need not wait for it any longer."""
+        with self._lock:
+            self._tried.add(scope)
+            if self._tried >= set(self._scopes):
+                self.settled.set()
 
     def apply(self, kind: str, body: Mapping) -> None:
         """A WATCH event (ADDED, MODIFIED, DELETED) of one object."""
@@ -114,8 +124,10 @@ class ProfileIndex:
 
     def get(self, key: Key, wait: float = 0.0) -> dict | None:
         """The workload's profiles (container -> CompactProfile), or None: unknown, or not
-        listed yet after ``wait`` seconds (said once in the log)."""
-        if not self.ready.is_set() and not self.ready.wait(wait) and not self._warned:
+        listed yet after ``wait`` seconds or a failed LIST (said once in the log)."""
+        if not self.ready.is_set():
+            self.settled.wait(wait)     # not once a LIST has failed: no review waits then
+        if not self.ready.is_set() and not self._warned:
             self._warned = True
             log.warning("workload profiles not read yet: pods admitted now are sized as "
                         "unknown workloads' (the pooled level)")
@@ -167,12 +179,16 @@ def keep(index: ProfileIndex, custom, scope: str | None, stop: threading.Event) 
                 version = list_once(index, custom, scope)
             version = watch_from(index, custom, scope, version, stop)
         except ApiException as err:
+            if not version:
+                index.tried(scope)
             if err.status != 410:
                 log.warning("workload profiles of %s: %s %s; listed again in %.0f s",
                             scope or "the cluster", err.status, err.reason, RETRY_SECONDS)
                 stop.wait(RETRY_SECONDS)
             version = ""
         except Exception as err:    # an API server away, a broken stream: list again
+            if not version:
+                index.tried(scope)
             log.warning("workload profiles of %s: %s: %s; listed again in %.0f s",
                         scope or "the cluster", type(err).__name__, str(err)[:200],
                         RETRY_SECONDS)
