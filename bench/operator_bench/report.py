@@ -4,11 +4,13 @@ the measurement code carries no presentation."""
 from __future__ import annotations
 
 import functools
-import math
 import os
 import statistics
 import sys
 import time
+
+from ai4dl.controller.records import extra_writes
+from ai4dl.controller.runtime import DEFAULT_RECORD_SHARE
 
 from .common import fmt, table
 
@@ -129,8 +131,9 @@ def report(args, results: dict) -> None:
          if resized else "resizes + 5 % of pods"],
         ["pod records written per window (the operator's count): needed before a resize / "
          "optional, mean (needed: max)", records_str(measured),
-         f"optional <= {max(50, math.ceil(0.05 * args.pods)) - 3} (5 % of pods less the "
-         "PhaseModel's 3); needed: a pod's first record, a lowered limit, a take-back"],
+         f"optional <= {extra_writes(args.pods, DEFAULT_RECORD_SHARE)} (the operator's "
+         "default share of pods less the PhaseModel's own); needed: a pod's first record, a "
+         "lowered limit, a take-back"],
         [f"CPU used while measuring, cores (of {os.cpu_count()})", cpu_str(), ""],
         ["operator CPU per API write (ms)", op_cpu_per_write(), ""],
         ["exporter scrape duration, mean / max (s)",

@@ -178,21 +178,16 @@ def keep(index: ProfileIndex, custom, scope: str | None, stop: threading.Event) 
             if not version:
                 version = list_once(index, custom, scope)
             version = watch_from(index, custom, scope, version, stop)
-        except ApiException as err:
+        except Exception as err:    # an expired version, an API server away, a broken stream
             if not version:
                 index.tried(scope)
-            if err.status != 410:
-                log.warning("workload profiles of %s: %s %s; listed again in %.0f s",
-                            scope or "the cluster", err.status, err.reason, RETRY_SECONDS)
-                stop.wait(RETRY_SECONDS)
             version = ""
-        except Exception as err:    # an API server away, a broken stream: list again
-            if not version:
-                index.tried(scope)
-            log.warning("workload profiles of %s: %s: %s; listed again in %.0f s",
-                        scope or "the cluster", type(err).__name__, str(err)[:200],
-                        RETRY_SECONDS)
-            version = ""
+            if isinstance(err, ApiException) and err.status == 410:
+                continue            # expired: list again at once
+            what = (f"{err.status} {err.reason}" if isinstance(err, ApiException)
+                    else f"{type(err).__name__}: {str(err)[:200]}")
+            log.warning("workload profiles of %s: %s; listed again in %.0f s",
+                        scope or "the cluster", what, RETRY_SECONDS)
             stop.wait(RETRY_SECONDS)
 
 
