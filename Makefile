@@ -67,15 +67,16 @@ generate: $(STAMP)
 AI4DL_REAL_NODE ?= $(if $(filter 0,$(shell id -u)),1,0)
 
 # The unit tests run on TEST_WORKERS processes (pytest-xdist: 10.5 -> 5.6 min on 2 cores); the
-# integration tests (real API server, Prometheus, kubelet; timed against their windows) one at a
-# time after them. Both always run; an empty selection (exit 5: PYTEST_ARGS picked only one
-# kind) is no failure.
+# integration tests (real API server, Prometheus, kubelet; timed against their windows) after
+# them, on TEST_WORKERS processes too, a file at a time each (its module fixtures start once),
+# the real node's files on one worker (tests/e2e_fixtures_node.py: one kubelet per machine).
+# Both always run; an empty selection (exit 5: PYTEST_ARGS picked only one kind) is no failure.
 TEST_WORKERS ?= 2
 PYTEST := AI4DL_REAL_NODE=$(AI4DL_REAL_NODE) $(BIN)/python -m pytest -q
 
 test: $(STAMP) e2e-deps
 	@$(PYTEST) -m "not integration" -n $(TEST_WORKERS) $(PYTEST_ARGS); unit=$$?; \
-	$(PYTEST) -m integration $(PYTEST_ARGS); integration=$$?; \
+	$(PYTEST) -m integration -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); integration=$$?; \
 	echo "make test: unit tests exit $$unit, integration tests exit $$integration"; \
 	for rc in $$unit $$integration; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit 1; done; \
 	[ $$unit -eq 0 ] || [ $$integration -eq 0 ]

@@ -42,6 +42,51 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "real_node: needs the real node tier (AI4DL_REAL_NODE=1, root)")
 
 
+#: The files of the tests on the real node: ``make test``'s integration tier runs them on one
+#: pytest-xdist worker (``--dist loadfile``, below), one after the other.
+REAL_NODE_FILES = "tests/test_real_node"
+#: Files that train real PyTorch models in several processes at once: on the real node's worker
+#: too, so that they never run beside its jobs, whose cpu limits are timed (a 30-s job under
+#: 300m ends within 60 s more: tests/test_real_node_jobs.py).
+BESIDE_THE_REAL_NODE = ("tests/test_corpus.py", "tests/test_workloads.py")
+
+
+def real_node_scope(nodeid: str) -> str:
+    """A test's unit of work under ``--dist loadfile``: its file, but one for every file of
+    tests on the real node, so that one worker starts the one kubelet the machine can hold (its
+    paths, cgroups and containerd are the machine's), and runs the heavy training beside it."""
+    path = nodeid.split("::", 1)[0]
+    return REAL_NODE_FILES if path.startswith(REAL_NODE_FILES) \
+        or path in BESIDE_THE_REAL_NODE else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` with the real node's files as one file (xdist's ``xdist_group``
+    marks no test under pytest 9: it renames a node id that pytest no longer reads)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RealNodeFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return real_node_scope(nodeid)
+
+    return RealNodeFileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test of this folder on the real node outside its files would start a second kubelet
+    beside the first under ``--dist loadfile``: refused at collection."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if "real_node" in getattr(item, "fixturenames", ()) \
+                and Path(item.path).resolve().parent == here \
+                and not Path(item.path).name.startswith(Path(REAL_NODE_FILES).name):
+            raise pytest.UsageError(f"{item.nodeid} runs on the real node: its place is a "
+                                    f"{REAL_NODE_FILES}*.py file (make test runs those on one "
+                                    "worker)")
+
+
 def _unavailable(reason: str) -> None:
     if _truthy("CI") and _truthy("AI4DL_REAL_NODE"):
         pytest.fail(f"real node unavailable: {reason}", pytrace=False)

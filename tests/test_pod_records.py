@@ -93,6 +93,7 @@ def test_needed_records_and_warnings_go_first_then_records_then_resized_events()
     assert [p.pod.name for p in choice.deferred] == ["young"]
     assert alone_new.deferred[A_PHASE] == "3" and not alone_new.annotations
     assert choice.unrecorded == 0 and choice.unevented == 4
+    assert choice.needed == {needs.pod.uid}     # what the metric counts as needed
     assert warned.events == [("Warning", "ResizeWaiting", "...")]
     assert not any(e[1] == "Resized" for p in work for e in p.events)
 

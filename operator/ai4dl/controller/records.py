@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ai4dl.controller.plan_types import PodPlan
 from ai4dl.controller.pods import A_STATE, OWNED_ANNOTATIONS, PodInfo
@@ -108,6 +108,7 @@ class WriteChoice:
     """What :func:`choose_writes` left out."""
 
     deferred: list[PodPlan]     # plans whose records wait (their ``deferred`` annotations)
+    needed: set[str] = field(default_factory=set)  # pod uids whose record goes before a resize
     unevented: int = 0          # Resized Events left out (counted in the summary Event)
     unrecorded: int = 0         # resizes sent without their records (the status marker first)
 
@@ -119,6 +120,7 @@ def choose_writes(work: list[PodPlan], extra: int, since: dict[str, float]) -> W
     alone (oldest first by ``since``: pod uid → window first left unwritten) and the Resized
     Events. A record left out moves to the plan's ``deferred``."""
     left = extra
+    choice = WriteChoice([])
     optional_records: list[PodPlan] = []
     resized_events: list[PodPlan] = []
     for p in work:
@@ -128,11 +130,11 @@ def choose_writes(work: list[PodPlan], extra: int, since: dict[str, float]) -> W
         if p.annotations:
             if record_needed(p):
                 left -= 1
+                choice.needed.add(p.pod.uid)
             else:
                 optional_records.append(p)
     alone = sorted((p for p in optional_records if p.resize is None),
                    key=lambda p: since.get(p.pod.uid, math.inf))
-    choice = WriteChoice([])
     for p in [p for p in optional_records if p.resize is not None] + alone:
         if left > 0:
             left -= 1

@@ -15,7 +15,7 @@ from ai4dl.controller import metrics as m
 from ai4dl.controller.plan_types import WindowPlan
 from ai4dl.controller.pods import A_STATE, PodInfo, pod_info
 from ai4dl.controller.podstate import state_scope
-from ai4dl.controller.records import MARKER, choose_writes, extra_writes, record_needed
+from ai4dl.controller.records import MARKER, choose_writes, extra_writes
 from ai4dl.controller.runtime_window import WindowReport
 from ai4dl.crd import GROUP, PLURAL, VERSION
 from ai4dl.crd_spec import PhaseModelSpec
@@ -105,22 +105,22 @@ class PodWrites:
         with ThreadPoolExecutor(max_workers=min(WRITERS, len(work))) as pool:
             outcomes = pool.map(lambda p: self._write_within(p, deadline), work)
             for p, outcome in zip(work, outcomes):
-                self._count_outcome(p, outcome, report)
+                self._count_outcome(p, outcome, report, p.pod.uid in choice.needed)
         late = report.skipped.get(SKIP_REASONS["deadline"], 0)
         if late:
             log.warning("%s/%s: %d pods' writes left for the next window (not reached by the "
                         "window's end: --kube-api-qps %g)", self.namespace, self.name, late,
                         self.write_budget.qps)
 
-    def _count_outcome(self, p, outcome: str, report: WindowReport) -> None:
+    def _count_outcome(self, p, outcome: str, report: WindowReport, needed: bool) -> None:
         """A pod's write outcome counted (report, metrics), and its record kept: written, or
-        left in memory until a later window writes it."""
+        left in memory until a later window writes it (``needed``: the record went before a
+        resize, as :func:`choose_writes` found)."""
         labels = (self.namespace, self.name)
         if outcome in ("resized", "", "untaken"):
             if p.annotations:
                 self.pending.written(p.pod.uid)
-                m.RECORDS_WRITTEN.labels(*labels, "needed" if record_needed(p)
-                                         else "optional").inc()
+                m.RECORDS_WRITTEN.labels(*labels, "needed" if needed else "optional").inc()
             if p.deferred:
                 self.pending.defer(p.pod, p.deferred, report.window_start)
         if outcome == "resized":
