@@ -49,9 +49,40 @@ from e2e.controlplane import cluster as _cp  # noqa: E402
 FAKE_NODE = "ai4dl-fake-node"
 
 
+#: Where pytest-xdist's workers leave the figures tables of ``write_report``
+#: (tests/e2e_fixtures_operator.py): a worker's terminal is shown nowhere, so the controller
+#: prints them after the tests (``pytest_terminal_summary``).
+WORKER_REPORTS = "AI4DL_WORKER_REPORTS"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "k8s: needs a Kubernetes API server (the kube_cluster fixture; AI4DL_E2E=0 skips)")
+    if getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import tempfile    # the workers start after this, with this environment
+
+        config.stash[_REPORTS] = os.environ[WORKER_REPORTS] = \
+            tempfile.mkdtemp(prefix="ai4dl-reports-")
+
+
+_REPORTS = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    folder = config.stash.get(_REPORTS, None)
+    if folder is None:
+        return
+    for table in sorted(Path(folder).iterdir()):      # in the order they were written
+        terminalreporter.write_line("\n" + table.read_text())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_REPORTS, None)
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(WORKER_REPORTS, None)
 
 
 def _truthy(name: str) -> bool:

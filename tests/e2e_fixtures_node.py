@@ -60,6 +60,7 @@ def real_node_scope(nodeid: str) -> str:
         or path in BESIDE_THE_REAL_NODE else path
 
 
+@pytest.hookimpl(optionalhook=True)    # pytest-xdist's hook: known only with it
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadfile`` with the real node's files as one file (xdist's ``xdist_group``
     marks no test under pytest 9: it renames a node id that pytest no longer reads)."""

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from ai4dl.crd import crd_manifest
-from e2e_fixtures_k8s import LIVE_CONTROLLERS
+from e2e_fixtures_k8s import LIVE_CONTROLLERS, WORKER_REPORTS
 
 REPO = Path(__file__).resolve().parent.parent
 #: The key that seals the operator's records on pods, one per test session, so that an
@@ -343,6 +343,10 @@ def write_report(request, title: str, header: str, rows, append: bool = False) -
     if os.environ.get("AI4DL_FAULT_REPORT"):
         with open(os.environ["AI4DL_FAULT_REPORT"], "a" if append else "w") as f:
             f.write(("\n" if append else "") + text)
+    worker, folder = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get(WORKER_REPORTS)
+    if worker and folder:   # a pytest-xdist worker's terminal is nobody's: conftest prints it
+        (Path(folder) / f"{time.time_ns()}-{worker}.md").write_text(f"[{title}]\n{text}")
+        return
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
     capman = request.config.pluginmanager.get_plugin("capturemanager")
     if tr is not None and capman is not None:
