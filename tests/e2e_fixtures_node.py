@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
 REAL_NODE_FILES = "tests/test_real_node"
 #: Files that train real PyTorch models in several processes at once: on the real node's worker
 #: too, so that they never run beside its jobs, whose cpu limits are timed (a 30-s job under
-#: 300m ends within 60 s more: tests/test_real_node_jobs.py).
+#: 300m ends within 90 s more: tests/test_real_node_jobs.py).
 BESIDE_THE_REAL_NODE = ("tests/test_corpus.py", "tests/test_workloads.py")
 
 

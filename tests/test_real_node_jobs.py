@@ -65,7 +65,7 @@ def run(request, kube_cluster, real_node, cadvisor, operator_kubeconfig, crd,  #
             J.phasemodel_body("pm", "adaptive-max", None, step=STEP, window=WINDOW))
         res = J.run_jobs(kube_cluster.core, real_node, cadvisor, ns, [BUSY, OOM],
                          policy="adaptive-max", labels={OPT_IN_LABEL: "true"},
-                         annotations={MODEL_ANNOTATION: "pm"}, until=["busy"], timeout=110)
+                         annotations={MODEL_ANNOTATION: "pm"}, until=["busy"], timeout=140)
         res["operator_log"] = op.tail(30)
     finally:
         op.stop()
@@ -88,7 +88,9 @@ def test_busy_job_finishes_guaranteed_and_throttled(run):
     assert busy["oom_kills"] == 0 and busy["restarts"] == 0
     assert busy["throttled_seconds"] > 0 and busy["throttled_periods"] > 0, busy
     assert busy["cpu_seconds"] > 5, busy               # it trained (torch, two epochs)
-    assert BUSY.duration <= busy["wall_seconds"] < BUSY.duration + 60, busy
+    # from the pod's creation: its sandbox, torch's import under 300m (most of the rest: 80 s
+    # in all when alone) and its training; the integration tier's other worker runs beside it
+    assert BUSY.duration <= busy["wall_seconds"] < BUSY.duration + 90, busy
     assert res["recorder_errors"] == []
 
 
