@@ -240,13 +240,13 @@ def operator_factory(operator_kubeconfig, stack, tmp_path, request):
     _, prom = stack
     made: list[Operator] = []
 
-    def make(prometheus_url: str | None = None) -> Operator:
+    def make(prometheus_url: str | None = None, extra_args: tuple[str, ...] = ()) -> Operator:
         # No orphan sweep: other tests' pods (their PhaseModels deleted) would get Warning
         # Events, and this module counts the API server's writes (tests/test_faults_bad_input.py
         # covers the sweep).
         op = Operator(operator_kubeconfig, prometheus_url or prom.url,
                       tmp_path / f"operator{len(made)}.log",
-                      extra_args=("--orphan-check-seconds", "0")).start()
+                      extra_args=("--orphan-check-seconds", "0", *extra_args)).start()
         made.append(op)
         return op
 
@@ -384,7 +384,11 @@ def test_operator_sigkill_during_window_writes(kube_cluster, fault_pods, operato
     """
     ns, _, names = fault_pods["kill"]
     box: dict = {}
-    op = operator_factory()
+    # the window's 120 writes (record, resize, Event per pod) spread over 3.7 s or more
+    # (burst 10, then 30 a second; 103 pods' worth a 10-s window, so the restart's catch-up
+    # and next window still write every pod): unlimited, a window took 1.8 s on a busy machine
+    # and the watch that pulls the trigger saw its resizes after its end
+    op = operator_factory(extra_args=("--kube-api-qps", "30", "--kube-api-burst", "10"))
 
     def kill_on_first_resize(t, pod):
         box["seen"] = box.get("seen", 0) + 1
