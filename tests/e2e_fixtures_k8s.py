@@ -53,6 +53,7 @@ FAKE_NODE = "ai4dl-fake-node"
 #: (tests/e2e_fixtures_operator.py): a worker's terminal is shown nowhere, so the controller
 #: prints them after the tests (``pytest_terminal_summary``).
 WORKER_REPORTS = "AI4DL_WORKER_REPORTS"
+_REPORTS = pytest.StashKey[str]()       # the controller's folder of them
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -63,9 +64,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
         config.stash[_REPORTS] = os.environ[WORKER_REPORTS] = \
             tempfile.mkdtemp(prefix="ai4dl-reports-")
-
-
-_REPORTS = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

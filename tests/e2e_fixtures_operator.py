@@ -344,7 +344,8 @@ def write_report(request, title: str, header: str, rows, append: bool = False) -
         with open(os.environ["AI4DL_FAULT_REPORT"], "a" if append else "w") as f:
             f.write(("\n" if append else "") + text)
     worker, folder = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get(WORKER_REPORTS)
-    if worker and folder:   # a pytest-xdist worker's terminal is nobody's: conftest prints it
+    if worker and folder:   # a pytest-xdist worker's terminal is shown nowhere: the controller
+        # prints the folder's tables (tests/e2e_fixtures_k8s.py)
         (Path(folder) / f"{time.time_ns()}-{worker}.md").write_text(f"[{title}]\n{text}")
         return
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
